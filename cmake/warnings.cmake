@@ -1,0 +1,12 @@
+# Warnings are errors on project code (never on third-party headers, which are included
+# as system headers by their imported targets).
+function(qwenrt_warnings target)
+  set(cxx_flags -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers)
+  if(QWENRT_WERROR)
+    list(APPEND cxx_flags -Werror)
+  endif()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${cxx_flags}>)
+  if(QWENRT_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+  endif()
+endfunction()

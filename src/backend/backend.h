@@ -1,0 +1,209 @@
+// The backend-neutral op interface. The Qwen forward pass (model/qwen.cpp) is written
+// once against it; the CPU backend (reference, fp32 arithmetic) and the CUDA backend
+// (bf16/fp16 storage, fp32 accumulation) implement it. Fusions are ops too.
+//
+// Conventions:
+// - All pointers in Tensor, BatchView and KvLayer live in the backend's memory (host
+//   memory for the CPU backend, device memory for CUDA). Ops are asynchronous on the
+//   backend's stream; synchronize() waits.
+// - Activations use activation_dtype(); logits are always fp32.
+// - Weights are [out_features, in_features] row-major, as in safetensors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace qwenrt {
+
+// A contiguous row-major 2-D view: `rows` rows of `cols` elements. Vectors are 1 × n.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t numel() const { return rows * cols; }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  // Rows [first, first + count) of this tensor.
+  Tensor row_slice(int64_t first, int64_t count) const {
+    return Tensor{static_cast<char*>(data) + static_cast<size_t>(first * cols) * dtype_size(dtype),
+                  dtype, count, cols};
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// A ragged batch: each sequence contributes its new tokens (a prompt chunk or one decode
+// token). Arrays are in backend memory; the scalars are known on the host so kernels can
+// be configured without reading device memory.
+struct BatchView {
+  int n_tokens = 0;             // total new tokens over all sequences
+  int n_seqs = 0;               // sequences in the batch
+  int max_new_tokens = 0;       // max over sequences of new tokens (1 = pure decode)
+  int max_context_len = 0;      // max over sequences of context_lens
+  int max_blocks_per_seq = 0;   // row stride of block_tables
+  const int32_t* token_ids = nullptr;     // [n_tokens]
+  const int32_t* positions = nullptr;     // [n_tokens] position in its sequence (0-based)
+  const int32_t* slot_mapping = nullptr;  // [n_tokens] KV slot: block * block_size + offset
+  const int32_t* token_seq = nullptr;     // [n_tokens] index of the token's sequence
+  const int32_t* seq_starts = nullptr;    // [n_seqs + 1] offsets of each sequence's tokens
+  const int32_t* context_lens = nullptr;  // [n_seqs] cached tokens after this step (incl. new)
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq] physical block ids
+};
+
+// Shape of the paged KV cache. Each layer has a K pool and a V pool of
+// [num_blocks, block_size, n_kv_heads, head_dim] elements of `dtype`.
+struct KvGeometry {
+  int num_blocks = 0;
+  int block_size = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::kF32;
+
+  size_t layer_pool_bytes() const {
+    return static_cast<size_t>(num_blocks) * block_size * n_kv_heads * head_dim *
+           dtype_size(dtype);
+  }
+};
+
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.f;        // softmax scale, 1/sqrt(head_dim)
+  int sliding_window = 0;   // 0: full causal attention; else keys with pos > q_pos - window
+};
+
+// Per-layer inputs of the fused q/k/v epilogue. Null tensors (data == nullptr) are absent.
+struct QkvEpilogue {
+  Tensor q_bias, k_bias, v_bias;  // [1, n_heads*head_dim] / [1, n_kv_heads*head_dim] (Qwen2)
+  Tensor q_norm, k_norm;          // [1, head_dim] per-head RMSNorm weights (Qwen3)
+  float norm_eps = 1e-6f;
+  const float* inv_freq = nullptr;  // [head_dim / 2] RoPE inverse frequencies, fp32
+  float rope_scaling = 1.f;         // cos/sin multiplier (YaRN attention factor)
+};
+
+// Sampling parameters applied on the device. temperature 0 means greedy.
+struct SamplingParams {
+  float temperature = 0.f;
+  int top_k = 0;        // 0: off
+  float top_p = 1.f;    // 1: off
+  float min_p = 0.f;    // 0: off
+  float repetition_penalty = 1.f;
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  uint64_t seed = 0;
+};
+
+// Owning handle to a backend allocation; frees on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t bytes, void (*release)(void*))
+      : data_(data), bytes_(bytes), release_(release) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      data_ = other.data_;
+      bytes_ = other.bytes_;
+      release_ = other.release_;
+      other.data_ = nullptr;
+      other.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (data_ != nullptr && release_ != nullptr) release_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  void (*release_)(void*) = nullptr;
+};
+
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // dtype of activations and of weights as the ops consume them.
+  virtual DType activation_dtype() const = 0;
+  // Whether weights in host memory (e.g. mmapped files) can be used in place.
+  virtual bool uses_host_memory() const = 0;
+  virtual DeviceMemoryInfo memory_info() const = 0;
+
+  // ---- memory: called while planning/loading, never per token ----
+  virtual DeviceBuffer allocate(size_t bytes, const char* what) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Converts `count` host elements of `src_dtype` into device memory of `dst_dtype`.
+  virtual void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                                size_t count) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops ----
+  // out[t, :] = table[batch.token_ids[t], :]        table [vocab, hidden]; out [n_tokens, hidden]
+  virtual void embed(const BatchView& batch, const Tensor& table, Tensor out) = 0;
+  // out = rmsnorm(x) * weight, per row, fp32 math.  x, out [n, d]; weight [1, d]
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+  // residual += delta; out = rmsnorm(residual) * weight.  (the fused residual + norm)
+  virtual void add_rmsnorm(Tensor residual, const Tensor& delta, const Tensor& weight, float eps,
+                           Tensor out) = 0;
+  // out[n, m] = x[n, k] · w[m, k]^T. out may be fp32 (logits) or activation dtype.
+  virtual void matmul(const Tensor& x, const Tensor& w, Tensor out) = 0;
+  // Adds biases, applies per-head q/k RMSNorm, RoPE (rotate-half) on q and k at each token's
+  // position, writes k and v into the layer's cache at slot_mapping; q is updated in place.
+  // q [n_tokens, n_heads*head_dim]; k, v [n_tokens, n_kv_heads*head_dim] (k, v modified).
+  virtual void qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                                const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
+                                const KvGeometry& geometry, KvLayer cache) = 0;
+  // Causal grouped-query attention of each new token over its sequence's cached keys
+  // (positions 0..its own), reading the paged cache through the block tables.
+  // q, out [n_tokens, n_heads*head_dim].
+  virtual void attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
+                         const KvGeometry& geometry, KvLayer cache, Tensor out) = 0;
+  // out = silu(gate) * up, elementwise.  [n, d]
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
+  virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
+  // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's
+  // previous tokens for penalties (backend memory, may be null when no penalty is set);
+  // `step` makes draws of successive tokens independent. Writes out_ids [n] (backend memory).
+  virtual void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                      const int32_t* history, const int32_t* history_lens, int history_stride,
+                      int32_t* out_ids) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// Throws Error(kUnsupported) when the build has no CUDA backend.
+std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device_index);
+bool cuda_backend_available();
+
+}  // namespace qwenrt

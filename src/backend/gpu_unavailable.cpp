@@ -1,0 +1,16 @@
+// Linked into builds without a GPU toolkit: the GPU factory explains what is missing.
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace qwenrt {
+
+bool cuda_backend_available() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(DType /*dtype*/, int /*device_index*/) {
+  throw Error(ErrorCategory::kUnsupported,
+              "this qwenrt build has no CUDA backend (it was configured without nvcc); "
+              "rebuild with `cmake --preset cuda` on a machine with the CUDA toolkit, or use "
+              "--device cpu");
+}
+
+}  // namespace qwenrt

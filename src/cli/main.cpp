@@ -1,0 +1,51 @@
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+const char* kFooter = R"(Exit codes:
+  0    success
+  1    runtime error (model folder, device, file I/O); the message names what failed
+  2    bad command-line arguments
+  130  interrupted)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace qwenrt;
+  CLI::App app{"qwenrt: fast, correct inference for Qwen models (Qwen2, Qwen2.5, Qwen3)"};
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("qwenrt ") + QWENRT_VERSION);
+  int exit_code = cli::kExitOk;
+  cli::add_generate_command(app, exit_code);
+  cli::add_score_command(app, exit_code);
+#ifdef QWENRT_HAVE_TOKENIZER
+  cli::add_tokenize_command(app, exit_code);
+  cli::add_template_command(app, exit_code);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    std::fprintf(stderr, "qwenrt: %s (see --help)\n", message.c_str());
+    return cli::kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "qwenrt: %s: %s\n", error_category_name(e.category()), e.what());
+    return e.category() == ErrorCategory::kInvalidArgument ? cli::kExitUsage : cli::kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qwenrt: error: %s\n", e.what());
+    return cli::kExitError;
+  }
+  return exit_code;
+}
