@@ -189,6 +189,7 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
     backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
     backend_.matmul(attn, w.o_proj, o);
+    if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
     backend_.matmul(h, w.gate_proj, gate);

@@ -232,6 +232,12 @@ std::string ModelFiles::file_of(const std::string& name) const {
   return it == index_.end() ? std::string("model files") : files_[it->second.first].path().string();
 }
 
+std::vector<std::string> ModelFiles::names() const {
+  std::vector<std::string> result;
+  for (const auto& entry : index_) result.push_back(entry.first);
+  return result;
+}
+
 uint64_t ModelFiles::total_bytes() const {
   uint64_t total = 0;
   for (const auto& [name, entry] : index_) total += entry.second->byte_size;

@@ -51,6 +51,7 @@ class ModelFiles {
   // The file holding `name`, for error messages.
   std::string file_of(const std::string& name) const;
   size_t tensor_count() const { return index_.size(); }
+  std::vector<std::string> names() const;
   uint64_t total_bytes() const;
 
  private:

@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <set>
+
 #include "core/error.h"
 
 namespace qwenrt {
@@ -40,6 +42,9 @@ void for_each_expected(const ModelConfig& config, Weights* weights,
       visit(prefix + "self_attn.k_norm.weight", {config.head_dim}, field(layer.k_norm));
     }
     visit(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, field(layer.o_proj));
+    if (config.attention_bias && config.architecture == Architecture::kQwen3) {
+      visit(prefix + "self_attn.o_proj.bias", {hidden}, field(layer.o_bias));
+    }
     visit(prefix + "post_attention_layernorm.weight", {hidden}, field(layer.post_attention_norm));
     visit(prefix + "mlp.gate_proj.weight", {inter, hidden}, field(layer.gate_proj));
     visit(prefix + "mlp.up_proj.weight", {inter, hidden}, field(layer.up_proj));
@@ -54,7 +59,9 @@ void for_each_expected(const ModelConfig& config, Weights* weights,
 }  // namespace
 
 void validate_weights(const ModelConfig& config, const ModelFiles& files) {
+  std::set<std::string> expected;
   for_each_expected(config, nullptr, [&](const std::string& name, std::vector<int64_t> shape, Tensor*) {
+    expected.insert(name);
     const SafetensorsTensor* tensor = files.find(name);
     if (tensor == nullptr) {
       std::string hint;
@@ -76,6 +83,18 @@ void validate_weights(const ModelConfig& config, const ModelFiles& files) {
                       "; weights must be BF16, F16 or F32");
     }
   });
+  // A tensor the forward pass would silently ignore (a bias the config does not announce, a
+  // layer beyond num_hidden_layers) means the checkpoint and config disagree.
+  for (const std::string& name : files.names()) {
+    if (expected.count(name) != 0) continue;
+    bool harmless = name.find("rotary_emb.inv_freq") != std::string::npos ||
+                    (name == "lm_head.weight" && config.tie_word_embeddings);
+    if (!harmless) {
+      throw Error(ErrorCategory::kInvalidModel,
+                  files.file_of(name) + ": unexpected tensor '" + name +
+                      "' that config.json does not account for (wrong config.json for these weights?)");
+    }
+  }
 }
 
 size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend) {

@@ -19,6 +19,7 @@ struct LayerWeights {
   Tensor q_bias, k_bias, v_bias;      // [1, q_dim], [1, kv_dim] (Qwen2; else empty)
   Tensor q_norm, k_norm;              // [1, head_dim] (Qwen3; else empty)
   Tensor o_proj;                      // [hidden, q_dim]
+  Tensor o_bias;                      // [1, hidden] (Qwen3 with attention_bias; else empty)
   Tensor post_attention_norm;         // [1, hidden]
   Tensor gate_proj, up_proj;          // [intermediate, hidden]
   Tensor down_proj;                   // [hidden, intermediate]

@@ -247,6 +247,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void add_bias(Tensor x, const Tensor& bias) override {
+    require_f32(x, "add_bias", "x");
+    require_f32(bias, "add_bias", "bias");
+    for (int64_t r = 0; r < x.rows; ++r) {
+      float* row = x.as<float>() + r * x.cols;
+      for (int64_t c = 0; c < x.cols; ++c) row[c] += bias.as<float>()[c];
+    }
+  }
+
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
     require_f32(gate, "silu_mul", "gate");
     const float* g = gate.as<float>();
