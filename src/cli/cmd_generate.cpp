@@ -49,6 +49,7 @@ int run_generate(const GenerateArgs& args) {
     }
     return true;
   });
+  if (args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   if (text) {
     std::printf("\n");
     return kExitOk;

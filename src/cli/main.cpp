@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   int exit_code = cli::kExitOk;
   cli::add_generate_command(app, exit_code);
   cli::add_score_command(app, exit_code);
+  cli::add_bench_command(app, exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
   cli::add_template_command(app, exit_code);
