@@ -7,8 +7,12 @@ scripts/install-deps.sh
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc)"
+echo "== qwenrt doctor"
+build/default/qwenrt doctor
 model=tests/data/models/qwen3_qknorm
 echo "== qwenrt generate -m $model --ids \"1 2 3 4 5\" -n 16 --format json"
 build/default/qwenrt generate -m "$model" --ids "1 2 3 4 5" -n 16 --format json
-echo "== qwenrt score -m $model --ids \"1 2 3 4 5 6 7 8\""
-build/default/qwenrt score -m "$model" --ids "1 2 3 4 5 6 7 8"
+# The main job: the benchmark on the synthetic preset that suits this machine
+# (GPU: Qwen2.5-7B's shape; CPU only: a short Qwen3-0.6B run).
+echo "== qwenrt bench"
+build/default/qwenrt bench

@@ -228,6 +228,26 @@ class Backend {
                       int32_t* out_ids) = 0;
 };
 
+// What `qwenrt doctor` reports about the GPUs and the build.
+struct GpuDeviceInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  int multiprocessors = 0;
+  double memory_bandwidth = 0;      // theoretical: memory clock × bus width × 2, bytes/s
+  bool supported_by_build = false;  // this build has kernels that run on it
+};
+struct GpuRuntimeInfo {
+  bool built_with_gpu = false;
+  std::string build_architectures;  // e.g. "90" or "80 86 89 90"
+  std::string driver_version;       // "" when no driver is installed
+  std::string runtime_version;
+  std::string error;                // why no device is usable, if none is
+  std::vector<GpuDeviceInfo> devices;
+};
+GpuRuntimeInfo query_gpus();
+
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // Throws Error(kUnsupported) when the build has no CUDA backend.
 std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device_index);

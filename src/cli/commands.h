@@ -16,6 +16,7 @@ constexpr int kExitInterrupted = 130;
 void add_generate_command(CLI::App& root, int& exit_code);
 void add_score_command(CLI::App& root, int& exit_code);
 void add_bench_command(CLI::App& root, int& exit_code);
+void add_doctor_command(CLI::App& root, int& exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
 void add_tokenize_command(CLI::App& root, int& exit_code);
 void add_template_command(CLI::App& root, int& exit_code);

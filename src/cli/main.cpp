@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cli::add_generate_command(app, exit_code);
   cli::add_score_command(app, exit_code);
   cli::add_bench_command(app, exit_code);
+  cli::add_doctor_command(app, exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
   cli::add_template_command(app, exit_code);
