@@ -292,7 +292,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     json gen = parse_json_object(*generation_config_json, gen_source);
     auto gen_eos = get_token_ids(gen, "eos_token_id", gen_source);
     if (!gen_eos.empty()) model.eos_token_ids = gen_eos;
+    model.default_do_sample = get_bool(gen, "do_sample", gen_source).value_or(false);
     if (auto value = get_number(gen, "temperature", gen_source)) model.default_temperature = *value;
+    if (auto value = get_number(gen, "min_p", gen_source)) model.default_min_p = *value;
     if (auto value = get_number(gen, "top_p", gen_source)) model.default_top_p = *value;
     if (auto value = get_int(gen, "top_k", gen_source)) model.default_top_k = *value;
     if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
