@@ -78,6 +78,20 @@ TEST(Safetensors, AcceptsHeaderFillingTheWholeFile) {
   EXPECT_TRUE(file.tensors().empty());
 }
 
+TEST(Safetensors, AcceptsSpacePaddedHeader) {
+  // Writers pad the header with spaces so the data area starts 8-byte aligned.
+  TempDir dir;
+  std::string header = json{{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}.dump();
+  header.append(8 - header.size() % 8, ' ');
+  write_file(dir / "padded.safetensors", safetensors_bytes(header, test::float_bytes({2.5f})));
+  SafetensorsFile file(dir / "padded.safetensors");
+  const SafetensorsTensor* w = file.find("w");
+  ASSERT_NE(w, nullptr);
+  float value;
+  std::memcpy(&value, w->data, 4);
+  EXPECT_EQ(value, 2.5f);
+}
+
 TEST(Safetensors, RejectsFileShorterThanLengthPrefix) {
   expect_rejected(std::string("\x02\x00\x00", 3), {"truncated"});
   expect_rejected("", {"truncated"});

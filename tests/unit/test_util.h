@@ -155,6 +155,12 @@ inline std::vector<TensorSpec> qwen_tensors(const json& config) {
       add(p + "self_attn.k_proj.bias", {kv_heads * head_dim});
       add(p + "self_attn.v_proj.bias", {kv_heads * head_dim});
     } else {
+      if (config.value("attention_bias", false)) {
+        add(p + "self_attn.q_proj.bias", {heads * head_dim});
+        add(p + "self_attn.k_proj.bias", {kv_heads * head_dim});
+        add(p + "self_attn.v_proj.bias", {kv_heads * head_dim});
+        add(p + "self_attn.o_proj.bias", {hidden});  // Qwen3's o_proj follows attention_bias
+      }
       add(p + "self_attn.q_norm.weight", {head_dim});
       add(p + "self_attn.k_norm.weight", {head_dim});
     }

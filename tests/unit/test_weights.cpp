@@ -142,6 +142,43 @@ TEST(Weights, LoadsQwen3FolderWithBf16Matrices) {
   EXPECT_EQ(layer.q_bias.data, nullptr);
 }
 
+TEST(Weights, LoadsQwen3FolderWithAttentionBias) {
+  TempDir dir;
+  json config = test::tiny_qwen2_config();
+  config["architectures"] = {"Qwen3ForCausalLM"};
+  config["head_dim"] = 4;
+  config["attention_bias"] = true;
+  auto tensors = test::qwen_tensors(config);
+  test::write_model(dir.path(), config, tensors, 2);
+  LoadedModel model = load(dir.path());
+  const LayerWeights& layer = model.weights.layers[0];
+  expect_view(layer.q_bias, tensors, "model.layers.0.self_attn.q_proj.bias", 1, 8);
+  expect_view(layer.k_bias, tensors, "model.layers.0.self_attn.k_proj.bias", 1, 4);
+  expect_view(layer.o_bias, tensors, "model.layers.0.self_attn.o_proj.bias", 1, 8);
+  expect_view(layer.q_norm, tensors, "model.layers.0.self_attn.q_norm.weight", 1, 4);
+}
+
+TEST(Weights, ProgressReachesTotal) {
+  TempDir dir;
+  json config = test::tiny_qwen2_config();
+  auto tensors = test::qwen_tensors(config);
+  test::write_model(dir.path(), config, tensors);
+  ModelConfig parsed = load_model_config(dir.path());
+  ModelFiles files(dir.path());
+  auto backend = make_cpu_backend(1);
+  uint64_t expected_total = 0;
+  for (const auto& tensor : tensors) expected_total += tensor.bytes.size();
+  uint64_t last_done = 0, calls = 0;
+  load_weights(parsed, files, *backend, [&](uint64_t done, uint64_t total) {
+    EXPECT_EQ(total, expected_total);
+    EXPECT_GT(done, last_done);  // strictly increasing
+    last_done = done;
+    ++calls;
+  });
+  EXPECT_EQ(calls, tensors.size());
+  EXPECT_EQ(last_done, expected_total);
+}
+
 TEST(Weights, VectorsInNonF32AreConverted) {
   // Norm weights stored as BF16 must come out as f32 values for the CPU ops.
   TempDir dir;
