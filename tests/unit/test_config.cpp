@@ -19,9 +19,13 @@ using test::write_file;
 
 constexpr const char* kSource = "config.json";
 
-ModelConfig parse(const json& config) { return parse_model_config(config.dump(), kSource); }
+ModelConfig parse(const json& config) {
+  return parse_model_config(config.dump(), kSource);
+}
 
-json qwen2_config() { return test::tiny_qwen2_config(); }
+json qwen2_config() {
+  return test::tiny_qwen2_config();
+}
 
 json qwen3_config() {
   json config = test::tiny_qwen2_config();
@@ -100,8 +104,11 @@ TEST(Config, EosIntOrList) {
 }
 
 TEST(Config, GenerationConfigEosOverridesConfig) {
-  json gen = {{"eos_token_id", {12, 13}}, {"temperature", 0.7}, {"top_p", 0.8},
-              {"top_k", 20}, {"repetition_penalty", 1.05}};
+  json gen = {{"eos_token_id", {12, 13}},
+              {"temperature", 0.7},
+              {"top_p", 0.8},
+              {"top_k", 20},
+              {"repetition_penalty", 1.05}};
   std::string gen_text = gen.dump();
   ModelConfig config = parse_model_config(qwen2_config().dump(), kSource, &gen_text);
   EXPECT_EQ(config.eos_token_ids, (std::vector<int>{12, 13}));
@@ -137,7 +144,8 @@ TEST(Config, RopeOlderSpellingYarn) {
     json raw = qwen2_config();
     raw["rope_theta"] = 1e6;
     raw["max_position_embeddings"] = 131072;
-    raw["rope_scaling"] = {{key, "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+    raw["rope_scaling"] = {
+        {key, "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
     ModelConfig config = parse(raw);
     EXPECT_EQ(config.rope.type, RopeType::kYarn) << key;
     EXPECT_DOUBLE_EQ(config.rope.theta, 1e6);
@@ -154,7 +162,9 @@ TEST(Config, RopeNewerSpellingYarn) {
   raw.erase("rope_theta");
   raw["max_position_embeddings"] = 131072;
   raw["rope_scaling"] = nullptr;  // transformers 5 may still write a null rope_scaling
-  raw["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "yarn"}, {"factor", 4.0},
+  raw["rope_parameters"] = {{"rope_theta", 1e6},
+                            {"rope_type", "yarn"},
+                            {"factor", 4.0},
                             {"original_max_position_embeddings", 32768}};
   ModelConfig config = parse(raw);
   EXPECT_EQ(config.rope.type, RopeType::kYarn);
@@ -191,7 +201,8 @@ TEST(Config, RejectsBadRopeValues) {
   raw["rope_theta"] = 0;
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"rope_theta"});
   raw = qwen2_config();
-  raw["rope_scaling"] = {{"type", "yarn"}, {"factor", -2.0}, {"original_max_position_embeddings", 32}};
+  raw["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", -2.0}, {"original_max_position_embeddings", 32}};
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"factor"});
   raw["rope_scaling"] = "yarn";
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"rope_scaling"});
@@ -267,7 +278,8 @@ TEST(Config, RejectsHiddenNotDivisibleByHeadsWithoutHeadDim) {
   json raw = qwen2_config();
   raw["num_attention_heads"] = 3;
   raw["num_key_value_heads"] = 1;
-  expect_config_error(raw, ErrorCategory::kInvalidModel, {"hidden_size", "not divisible", "head_dim"});
+  expect_config_error(raw, ErrorCategory::kInvalidModel,
+                      {"hidden_size", "not divisible", "head_dim"});
   // With an explicit head_dim the division is not needed.
   raw["head_dim"] = 4;
   EXPECT_EQ(parse(raw).head_dim, 4);
@@ -307,8 +319,8 @@ TEST(Config, RejectsVocabSmallerThanSpecialIds) {
 }
 
 TEST(Config, RejectsUnsupportedArchitectures) {
-  for (const char* name : {"QWenLMHeadModel", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
-                           "LlamaForCausalLM"}) {
+  for (const char* name :
+       {"QWenLMHeadModel", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "LlamaForCausalLM"}) {
     json raw = qwen2_config();
     raw["architectures"] = {name};
     // The message names the architecture found and the ones that are supported.
@@ -420,8 +432,8 @@ TEST(RopeTables, YarnMatchesPublishedFormula) {
     json raw = qwen3_config();
     raw["head_dim"] = c.head_dim;
     raw["max_position_embeddings"] = static_cast<int>(c.original * c.factor);
-    raw["rope_scaling"] = {{"type", "yarn"}, {"factor", c.factor},
-                           {"original_max_position_embeddings", c.original}};
+    raw["rope_scaling"] = {
+        {"type", "yarn"}, {"factor", c.factor}, {"original_max_position_embeddings", c.original}};
     raw["rope_theta"] = c.theta;
     RopeTables tables = compute_rope_tables(parse(raw));
     YarnReference ref = yarn_reference(c.head_dim, c.theta, c.factor, c.original);
@@ -449,8 +461,11 @@ TEST(RopeTables, YarnRampIsNotTrivial) {
 TEST(RopeTables, YarnExplicitAttentionFactor) {
   json raw = qwen3_config();
   raw["head_dim"] = 64;
-  raw["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e4}, {"factor", 4.0},
-                            {"original_max_position_embeddings", 1024}, {"attention_factor", 1.5}};
+  raw["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", 1e4},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 1024},
+                            {"attention_factor", 1.5}};
   raw.erase("rope_theta");
   EXPECT_FLOAT_EQ(compute_rope_tables(parse(raw)).attention_scaling, 1.5f);
 }

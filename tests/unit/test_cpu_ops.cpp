@@ -42,14 +42,16 @@ Tensor view16(std::vector<uint16_t>& values, DType dtype, int64_t rows, int64_t 
   return Tensor{values.data(), dtype, rows, cols};
 }
 
-std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kNaN); }
+std::vector<float> poisoned(size_t n) {
+  return std::vector<float>(n, kNaN);
+}
 
 // |actual - expected| <= tol · (|expected| + floor); NaN always fails.
 ::testing::AssertionResult close(float actual, double expected, double tol, double floor) {
   double error = std::abs(static_cast<double>(actual) - expected);
   if (error <= tol * (std::abs(expected) + floor)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "actual " << actual << " expected " << expected
-                                       << " error " << error;
+  return ::testing::AssertionFailure()
+         << "actual " << actual << " expected " << expected << " error " << error;
 }
 
 // Independent decoders: bf16 is the top half of an f32; f16 from sign/exponent/mantissa.
@@ -62,8 +64,8 @@ double decode_bf16(uint16_t bits) {
 
 double decode_f16(uint16_t bits) {
   int sign = bits >> 15, exponent = (bits >> 10) & 31, mantissa = bits & 1023;
-  double magnitude = exponent == 0 ? std::ldexp(mantissa, -24)
-                                   : std::ldexp(1024 + mantissa, exponent - 25);
+  double magnitude =
+      exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
   return sign ? -magnitude : magnitude;
 }
 
@@ -109,7 +111,8 @@ TEST_F(CpuOps, EmbedAllDtypes) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       auto table = random_halves(rng_, vocab * hidden, dtype);
       out = poisoned(ids.size() * hidden);
-      backend_->embed(batch, view16(table, dtype, vocab, hidden), view(out, batch.n_tokens, hidden));
+      backend_->embed(batch, view16(table, dtype, vocab, hidden),
+                      view(out, batch.n_tokens, hidden));
       for (size_t t = 0; t < ids.size(); ++t) {
         for (int64_t c = 0; c < hidden; ++c) {
           ASSERT_EQ(out[t * hidden + c], decode(table[ids[t] * hidden + c], dtype))
@@ -154,7 +157,8 @@ TEST_F(CpuOps, RmsNorm) {
       for (int64_t r = 0; r < rows; ++r) {
         auto expected = rmsnorm_reference(&x[r * width], weight.data(), width, eps);
         for (int64_t c = 0; c < width; ++c) {
-          ASSERT_TRUE(close(out[r * width + c], expected[c], 1e-5, 1e-3)) << width << " " << r << "," << c;
+          ASSERT_TRUE(close(out[r * width + c], expected[c], 1e-5, 1e-3))
+              << width << " " << r << "," << c;
         }
       }
     }
@@ -190,7 +194,8 @@ TEST_F(CpuOps, AddRmsNorm) {
       for (int64_t c = 0; c < width; ++c) sum[c] = before[r * width + c] + delta[r * width + c];
       auto expected = rmsnorm_reference(sum.data(), weight.data(), width, 1e-6);
       for (int64_t c = 0; c < width; ++c) {
-        ASSERT_TRUE(close(out[r * width + c], expected[c], 1e-5, 1e-3)) << width << " " << r << "," << c;
+        ASSERT_TRUE(close(out[r * width + c], expected[c], 1e-5, 1e-3))
+            << width << " " << r << "," << c;
       }
     }
   }
@@ -203,7 +208,7 @@ struct MatmulCase {
 };
 
 TEST_F(CpuOps, MatmulAllWeightDtypes) {
-  const MatmulCase cases[] = {{1, 1, 1},  {1, 17, 3},  {5, 33, 17}, {3, 16, 129},
+  const MatmulCase cases[] = {{1, 1, 1},    {1, 17, 3},  {5, 33, 17}, {3, 16, 129},
                               {2, 7, 4097}, {1, 129, 8}, {4, 3, 7},   {1, 40, 4097}};
   for (const auto& c : cases) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -235,9 +240,54 @@ TEST_F(CpuOps, MatmulAllWeightDtypes) {
           }
           // fp32 accumulation error scales with Σ|x·w|, not with the (cancelling) result.
           double error = std::abs(out[i * c.m + j] - sum);
-          ASSERT_LE(error, 1e-5 * magnitude + 1e-30) << "row " << i << " col " << j
-                                                     << " got " << out[i * c.m + j] << " want " << sum;
+          ASSERT_LE(error, 1e-5 * magnitude + 1e-30)
+              << "row " << i << " col " << j << " got " << out[i * c.m + j] << " want " << sum;
         }
+      }
+    }
+  }
+}
+
+TEST_F(CpuOps, MatmulWeightsAtUnalignedAddress) {
+  // Tensors mapped from a safetensors file start wherever the header ends: any address.
+  const int64_t n = 2, m = 19, k = 13;
+  auto x = random(n * k);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<double> w_exact(m * k);
+    std::vector<unsigned char> storage(m * k * dtype_size(dtype) + 1);
+    if (dtype == DType::kF32) {
+      auto w = random(m * k);
+      for (size_t i = 0; i < w.size(); ++i) w_exact[i] = w[i];
+      std::memcpy(storage.data() + 1, w.data(), w.size() * 4);
+    } else {
+      auto w = random_halves(rng_, m * k, dtype);
+      for (size_t i = 0; i < w.size(); ++i) w_exact[i] = decode(w[i], dtype);
+      std::memcpy(storage.data() + 1, w.data(), w.size() * 2);
+    }
+    Tensor weights{storage.data() + 1, dtype, m, k};
+    auto out = poisoned(n * m);
+    backend_->matmul(view(x, n, k), weights, view(out, n, m));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < m; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t e = 0; e < k; ++e) {
+          sum += x[i * k + e] * w_exact[j * k + e];
+          magnitude += std::abs(x[i * k + e] * w_exact[j * k + e]);
+        }
+        ASSERT_LE(std::abs(out[i * m + j] - sum), 1e-5 * magnitude + 1e-30) << i << "," << j;
+      }
+    }
+    // The embedding table is read the same way.
+    std::vector<int32_t> ids = {3, 0, 18};
+    BatchView batch;
+    batch.n_tokens = 3;
+    batch.token_ids = ids.data();
+    auto embedded = poisoned(3 * k);
+    backend_->embed(batch, weights, view(embedded, 3, k));
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_EQ(embedded[t * k + c], w_exact[ids[t] * k + c]) << t << "," << c;
       }
     }
   }
@@ -308,7 +358,8 @@ struct PagedBatch {
   }
 
   int32_t slot(int seq, int position) const {
-    return block_tables[seq * max_blocks + position / block_size] * block_size + position % block_size;
+    return block_tables[seq * max_blocks + position / block_size] * block_size +
+           position % block_size;
   }
 
   BatchView view() const {
@@ -350,10 +401,10 @@ struct QkvCase {
 };
 
 TEST_F(CpuOps, QkvRopeKvWrite) {
-  const QkvCase cases[] = {{8, 8, 1, true, false, 1.f},    // Qwen2-like, GQA 8
-                           {64, 4, 4, false, true, 1.f},   // Qwen3-like, MHA
-                           {128, 6, 2, true, true, 1.1f},  // Qwen3 with attention_bias, YaRN scale
-                           {64, 14, 2, true, false, 1.f}}; // Qwen2.5-0.5B's head layout
+  const QkvCase cases[] = {{8, 8, 1, true, false, 1.f},     // Qwen2-like, GQA 8
+                           {64, 4, 4, false, true, 1.f},    // Qwen3-like, MHA
+                           {128, 6, 2, true, true, 1.1f},   // Qwen3 with attention_bias, YaRN scale
+                           {64, 14, 2, true, false, 1.f}};  // Qwen2.5-0.5B's head layout
   for (const auto& c : cases) {
     SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " heads " + std::to_string(c.n_heads) +
                  "/" + std::to_string(c.n_kv_heads));
@@ -471,11 +522,12 @@ struct AttentionCase {
 };
 
 TEST_F(CpuOps, PagedAttention) {
-  const AttentionCase cases[] = {{64, 4, 4, 0},  {8, 8, 1, 0},  {128, 6, 2, 0}, {64, 14, 2, 0},
-                                 {8, 8, 4, 5},   {64, 3, 1, 17}, {8, 4, 2, 1},  {128, 8, 8, 0}};
+  const AttentionCase cases[] = {{64, 4, 4, 0}, {8, 8, 1, 0},   {128, 6, 2, 0}, {64, 14, 2, 0},
+                                 {8, 8, 4, 5},  {64, 3, 1, 17}, {8, 4, 2, 1},   {128, 8, 8, 0}};
   for (const auto& c : cases) {
     SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " heads " + std::to_string(c.n_heads) +
-                 "/" + std::to_string(c.n_kv_heads) + " window " + std::to_string(c.sliding_window));
+                 "/" + std::to_string(c.n_kv_heads) + " window " +
+                 std::to_string(c.sliding_window));
     PagedBatch paged(kSeqs, rng_);
     BatchView batch = paged.view();
     const int n = batch.n_tokens, d = c.head_dim;
@@ -508,7 +560,8 @@ TEST_F(CpuOps, PagedAttention) {
         std::vector<double> scores;
         double max_score = -INFINITY;
         for (int j = first; j <= position; ++j) {
-          const float* key = &k_pool[static_cast<size_t>(paged.slot(seq, j)) * kv_dim + kv_head * d];
+          const float* key =
+              &k_pool[static_cast<size_t>(paged.slot(seq, j)) * kv_dim + kv_head * d];
           double dot = 0;
           for (int i = 0; i < d; ++i) dot += static_cast<double>(q[t * q_dim + h * d + i]) * key[i];
           scores.push_back(dot * scale);
@@ -519,12 +572,14 @@ TEST_F(CpuOps, PagedAttention) {
         for (int i = 0; i < d; ++i) {
           double expected = 0;
           for (int j = first; j <= position; ++j) {
-            const float* value = &v_pool[static_cast<size_t>(paged.slot(seq, j)) * kv_dim + kv_head * d];
+            const float* value =
+                &v_pool[static_cast<size_t>(paged.slot(seq, j)) * kv_dim + kv_head * d];
             expected += scores[j - first] / denominator * value[i];
           }
           // Values are in [-1, 1], so the output's scale is 1.
           ASSERT_TRUE(close(out[t * q_dim + h * d + i], expected, 1e-5, 1.0))
-              << "token " << t << " (seq " << seq << ", pos " << position << ") head " << h << " dim " << i;
+              << "token " << t << " (seq " << seq << ", pos " << position << ") head " << h
+              << " dim " << i;
         }
       }
     }
@@ -589,7 +644,8 @@ TEST_F(CpuOps, GatherRows) {
   std::vector<int32_t> rows = {6, 0, 3, 3, 6};
   auto x = random(7 * 13);
   auto out = poisoned(rows.size() * 13);
-  backend_->gather_rows(view(x, 7, 13), rows.data(), view(out, static_cast<int64_t>(rows.size()), 13));
+  backend_->gather_rows(view(x, 7, 13), rows.data(),
+                        view(out, static_cast<int64_t>(rows.size()), 13));
   for (size_t i = 0; i < rows.size(); ++i) {
     for (int c = 0; c < 13; ++c) ASSERT_EQ(out[i * 13 + c], x[rows[i] * 13 + c]) << i << "," << c;
   }

@@ -81,7 +81,8 @@ TEST(Safetensors, AcceptsHeaderFillingTheWholeFile) {
 TEST(Safetensors, AcceptsSpacePaddedHeader) {
   // Writers pad the header with spaces so the data area starts 8-byte aligned.
   TempDir dir;
-  std::string header = json{{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}.dump();
+  std::string header =
+      json{{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}.dump();
   header.append(8 - header.size() % 8, ' ');
   write_file(dir / "padded.safetensors", safetensors_bytes(header, test::float_bytes({2.5f})));
   SafetensorsFile file(dir / "padded.safetensors");
@@ -215,8 +216,9 @@ TEST(Safetensors, RejectsShapeProductOverflow) {
   // 2^32 · 2^32 · 4 bytes wraps to 0 in 64 bits; with data_offsets [0, 0] a wrapping
   // multiplication would accept the tensor.
   int64_t big = int64_t{1} << 32;
-  expect_rejected(one_tensor({{"dtype", "F32"}, {"shape", {big, big}}, {"data_offsets", {0, 0}}}, ""),
-                  {"'w'", "overflow"});
+  expect_rejected(
+      one_tensor({{"dtype", "F32"}, {"shape", {big, big}}, {"data_offsets", {0, 0}}}, ""),
+      {"'w'", "overflow"});
   // 2^62 · 8 bytes overflows in the dtype factor alone.
   int64_t huge = int64_t{1} << 62;
   expect_rejected(one_tensor({{"dtype", "F64"}, {"shape", {huge}}, {"data_offsets", {0, 0}}}, ""),
@@ -241,9 +243,9 @@ TEST(Safetensors, RejectsMalformedEntries) {
                   {"'w'", "dtype"});
   expect_rejected(one_tensor({{"dtype", "F32"}, {"data_offsets", {0, 4}}}, std::string(4, '\0')),
                   {"'w'", "shape"});
-  expect_rejected(one_tensor({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0}}},
-                             std::string(4, '\0')),
-                  {"'w'", "data_offsets"});
+  expect_rejected(
+      one_tensor({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0}}}, std::string(4, '\0')),
+      {"'w'", "data_offsets"});
 }
 
 TEST(Safetensors, MissingFileIsIoError) {

@@ -93,20 +93,21 @@ void expect_distribution(const std::vector<double>& probs, int draws, Draw draw)
 constexpr int kDraws = 20000;
 
 void expect_params_distribution(const SamplingParams& params) {
-  auto probs = expected_probs(kLogits, params.temperature, params.top_k, params.top_p, params.min_p);
+  auto probs =
+      expected_probs(kLogits, params.temperature, params.top_k, params.top_p, params.min_p);
   // The candidate list the sampler exposes must carry exactly these probabilities.
   Candidates candidates = sampling_candidates(kLogits.data(), 8, params);
   double total = 0;
   for (size_t i = 0; i < candidates.ids.size(); ++i) {
-    EXPECT_NEAR(candidates.probs[i], probs[candidates.ids[i]], 1e-6) << "token " << candidates.ids[i];
+    EXPECT_NEAR(candidates.probs[i], probs[candidates.ids[i]], 1e-6)
+        << "token " << candidates.ids[i];
     total += candidates.probs[i];
   }
   EXPECT_NEAR(total, 1.0, 1e-9);
   size_t nonzero = std::count_if(probs.begin(), probs.end(), [](double p) { return p > 0; });
   EXPECT_EQ(candidates.ids.size(), nonzero);
-  expect_distribution(probs, kDraws, [&](uint64_t step) {
-    return sample_row(kLogits.data(), 8, params, step, 0);
-  });
+  expect_distribution(
+      probs, kDraws, [&](uint64_t step) { return sample_row(kLogits.data(), 8, params, step, 0); });
 }
 
 SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1.f, float min_p = 0.f) {
@@ -122,7 +123,8 @@ SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1.f, flo
 TEST(Sampler, GreedyIsArgmaxWithLowestIndexTies) {
   std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
   SamplingParams params;  // temperature 0
-  for (uint64_t step = 0; step < 5; ++step) EXPECT_EQ(sample_row(logits.data(), 5, params, step, 0), 1);
+  for (uint64_t step = 0; step < 5; ++step)
+    EXPECT_EQ(sample_row(logits.data(), 5, params, step, 0), 1);
   params.temperature = -1.f;
   params.top_k = 2;
   EXPECT_EQ(sample_row(logits.data(), 5, params, 0, 0), 1);
@@ -176,10 +178,18 @@ TEST(Sampler, BackendRowsDrawIndependently) {
   EXPECT_NE(per_row[0], per_row[1]);  // identical rows of a batch must not draw identically
 }
 
-TEST(Sampler, TemperatureOne) { expect_params_distribution(sampling(1.0f)); }
-TEST(Sampler, TemperatureLow) { expect_params_distribution(sampling(0.5f)); }
-TEST(Sampler, TemperatureHigh) { expect_params_distribution(sampling(2.5f)); }
-TEST(Sampler, TopK) { expect_params_distribution(sampling(1.0f, 3)); }
+TEST(Sampler, TemperatureOne) {
+  expect_params_distribution(sampling(1.0f));
+}
+TEST(Sampler, TemperatureLow) {
+  expect_params_distribution(sampling(0.5f));
+}
+TEST(Sampler, TemperatureHigh) {
+  expect_params_distribution(sampling(2.5f));
+}
+TEST(Sampler, TopK) {
+  expect_params_distribution(sampling(1.0f, 3));
+}
 TEST(Sampler, TopKCutsATie) {
   // k = 2 keeps token 0 and the lower-index of the tied tokens 1 and 2.
   auto probs = expected_probs(kLogits, 1.0, 2, 1.0, 0.0);
@@ -187,16 +197,25 @@ TEST(Sampler, TopKCutsATie) {
   EXPECT_EQ(probs[2], 0);
   expect_params_distribution(sampling(1.0f, 2));
 }
-TEST(Sampler, TopP) { expect_params_distribution(sampling(1.0f, 0, 0.7f)); }
-TEST(Sampler, TopPWithTemperatureAndTopK) { expect_params_distribution(sampling(0.8f, 5, 0.9f)); }
-TEST(Sampler, MinP) { expect_params_distribution(sampling(1.0f, 0, 1.f, 0.3f)); }
-TEST(Sampler, AllFilters) { expect_params_distribution(sampling(1.3f, 6, 0.95f, 0.1f)); }
+TEST(Sampler, TopP) {
+  expect_params_distribution(sampling(1.0f, 0, 0.7f));
+}
+TEST(Sampler, TopPWithTemperatureAndTopK) {
+  expect_params_distribution(sampling(0.8f, 5, 0.9f));
+}
+TEST(Sampler, MinP) {
+  expect_params_distribution(sampling(1.0f, 0, 1.f, 0.3f));
+}
+TEST(Sampler, AllFilters) {
+  expect_params_distribution(sampling(1.3f, 6, 0.95f, 0.1f));
+}
 
 TEST(Sampler, TopPKeepsAtLeastOneToken) {
   SamplingParams params = sampling(1.0f, 0, 0.01f);
   auto probs = expected_probs(kLogits, 1.0, 0, 0.01, 0.0);
   EXPECT_EQ(probs[0], 1.0);
-  for (uint64_t step = 0; step < 100; ++step) EXPECT_EQ(sample_row(kLogits.data(), 8, params, step, 0), 0);
+  for (uint64_t step = 0; step < 100; ++step)
+    EXPECT_EQ(sample_row(kLogits.data(), 8, params, step, 0), 0);
 }
 
 // Penalties computed independently: distinct token t seen c times in the history;

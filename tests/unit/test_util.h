@@ -134,8 +134,8 @@ inline std::vector<TensorSpec> qwen_tensors(const json& config) {
   const int64_t hidden = config["hidden_size"], inter = config["intermediate_size"];
   const int64_t heads = config["num_attention_heads"], kv_heads = config["num_key_value_heads"];
   const int64_t vocab = config["vocab_size"];
-  const int64_t head_dim = config.contains("head_dim") ? config["head_dim"].get<int64_t>()
-                                                        : hidden / heads;
+  const int64_t head_dim =
+      config.contains("head_dim") ? config["head_dim"].get<int64_t>() : hidden / heads;
   const int layers = config["num_hidden_layers"];
   std::vector<TensorSpec> tensors;
   float seed = 1.f;

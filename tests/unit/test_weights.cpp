@@ -282,14 +282,18 @@ TEST(Weights, RejectsUnexpectedExtraTensor) {
   // Qwen2's o_proj has no bias: a checkpoint with one belongs to another model.
   expect_weights_rejected(
       [](std::vector<TensorSpec>& tensors) {
-        tensors.push_back({"model.layers.0.self_attn.o_proj.bias", "F32", {8},
+        tensors.push_back({"model.layers.0.self_attn.o_proj.bias",
+                           "F32",
+                           {8},
                            test::float_bytes(std::vector<float>(8, 1.f))});
       },
       {"model.safetensors", "unexpected tensor", "model.layers.0.self_attn.o_proj.bias"});
   // A layer beyond num_hidden_layers.
   expect_weights_rejected(
       [](std::vector<TensorSpec>& tensors) {
-        tensors.push_back({"model.layers.2.input_layernorm.weight", "F32", {8},
+        tensors.push_back({"model.layers.2.input_layernorm.weight",
+                           "F32",
+                           {8},
                            test::float_bytes(std::vector<float>(8, 1.f))});
       },
       {"model.safetensors", "unexpected tensor", "model.layers.2.input_layernorm.weight"});
@@ -299,7 +303,9 @@ TEST(Weights, RejectsUnexpectedExtraTensor) {
   qwen3["head_dim"] = 4;
   expect_weights_rejected(
       [](std::vector<TensorSpec>& tensors) {
-        tensors.push_back({"model.layers.1.self_attn.q_proj.bias", "F32", {8},
+        tensors.push_back({"model.layers.1.self_attn.q_proj.bias",
+                           "F32",
+                           {8},
                            test::float_bytes(std::vector<float>(8, 1.f))});
       },
       {"unexpected tensor", "model.layers.1.self_attn.q_proj.bias"}, qwen3);
@@ -311,7 +317,9 @@ TEST(Weights, IgnoresHarmlessExtras) {
   json config = test::tiny_qwen2_config();
   config["tie_word_embeddings"] = true;
   auto tensors = test::qwen_tensors(config);
-  tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {2},
+  tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq",
+                     "F32",
+                     {2},
                      test::float_bytes({1.f, 0.01f})});
   tensors.push_back({"lm_head.weight", "F32", {16, 8}, test::float_bytes(std::vector<float>(128))});
   test::write_model(dir.path(), config, tensors);
