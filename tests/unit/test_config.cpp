@@ -394,14 +394,20 @@ struct YarnReference {
   double attention_factor;
 };
 
-YarnReference yarn_reference(int dim, double base, double factor, double original) {
+YarnReference yarn_reference(int dim, double base, double factor, double original,
+                             bool truncate = true) {
   const double pi = std::acos(-1.0);
   auto correction_dim = [&](double rotations) {
     // Dimension index whose wavelength fits `rotations` times into `original` positions.
     return dim * std::log(original / (rotations * 2 * pi)) / (2 * std::log(base));
   };
-  double low = std::max(std::floor(correction_dim(32.0)), 0.0);
-  double high = std::min(std::ceil(correction_dim(1.0)), dim - 1.0);
+  double low = correction_dim(32.0), high = correction_dim(1.0);
+  if (truncate) {  // whole dimensions, as the YaRN paper's code does
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
   if (low == high) high += 0.001;
   YarnReference ref;
   for (int i = 0; i < dim / 2; ++i) {
@@ -468,6 +474,27 @@ TEST(RopeTables, YarnExplicitAttentionFactor) {
                             {"attention_factor", 1.5}};
   raw.erase("rope_theta");
   EXPECT_FLOAT_EQ(compute_rope_tables(parse(raw)).attention_scaling, 1.5f);
+}
+
+TEST(RopeTables, YarnWithoutTruncation) {
+  // truncate: false keeps the fractional correction range (used by some newer checkpoints).
+  json raw = qwen3_config();
+  raw["head_dim"] = 128;
+  raw.erase("rope_theta");
+  raw["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", 1e6},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 32768},
+                            {"truncate", false}};
+  RopeTables tables = compute_rope_tables(parse(raw));
+  YarnReference ref = yarn_reference(128, 1e6, 4.0, 32768, /*truncate=*/false);
+  YarnReference truncated = yarn_reference(128, 1e6, 4.0, 32768);
+  bool differs = false;
+  for (size_t i = 0; i < ref.inv_freq.size(); ++i) {
+    EXPECT_LT(relative_error(tables.inv_freq[i], ref.inv_freq[i]), 1e-6) << "i = " << i;
+    differs |= relative_error(ref.inv_freq[i], truncated.inv_freq[i]) > 1e-4;
+  }
+  EXPECT_TRUE(differs);  // the case distinguishes the two ramps
 }
 
 }  // namespace
