@@ -69,8 +69,8 @@ void validate_weights(const ModelConfig& config, const ModelFiles& files) {
       if (name == "lm_head.weight") {
         hint = " (config.json says tie_word_embeddings is false, so lm_head.weight is required)";
       }
-      throw Error(ErrorCategory::kInvalidModel,
-                  "missing tensor '" + name + "' in the model's safetensors files" + hint);
+      throw Error(ErrorCategory::kInvalidModel, files.file_of(name) + ": missing tensor '" + name +
+                                                    "' in the model's safetensors files" + hint);
     }
     if (tensor->shape != shape) {
       throw Error(ErrorCategory::kInvalidModel,

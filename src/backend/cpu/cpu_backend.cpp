@@ -148,7 +148,9 @@ class CpuBackend final : public Backend {
         int64_t row0 = t * kWeightTileRows;
         int64_t rows = std::min<int64_t>(kWeightTileRows, m - row0);
         const float* weights;
-        if (w.dtype == DType::kF32) {
+        // f32 weights are read in place unless the mapped file left them misaligned (the
+        // safetensors format does not pad its data area); those go through the tile copy.
+        if (w.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0) {
           weights = w.as<float>() + row0 * k;
         } else {
           convert_to_f32(static_cast<const char*>(w.data) + static_cast<size_t>(row0 * k) * elem,
