@@ -163,7 +163,11 @@ Weights load_weights(const ModelConfig& config, const ModelFiles& files, Backend
   if (storage_bytes > 0) weights.storage = backend.allocate(storage_bytes, "weights");
   weights.device_bytes = storage_bytes;
   char* cursor = static_cast<char*>(weights.storage.data());
-  uint64_t total_bytes = files.total_bytes();
+  // Progress counts the tensors actually loaded (not rotary buffers or a tied lm_head).
+  uint64_t total_bytes = 0;
+  for_each_expected(config, nullptr, [&](const std::string& name, std::vector<int64_t>, Tensor*) {
+    total_bytes += files.find(name)->byte_size;
+  });
   uint64_t done_bytes = 0;
   for_each_expected(config, &weights, [&](const std::string& name, std::vector<int64_t> shape,
                                           Tensor* dest) {
