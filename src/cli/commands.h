@@ -16,7 +16,9 @@ constexpr int kExitInterrupted = 130;
 void add_generate_command(CLI::App& root, int& exit_code);
 void add_score_command(CLI::App& root, int& exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
+#ifdef QWENRT_HAVE_BPE_TOKENIZER
 void add_tokenize_command(CLI::App& root, int& exit_code);
+#endif
 void add_template_command(CLI::App& root, int& exit_code);
 #endif
 
