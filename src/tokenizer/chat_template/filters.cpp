@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/text.h"
@@ -310,9 +312,15 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     const double x = v.kind == Kind::kFloat ? v.number : static_cast<double>(v.integer);
     const double scale = std::pow(10.0, static_cast<double>(precision));
     double r = 0.0;
-    if (method == "common") {
+    if (method == "common" && precision >= 0 && std::isfinite(x)) {
+      // Python's round(x, n) rounds the exact binary value to n decimals, half to even; printf
+      // does the same (round(2.675, 2) == 2.67 because 2.675 is stored as 2.67499...).
+      char buffer[512];
+      std::snprintf(buffer, sizeof(buffer), "%.*f", static_cast<int>(std::min<int64_t>(precision, 300)), x);
+      r = std::strtod(buffer, nullptr);
+    } else if (method == "common") {
       std::fesetround(FE_TONEAREST);
-      r = std::nearbyint(x * scale) / scale;  // Python's round(): half to even
+      r = std::nearbyint(x * scale) / scale;
     } else if (method == "ceil") {
       r = std::ceil(x * scale) / scale;
     } else if (method == "floor") {
@@ -406,7 +414,14 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "selectattr" || name == "rejectattr") {
     return Value::list(select_items(in, v, args, true, name == "selectattr", line));
   }
-  if (name == "attr") return in.get_attr(v, to_str(param_or(args, 0, "name", Value())), line);
+  if (name == "attr") {
+    // Python getattr only: unlike `obj.name`, no fallback to obj["name"].
+    const std::string attribute = to_str(param_or(args, 0, "name", Value()));
+    if (v.kind == Kind::kObject || v.is_undefined()) return in.get_attr(v, attribute, line);
+    const Value method = find_method(v, attribute);
+    if (!method.is_undefined() || method.unsafe) return method;
+    return Value::undefined("'" + type_name(v) + " object' has no attribute '" + attribute + "'");
+  }
   if (name == "batch") {
     const int64_t size = param_or(args, 0, "linecount", Value::from_int(1)).integer;
     if (size <= 0) in.fail(line, "batch size must be positive");

@@ -242,7 +242,7 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
         kwargs.entries.emplace_back(Value::from_string(key), value);
       }
     }
-    frame->vars["varargs"] = Value::list(std::move(varargs));
+    frame->vars["varargs"] = Value::tuple(std::move(varargs));
     frame->vars["kwargs"] = Value::dictionary(std::move(kwargs));
     const std::shared_ptr<Scope> saved = scope_;
     scope_ = frame;
