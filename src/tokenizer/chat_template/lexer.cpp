@@ -66,7 +66,17 @@ class Lexer {
     const int line = static_cast<int>(index) + 1;
     const size_t line_start = line_starts_[index];
     const size_t end = offset < src_.size() ? offset : src_.size();
-    const int column = static_cast<int>(text::length(std::string_view(src_).substr(line_start, end - line_start))) + 1;
+    // Tokens arrive in order: count code points from the previous position on the same line
+    // rather than from the line start, so a long single-line template stays linear.
+    size_t from = line_start;
+    int column = 1;
+    if (column_cache_offset_ >= line_start && column_cache_offset_ <= end) {
+      from = column_cache_offset_;
+      column = column_cache_;
+    }
+    column += static_cast<int>(text::length(std::string_view(src_).substr(from, end - from)));
+    column_cache_offset_ = end;
+    column_cache_ = column;
     return {line, column};
   }
 
@@ -385,6 +395,8 @@ class Lexer {
 
   std::string src_;
   std::vector<size_t> line_starts_;
+  mutable size_t column_cache_offset_ = 0;
+  mutable int column_cache_ = 1;
   size_t pos_ = 0;
   bool line_starting_ = true;
   std::vector<Token> tokens_;
