@@ -3,6 +3,7 @@
 #include "tokenizer/chat_template/gcc_workarounds.h"  // first: see there
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>

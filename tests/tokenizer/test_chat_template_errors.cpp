@@ -141,6 +141,20 @@ TEST(ChatTemplateErrors, RunawayRecursionAndSizeAreBounded) {
   EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), Error);
 }
 
+TEST(ChatTemplateErrors, DeepValuesAreRefusedNotACrash) {
+  // Values growing one level per loop iteration, a namespace that contains itself, and
+  // deeply nested input JSON.
+  EXPECT_THROW(render("{% set ns = namespace(x=none) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}"
+                      "{% endfor %}{{ ns.x }}"),
+               Error);
+  EXPECT_THROW(render("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}"), Error);
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  for (int i = 0; i < 100000; ++i) deep += "]";
+  const Json messages = Json::array({{{"role", "user"}, {"content", Json::parse(deep)}}});
+  EXPECT_THROW(ChatTemplate("{{ messages }}").render(messages, Json(), false), Error);
+}
+
 TEST(ChatTemplateErrors, InvalidUtf8TemplateIsRejected) {
   EXPECT_THROW(ChatTemplate("{{ 'a' }}\xff\xfe"), Error);
 }

@@ -41,6 +41,7 @@ struct Expr {
   ExprKind kind = ExprKind::kLiteral;
   int line = 0;
   int column = 0;
+  int depth = 1;  // height of this subtree, bounded by the parser
   Value value;
   std::string name;  // variable, attribute, filter or test name; binary operator
   bool negated = false;

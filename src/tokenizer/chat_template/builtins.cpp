@@ -358,7 +358,9 @@ void add_builtin_globals(Scope& globals) {
       for (const auto& [k, v] : a.dict->entries) attributes.set(k, v);
     }
     for (const auto& [k, v] : args.keyword) attributes.set(Value::from_string(k), v);
-    return Value::object("Namespace", std::move(attributes));
+    Value ns = Value::object("Namespace", std::move(attributes));
+    in.adopt_namespace(ns);
+    return ns;
   });
   globals.vars["dict"] = Value::callable("dict", [](Interpreter& in, CallArgs& args, int line) {
     Dict d;

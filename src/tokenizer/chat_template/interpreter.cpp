@@ -38,6 +38,10 @@ struct DepthCounter {
 Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals)
     : template_(tmpl), scope_(std::move(globals)) {}
 
+Interpreter::~Interpreter() {
+  for (const auto& ns : namespaces_) ns->entries.clear();
+}
+
 std::string Interpreter::render() {
   std::string out;
   exec_body(template_.body, out);
@@ -72,6 +76,14 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
+  try {
+    return exec_inner(s, out);
+  } catch (const std::invalid_argument& err) {
+    fail(s.line, err.what());
+  }
+}
+
+Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
   switch (s.kind) {
     case StmtKind::kText: out += s.text; return Flow::kNormal;
     case StmtKind::kOutput: out += to_str(eval(*s.expr)); return Flow::kNormal;

@@ -24,6 +24,9 @@ class Interpreter {
   // `globals` holds the render variables (messages, tools, ...) and builtins (namespace,
   // range, raise_exception, ...); the template's top-level `set`s go there too.
   Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   std::string render();
 
@@ -43,11 +46,16 @@ class Interpreter {
 
   Value eval(const Expr& e);
 
+  // Namespaces are the one mutable value and can be made to contain themselves; the
+  // interpreter empties them when the render ends so such cycles are not leaked.
+  void adopt_namespace(const Value& ns) { namespaces_.push_back(ns.dict); }
+
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
   Flow exec_body(const Body& body, std::string& out);
   Flow exec(const Stmt& s, std::string& out);
+  Flow exec_inner(const Stmt& s, std::string& out);
   Flow exec_for(const Stmt& s, std::string& out);
   void exec_set(const Stmt& s);
   Value make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Value caller);
@@ -67,6 +75,7 @@ class Interpreter {
   std::shared_ptr<Scope> scope_;
   int eval_depth_ = 0;
   int call_depth_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 };
 
 // Filters, tests and methods (builtins.cpp).

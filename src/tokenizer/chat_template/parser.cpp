@@ -2,6 +2,7 @@
 
 #include "tokenizer/chat_template/parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "core/error.h"
@@ -13,6 +14,9 @@ namespace {
 
 // Deeper nesting than this is not a real template; refusing it keeps the recursion bounded.
 constexpr int kMaxNesting = 200;
+// Height of one expression tree. Operator chains (a + b + c ...) nest without parser
+// recursion, so their height is checked separately; jinja2 fails near 200 as well.
+constexpr int kMaxExprDepth = 256;
 
 class Parser {
  public:
@@ -80,6 +84,21 @@ class Parser {
     ~DepthGuard() { --parser.depth_; }
     Parser& parser;
   };
+
+  // Records the subtree height of a node whose children are complete; refuses deep trees.
+  ExprPtr finish(ExprPtr e) {
+    int height = 0;
+    for (const auto& child : e->children) {
+      if (child) height = std::max(height, child->depth);
+    }
+    for (const auto& [key, value] : e->keywords) height = std::max(height, value->depth);
+    e->depth = height + 1;
+    if (e->depth > kMaxExprDepth) {
+      throw Error(ErrorCategory::kInvalidModel, "chat template syntax error at " + where(e->line, e->column) +
+                                                    ": expression nested too deeply");
+    }
+    return e;
+  }
 
   ExprPtr make(ExprKind kind, const Token& at) {
     auto e = std::make_unique<Expr>();
@@ -368,7 +387,7 @@ class Parser {
     }
     auto e = make(ExprKind::kTuple, start);
     e->children = std::move(items);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_expression(bool with_condition) {
@@ -386,7 +405,7 @@ class Parser {
       } else {
         cond->children.push_back(nullptr);
       }
-      expr = std::move(cond);
+      expr = finish(std::move(cond));
     }
     return expr;
   }
@@ -396,7 +415,7 @@ class Parser {
     e->name = std::move(op);
     e->children.push_back(std::move(left));
     e->children.push_back(std::move(right));
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -423,7 +442,7 @@ class Parser {
       const Token& at = advance();
       auto e = make(ExprKind::kNot, at);
       e->children.push_back(parse_not());
-      return e;
+      return finish(std::move(e));
     }
     return parse_compare();
   }
@@ -458,7 +477,7 @@ class Parser {
     e->children.push_back(std::move(first));
     for (auto& operand : operands) e->children.push_back(std::move(operand));
     e->ops = std::move(ops);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -480,7 +499,7 @@ class Parser {
       advance();
       e->children.push_back(parse_math2());
     }
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_math2() {
@@ -508,6 +527,7 @@ class Parser {
       const Token& at = advance();
       node = make(at.text == "-" ? ExprKind::kNegate : ExprKind::kPlus, at);
       node->children.push_back(parse_unary(false));
+      node = finish(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -578,7 +598,7 @@ class Parser {
       e->children.push_back(parse_expression(true));
     }
     advance();
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_dict() {
@@ -592,7 +612,7 @@ class Parser {
       e->children.push_back(parse_expression(true));
     }
     advance();
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -605,14 +625,14 @@ class Parser {
           auto e = make(ExprKind::kGetAttr, t);
           e->name = advance().text;
           e->children.push_back(std::move(node));
-          node = std::move(e);
+          node = finish(std::move(e));
         } else if (current().type == TokenType::kInteger) {
           auto e = make(ExprKind::kGetItem, t);
           auto index = make(ExprKind::kLiteral, current());
           index->value = Value::from_int(advance().integer);
           e->children.push_back(std::move(node));
           e->children.push_back(std::move(index));
-          node = std::move(e);
+          node = finish(std::move(e));
         } else {
           fail(current(), "expected an attribute name after '.'");
         }
@@ -648,7 +668,7 @@ class Parser {
     } else {
       e->children.push_back(std::move(parts[0]));
     }
-    return e;
+    return finish(std::move(e));
   }
 
   // Arguments `(a, b, key=value)` into e->children (after the callee/operand) and e->keywords.
@@ -676,7 +696,7 @@ class Parser {
     auto e = make(ExprKind::kCall, current());
     e->children.push_back(std::move(node));
     parse_call_args(*e);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -709,7 +729,7 @@ class Parser {
       }
       e->children.push_back(std::move(node));
       if (is_op("(")) parse_call_args(*e);
-      node = std::move(e);
+      node = finish(std::move(e));
       if (single) break;
     }
     return node;
@@ -739,7 +759,7 @@ class Parser {
       if (is_name("is")) fail(t, "tests cannot be chained with 'is'");
       e->children.push_back(parse_postfix(parse_primary()));
     }
-    return e;
+    return finish(std::move(e));
   }
 
   std::vector<Token> tokens_;

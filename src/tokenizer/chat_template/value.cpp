@@ -12,6 +12,25 @@
 
 namespace qwenrt::chat_template {
 
+namespace {
+
+// Bounds on value nesting and on recursion through values (namespaces can form cycles).
+constexpr int kMaxValueNesting = 1000;
+constexpr int kMaxRecursion = 1100;
+
+int nesting_of(const std::vector<Value>& items) {
+  int deepest = 0;
+  for (const Value& v : items) deepest = std::max(deepest, v.nesting);
+  if (deepest + 1 > kMaxValueNesting) throw std::invalid_argument("value nested too deeply");
+  return deepest + 1;
+}
+
+void check_recursion(int depth) {
+  if (depth > kMaxRecursion) throw std::invalid_argument("maximum recursion depth exceeded");
+}
+
+}  // namespace
+
 const Value* Dict::find(const Value& key) const {
   for (const auto& [k, v] : entries) {
     if (equals(k, key)) return &v;
@@ -79,6 +98,7 @@ Value Value::from_string(std::string s) {
 Value Value::list(std::vector<Value> values) {
   Value v;
   v.kind = Kind::kList;
+  v.nesting = nesting_of(values);
   v.items = std::make_shared<std::vector<Value>>(std::move(values));
   return v;
 }
@@ -92,6 +112,10 @@ Value Value::tuple(std::vector<Value> values) {
 Value Value::dictionary(Dict d) {
   Value v;
   v.kind = Kind::kDict;
+  int deepest = 0;
+  for (const auto& [key, item] : d.entries) deepest = std::max({deepest, key.nesting, item.nesting});
+  if (deepest + 1 > kMaxValueNesting) throw std::invalid_argument("value nested too deeply");
+  v.nesting = deepest + 1;
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -187,17 +211,21 @@ std::string float_repr(double f) {
 
 namespace {
 
-std::string object_repr(const Value& v) {
-  if (v.text == "Namespace") {
-    std::string out = "<Namespace {";
-    bool first = true;
-    for (const auto& [k, item] : v.dict->entries) {
-      if (!first) out += ", ";
-      first = false;
-      out += repr(k) + ": " + repr(item);
-    }
-    return out + "}>";
+std::string repr_at(const Value& v, int depth);
+
+std::string entries_repr(const Dict& d, int depth) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [k, item] : d.entries) {
+    if (!first) out += ", ";
+    first = false;
+    out += repr_at(k, depth + 1) + ": " + repr_at(item, depth + 1);
   }
+  return out + "}";
+}
+
+std::string object_repr(const Value& v, int depth) {
+  if (v.text == "Namespace") return "<Namespace " + entries_repr(*v.dict, depth) + ">";
   if (v.text == "LoopContext") {
     const Value* index = v.dict->find(Value::from_string("index"));
     const Value* length = v.dict->find(Value::from_string("length"));
@@ -206,15 +234,33 @@ std::string object_repr(const Value& v) {
   return "<" + v.text + " object>";
 }
 
-std::string sequence_repr(const Value& v) {
+std::string sequence_repr(const Value& v, int depth) {
   std::string out = v.kind == Kind::kTuple ? "(" : "[";
   for (size_t i = 0; i < v.items->size(); ++i) {
     if (i > 0) out += ", ";
-    out += repr((*v.items)[i]);
+    out += repr_at((*v.items)[i], depth + 1);
   }
   if (v.kind == Kind::kTuple && v.items->size() == 1) out += ",";
   out += v.kind == Kind::kTuple ? ")" : "]";
   return out;
+}
+
+std::string repr_at(const Value& v, int depth) {
+  check_recursion(depth);
+  switch (v.kind) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return v.boolean ? "True" : "False";
+    case Kind::kInt: return std::to_string(v.integer);
+    case Kind::kFloat: return float_repr(v.number);
+    case Kind::kString: return text::repr(v.text);
+    case Kind::kList:
+    case Kind::kTuple: return sequence_repr(v, depth);
+    case Kind::kDict: return entries_repr(*v.dict, depth);
+    case Kind::kObject: return object_repr(v, depth);
+    case Kind::kFunction: return "<function " + v.function->name + ">";
+  }
+  return "";
 }
 
 }  // namespace
@@ -227,31 +273,7 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string repr(const Value& v) {
-  switch (v.kind) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return v.boolean ? "True" : "False";
-    case Kind::kInt: return std::to_string(v.integer);
-    case Kind::kFloat: return float_repr(v.number);
-    case Kind::kString: return text::repr(v.text);
-    case Kind::kList:
-    case Kind::kTuple: return sequence_repr(v);
-    case Kind::kDict: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, item] : v.dict->entries) {
-        if (!first) out += ", ";
-        first = false;
-        out += repr(k) + ": " + repr(item);
-      }
-      return out + "}";
-    }
-    case Kind::kObject: return object_repr(v);
-    case Kind::kFunction: return "<function " + v.function->name + ">";
-  }
-  return "";
-}
+std::string repr(const Value& v) { return repr_at(v, 0); }
 
 namespace {
 
@@ -321,7 +343,13 @@ bool less_than(const Value& a, const Value& b) {
                               type_name(b) + "'");
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+// Deeper JSON than this is refused rather than risk the stack (json.loads stops near 1000).
+constexpr int kMaxJsonDepth = 512;
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth) throw std::invalid_argument("JSON nested too deeply");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::from_bool(j.get<bool>());
@@ -338,18 +366,22 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& item : j) items.push_back(from_json(item));
+      for (const auto& item : j) items.push_back(from_json_at(item, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (const auto& [key, item] : j.items()) d.entries.emplace_back(Value::from_string(key), from_json(item));
+      for (const auto& [key, item] : j.items()) d.entries.emplace_back(Value::from_string(key), from_json_at(item, depth + 1));
       return Value::dictionary(std::move(d));
     }
     default: throw std::invalid_argument("unsupported JSON value");
   }
 }
+
+}  // namespace
+
+Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 namespace {
 

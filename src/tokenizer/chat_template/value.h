@@ -66,6 +66,9 @@ struct Value {
   std::shared_ptr<Function> function;         // kFunction
   // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
   bool unsafe = false;
+  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
+  // destroying a value cannot exhaust the stack.
+  int nesting = 0;
 
   static Value undefined(std::string reason, bool unsafe = false);
   static Value none();
