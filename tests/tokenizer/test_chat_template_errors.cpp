@@ -69,7 +69,7 @@ TEST(ChatTemplateErrors, UnsupportedConstructsAreNamed) {
     const char* construct;
   };
   for (const Case& c : {Case{"\n{% include 'x.jinja' %}", "'include'"}, Case{"{% extends 'base' %}", "'extends'"},
-                        Case{"{% with a = 1 %}{% endwith %}", "'with'"},
+                        Case{"{% import 'macros.jinja' as m %}", "'import'"},
                         Case{"{% for x in y recursive %}{% endfor %}", "recursive"},
                         Case{"{{ x|wordwrap }}", "filter 'wordwrap'"}, Case{"{{ x is frobnicated }}", "test 'frobnicated'"},
                         Case{"{{ f(*args) }}", "*args"}}) {
@@ -198,6 +198,15 @@ TEST(ChatTemplateErrors, MutatedTemplatesNeverCrash) {
     }
   }
   EXPECT_GT(rendered, 100);  // many mutations land in text and still render
+}
+
+// Constructs no Qwen template uses and the goldens do not cover; expected strings are
+// jinja2 3.1.6's output in transformers' environment (trim_blocks, lstrip_blocks).
+TEST(ChatTemplateJinja, WithBlockAndLoopChanged) {
+  EXPECT_EQ(render("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]"),
+            "211[]");
+  EXPECT_EQ(render("x\n  {% with v = 'q' %}\n  {{ v }}\n  {% endwith %}\ny"), "x\n  q\ny");
+  EXPECT_EQ(render("{% for i in [1, 1, 2, 2, 1] %}{{ loop.changed(i) }},{% endfor %}"), "True,False,True,False,True,");
 }
 
 TEST(ChatTemplateConfig, StringAndNamedTemplatesAndSpecialTokens) {

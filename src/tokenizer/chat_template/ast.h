@@ -67,6 +67,7 @@ enum class StmtKind {
   kBreak,
   kContinue,
   kBlock,       // a plain body: {% generation %} (transformers' extension) renders its content
+  kWith,        // {% with targets[i] = values[i], ... %}body{% endwith %}: a scope
 };
 
 struct Param {
@@ -85,7 +86,7 @@ struct Stmt {
   bool unpack = false;           // targets came from a tuple (a, b)
   ExprPtr expr;                  // kOutput, kFor iterable, kSet value, kCallBlock call, kFilterBlock/kSetBlock filter
   ExprPtr condition;             // kFor filter
-  std::vector<ExprPtr> conditions;  // kIf
+  std::vector<ExprPtr> conditions;  // kIf conditions; kWith values (targets in `targets`)
   std::vector<Body> bodies;         // kIf
   Body body;
   Body else_body;

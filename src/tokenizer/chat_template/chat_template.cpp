@@ -42,7 +42,7 @@ void check_names(const chat_template::Body& body) {
   for (const auto& s : body) {
     check_names(s->expr.get());
     check_names(s->condition.get());
-    for (const auto& c : s->conditions) check_names(c.get());
+    for (const auto& c : s->conditions) check_names(c.get());  // if conditions, with values
     for (const auto& b : s->bodies) check_names(b);
     for (const auto& p : s->params) check_names(p.default_value.get());
     check_names(s->body);

@@ -137,6 +137,23 @@ Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
     case StmtKind::kBreak: return Flow::kBreak;
     case StmtKind::kContinue: return Flow::kContinue;
     case StmtKind::kBlock: return exec_body(s.body, out);
+    case StmtKind::kWith: {
+      // Values are evaluated in the enclosing scope, then bound in a new one.
+      auto scope = std::make_shared<Scope>();
+      scope->parent = scope_;
+      for (size_t i = 0; i < s.targets.size(); ++i) scope->vars[s.targets[i]] = eval(*s.conditions[i]);
+      const std::shared_ptr<Scope> outer = scope_;
+      scope_ = scope;
+      Flow flow = Flow::kNormal;
+      try {
+        flow = exec_body(s.body, out);
+      } catch (...) {
+        scope_ = outer;
+        throw;
+      }
+      scope_ = outer;
+      return flow;
+    }
   }
   return Flow::kNormal;
 }
@@ -186,6 +203,14 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     items = source;
   }
   const auto length = static_cast<int64_t>(items.size());
+  // loop.changed(*values) remembers the previous call's values across iterations.
+  auto last_changed = std::make_shared<std::optional<Value>>();
+  const Value changed = Value::callable("changed", [last_changed](Interpreter&, CallArgs& args, int) {
+    Value current = Value::tuple(args.positional);
+    if (*last_changed && equals(**last_changed, current)) return Value::from_bool(false);
+    *last_changed = std::move(current);
+    return Value::from_bool(true);
+  });
   for (int64_t i = 0; i < length; ++i) {
     auto iteration = std::make_shared<Scope>();
     iteration->parent = outer;
@@ -207,6 +232,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
           if (args.positional.empty()) in.fail(line, "no items for cycling given");
           return args.positional[static_cast<size_t>(i) % args.positional.size()];
         }));
+    put("changed", changed);
     iteration->vars["loop"] = Value::object("LoopContext", std::move(loop));
     scope_ = iteration;
     Flow flow = Flow::kNormal;

@@ -191,7 +191,8 @@ class Parser {
       expect_block_end();
       return s;
     }
-    static constexpr const char* kUnsupported[] = {"extends", "include", "import", "from", "block", "with",
+    if (name == "with") return parse_with();
+    static constexpr const char* kUnsupported[] = {"extends", "include", "import", "from", "block",
                                                    "autoescape", "do", "trans", "pluralize"};
     for (const char* tag : kUnsupported) {
       if (name == tag) unsupported(t, "the '" + name + "' tag");
@@ -240,6 +241,22 @@ class Parser {
     } else {
       read_list(false);
     }
+  }
+
+  StmtPtr parse_with() {
+    auto s = make_stmt(StmtKind::kWith, current());
+    advance();  // with
+    while (current().type != TokenType::kBlockEnd) {
+      if (!s->targets.empty()) expect_op(",");
+      s->targets.push_back(expect_name());
+      expect_op("=");
+      s->conditions.push_back(parse_expression(true));
+    }
+    expect_block_end();
+    s->body = parse_body({"endwith"});
+    advance();
+    expect_block_end();
+    return s;
   }
 
   StmtPtr parse_for() {
