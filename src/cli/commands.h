@@ -17,6 +17,8 @@ void add_generate_command(CLI::App& root, int& exit_code);
 void add_score_command(CLI::App& root, int& exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
 void add_tokenize_command(CLI::App& root, int& exit_code);
+#endif
+#ifdef QWENRT_HAVE_CHAT_TEMPLATE
 void add_template_command(CLI::App& root, int& exit_code);
 #endif
 

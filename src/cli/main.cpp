@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   cli::add_score_command(app, exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
+#endif
+#ifdef QWENRT_HAVE_CHAT_TEMPLATE
   cli::add_template_command(app, exit_code);
 #endif
   try {

@@ -1,0 +1,91 @@
+// Byte-level BPE: a pre-tokenized piece (raw bytes) starts as one symbol per byte and the
+// adjacent pair with the lowest merge rank is merged, leftmost first, until no pair has a
+// merge. This is the order Hugging Face's BPE model applies (a priority queue keyed by rank,
+// then position). Results for short pieces are cached: text repeats words a lot.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/byte_level.h"
+
+namespace qwenrt::tok {
+
+// One merge rule: the pair (left, right) of token ids becomes `merged`.
+struct MergeRule {
+  int32_t left;
+  int32_t right;
+  int32_t merged;
+};
+
+// Reusable buffers for BpeModel::encode_piece, owned by one encode call.
+struct BpeScratch {
+  std::vector<int32_t> symbols;
+  std::vector<int32_t> ranks;
+  std::vector<int32_t> merged;
+  std::vector<int32_t> prev;
+  std::vector<int32_t> next;
+  std::vector<int64_t> heap;  // rank << 32 | position
+  std::string mapped;
+};
+
+class BpeModel {
+ public:
+  // byte_ids: the token id of each single byte. merges: rules in rank order (index = rank);
+  // a later duplicate of a pair replaces the earlier one, as in HF. whole_word: when set
+  // (HF's ignore_merges), a piece whose byte-level text is itself a token is that token.
+  BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<MergeRule>& merges,
+           std::function<std::optional<int32_t>(std::string_view)> whole_word);
+
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
+
+  // Appends the ids of one piece (raw bytes, not empty).
+  void encode_piece(std::string_view bytes, std::vector<int32_t>& out, BpeScratch& scratch) const;
+
+ private:
+  struct Slot {
+    uint64_t key;
+    int32_t rank;
+    int32_t merged;
+  };
+  static constexpr uint64_t kEmptyKey = ~uint64_t{0};
+  static constexpr int32_t kNoRank = INT32_MAX;
+
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  size_t slot_index(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> hash_shift_);
+  }
+  const Slot* find_merge(int32_t left, int32_t right) const;
+  void merge_short(BpeScratch& scratch) const;
+  void merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const;
+  bool cache_lookup(std::string_view bytes, std::vector<int32_t>& out) const;
+  void cache_store(std::string_view bytes, const int32_t* ids, size_t count) const;
+
+  std::array<int32_t, 256> byte_ids_;
+  ByteLevelAlphabet alphabet_;
+  std::vector<Slot> slots_;  // open addressing, power-of-two size
+  int hash_shift_ = 64;
+  std::function<std::optional<int32_t>(std::string_view)> whole_word_;
+
+  // Word cache: piece bytes -> span of cache_ids_. Shared by all callers, hence the mutex.
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
+      cache_;
+  mutable std::vector<int32_t> cache_ids_;
+};
+
+}  // namespace qwenrt::tok
