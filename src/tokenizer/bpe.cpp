@@ -8,9 +8,6 @@
 namespace qwenrt::tok {
 namespace {
 
-// Pieces up to this many bytes use the quadratic scan (fast for short words); longer ones a
-// priority queue, so a megabyte without spaces still encodes in n log n.
-constexpr size_t kShortPiece = 96;
 // Pieces longer than this are not cached (HF caches words shorter than 256 characters).
 constexpr size_t kMaxCachedPiece = 256;
 constexpr size_t kMaxCacheEntries = size_t{1} << 17;
@@ -19,8 +16,9 @@ constexpr size_t kMaxCacheIds = size_t{1} << 22;
 }  // namespace
 
 BpeModel::BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<MergeRule>& merges,
-                   std::function<std::optional<int32_t>(std::string_view)> whole_word)
-    : byte_ids_(byte_ids), whole_word_(std::move(whole_word)) {
+                   std::function<std::optional<int32_t>(std::string_view)> whole_word,
+                   size_t short_piece)
+    : byte_ids_(byte_ids), short_piece_(short_piece), whole_word_(std::move(whole_word)) {
   size_t capacity = 16;
   hash_shift_ = 60;
   while (capacity < merges.size() * 2 + 1) {
@@ -67,7 +65,7 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out,
   } else {
     scratch.symbols.clear();
     for (char b : bytes) scratch.symbols.push_back(byte_ids_[static_cast<uint8_t>(b)]);
-    if (bytes.size() <= kShortPiece) {
+    if (bytes.size() <= short_piece_) {
       merge_short(scratch);
       out.insert(out.end(), scratch.symbols.begin(), scratch.symbols.end());
     } else {

@@ -41,8 +41,11 @@ class BpeModel {
   // byte_ids: the token id of each single byte. merges: rules in rank order (index = rank);
   // a later duplicate of a pair replaces the earlier one, as in HF. whole_word: when set
   // (HF's ignore_merges), a piece whose byte-level text is itself a token is that token.
+  // short_piece: pieces up to this many bytes use a quadratic scan (fastest for words),
+  // longer ones a priority queue (n log n); both give the same ids.
   BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<MergeRule>& merges,
-           std::function<std::optional<int32_t>(std::string_view)> whole_word);
+           std::function<std::optional<int32_t>(std::string_view)> whole_word,
+           size_t short_piece = 96);
 
   BpeModel(const BpeModel&) = delete;
   BpeModel& operator=(const BpeModel&) = delete;
@@ -73,6 +76,7 @@ class BpeModel {
 
   std::array<int32_t, 256> byte_ids_;
   ByteLevelAlphabet alphabet_;
+  size_t short_piece_;
   std::vector<Slot> slots_;  // open addressing, power-of-two size
   int hash_shift_ = 64;
   std::function<std::optional<int32_t>(std::string_view)> whole_word_;

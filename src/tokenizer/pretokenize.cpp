@@ -75,23 +75,52 @@ NfcNormalizer::NfcNormalizer() : maybe_(kCodePoints / 64, 0) {
 }
 
 bool NfcNormalizer::normalize(std::string_view text, std::string& out) const {
+  // NFC works on stretches that start at a code point it can neither change nor join to
+  // what precedes it (an unflagged one); only stretches with a flagged code point are given
+  // to utf8proc, the rest is copied as is.
+  const size_t size = text.size();
+  auto unflagged_at = [&](size_t at, size_t& after) {
+    const auto lead = static_cast<uint8_t>(text[at]);
+    if (lead < 0xCC) {  // below U+0300 (the first code point that starts with 0xCC)
+      after = at + 1;
+      while (after < size && (static_cast<uint8_t>(text[after]) & 0xC0) == 0x80) ++after;
+      return true;
+    }
+    after = at;
+    return !may_change(next_code_point(text, after));
+  };
+  std::string result;
+  bool changed = false;
+  size_t copied = 0;    // text[0, copied) is in `result`
+  size_t boundary = 0;  // start of the last unflagged code point
   size_t pos = 0;
-  bool needed = false;
-  while (pos < text.size()) {
-    if (static_cast<uint8_t>(text[pos]) < 0xCC) {  // U+0300 is the first at 0xCC 0x80
-      ++pos;
+  while (pos < size) {
+    if (static_cast<uint8_t>(text[pos]) < 0x80) {
+      boundary = pos++;
       continue;
     }
-    const char32_t cp = next_code_point(text, pos);
-    if (may_change(cp)) {
-      needed = true;
-      break;
+    size_t after = 0;
+    if (unflagged_at(pos, after)) {
+      boundary = pos;
+      pos = after;
+      continue;
     }
+    size_t end = after;
+    while (end < size && !unflagged_at(end, after)) end = after;
+    const std::string_view stretch = text.substr(boundary, end - boundary);
+    const std::string normalized = nfc_full(stretch);
+    if (normalized != stretch) {
+      if (!changed) result.reserve(size + size / 8);
+      changed = true;
+      result.append(text.substr(copied, boundary - copied)).append(normalized);
+      copied = end;
+    }
+    pos = end;
+    boundary = end;
   }
-  if (!needed) return false;
-  std::string normalized = nfc_full(text);
-  if (normalized == text) return false;
-  out = std::move(normalized);
+  if (!changed) return false;
+  result.append(text.substr(copied));
+  out = std::move(result);
   return true;
 }
 

@@ -197,6 +197,7 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
   const auto vocab = model.find("vocab");
   if (vocab == model.end() || !vocab->is_object()) invalid("model.vocab must be an object");
   int32_t max_id = -1;
+  impl.bpe_vocab.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId) {
       invalid("model.vocab[" + json(token).dump() + "] must be a token id in [0, " + std::to_string(kMaxTokenId) + ")");
@@ -229,30 +230,32 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
   if (merges == model.end() || !merges->is_array()) invalid("model.merges must be a list");
   std::vector<tok::MergeRule> rules;
   rules.reserve(merges->size());
+  std::string left;
+  std::string right;
+  std::string joined;
   for (size_t rank = 0; rank < merges->size(); ++rank) {
     const json& merge = (*merges)[rank];
-    const std::string where = "model.merges[" + std::to_string(rank) + "]";
-    std::string left;
-    std::string right;
+    auto where = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
     if (merge.is_string()) {  // "left right"
-      const std::string text = merge.get<std::string>();
+      const std::string& text = merge.get_ref<const std::string&>();
       const size_t space = text.find(' ');
       if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-        invalid(where + " must be two tokens separated by one space");
+        invalid(where() + " must be two tokens separated by one space");
       }
-      left = text.substr(0, space);
-      right = text.substr(space + 1);
+      left.assign(text, 0, space);
+      right.assign(text, space + 1);
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
+      left = merge[0].get_ref<const std::string&>();
+      right = merge[1].get_ref<const std::string&>();
     } else {
-      invalid(where + " must be \"a b\" or [\"a\", \"b\"]");
+      invalid(where() + " must be \"a b\" or [\"a\", \"b\"]");
     }
+    joined.assign(left).append(right);
     const auto left_id = impl.bpe_vocab.find(left);
     const auto right_id = impl.bpe_vocab.find(right);
-    const auto merged_id = impl.bpe_vocab.find(left + right);
+    const auto merged_id = impl.bpe_vocab.find(joined);
     if (left_id == impl.bpe_vocab.end() || right_id == impl.bpe_vocab.end() || merged_id == impl.bpe_vocab.end()) {
-      invalid(where + " names a token that is not in model.vocab");
+      invalid(where() + " names a token that is not in model.vocab");
     }
     rules.push_back({left_id->second, right_id->second, merged_id->second});
   }
