@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <functional>
 
 
@@ -10,8 +11,27 @@ namespace {
 
 // Pieces longer than this are not cached (HF caches words shorter than 256 characters).
 constexpr size_t kMaxCachedPiece = 256;
-constexpr size_t kMaxCacheEntries = size_t{1} << 17;
-constexpr size_t kMaxCacheIds = size_t{1} << 22;
+constexpr size_t kCacheSlots = size_t{1} << 17;  // power of two; filled to half at most
+constexpr size_t kMaxCacheBytes = size_t{1} << 22;
+
+// A fast 64-bit hash of a short byte string (never 0, which marks an empty slot).
+uint64_t hash_bytes(std::string_view bytes) {
+  uint64_t hash = 0x9E3779B97F4A7C15ULL ^ bytes.size();
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, 8);
+    hash = (hash ^ word) * 0xBF58476D1CE4E5B9ULL;
+    hash ^= hash >> 31;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  hash = (hash ^ tail) * 0x94D049BB133111EBULL;
+  hash ^= hash >> 29;
+  hash *= 0xBF58476D1CE4E5B9ULL;
+  hash ^= hash >> 32;
+  return hash | 1;
+}
 
 }  // namespace
 
@@ -150,23 +170,46 @@ void BpeModel::merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const 
 }
 
 bool BpeModel::cache_lookup(std::string_view bytes, std::vector<int32_t>& out) const {
+  const uint64_t hash = hash_bytes(bytes);
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  const auto it = cache_.find(bytes);
-  if (it == cache_.end()) return false;
-  const auto [offset, count] = it->second;
-  out.insert(out.end(), cache_ids_.begin() + offset, cache_ids_.begin() + offset + count);
-  return true;
+  if (cache_slots_.empty()) return false;
+  for (size_t i = hash & (kCacheSlots - 1);; i = (i + 1) & (kCacheSlots - 1)) {
+    const CacheSlot& slot = cache_slots_[i];
+    if (slot.hash == 0) return false;
+    if (slot.hash == hash && slot.key_size == bytes.size() &&
+        std::memcmp(cache_keys_.data() + slot.key_at, bytes.data(), bytes.size()) == 0) {
+      const int32_t* ids = cache_ids_.data() + slot.ids_at;
+      out.insert(out.end(), ids, ids + slot.id_count);
+      return true;
+    }
+  }
 }
 
 void BpeModel::cache_store(std::string_view bytes, const int32_t* ids, size_t count) const {
+  const uint64_t hash = hash_bytes(bytes);
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (cache_.size() >= kMaxCacheEntries || cache_ids_.size() + count > kMaxCacheIds) {
-    cache_.clear();
+  if (cache_slots_.empty() || cache_used_ >= kCacheSlots / 2 ||
+      cache_keys_.size() + bytes.size() > kMaxCacheBytes || cache_ids_.size() + count > kMaxCacheBytes) {
+    cache_slots_.assign(kCacheSlots, CacheSlot{0, 0, 0, 0, 0});
+    cache_keys_.clear();
     cache_ids_.clear();
+    cache_used_ = 0;
   }
-  const auto offset = static_cast<uint32_t>(cache_ids_.size());
+  size_t i = hash & (kCacheSlots - 1);
+  while (cache_slots_[i].hash != 0) {
+    const CacheSlot& slot = cache_slots_[i];
+    if (slot.hash == hash && slot.key_size == bytes.size() &&
+        std::memcmp(cache_keys_.data() + slot.key_at, bytes.data(), bytes.size()) == 0) {
+      return;  // another caller stored it meanwhile
+    }
+    i = (i + 1) & (kCacheSlots - 1);
+  }
+  cache_slots_[i] = CacheSlot{hash, static_cast<uint32_t>(cache_keys_.size()),
+                              static_cast<uint32_t>(cache_ids_.size()), static_cast<uint16_t>(bytes.size()),
+                              static_cast<uint16_t>(count)};
+  cache_keys_.append(bytes);
   cache_ids_.insert(cache_ids_.end(), ids, ids + count);
-  cache_.emplace(std::string(bytes), std::make_pair(offset, static_cast<uint32_t>(count)));
+  ++cache_used_;
 }
 
 }  // namespace qwenrt::tok

@@ -11,7 +11,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/byte_level.h"
@@ -81,15 +80,20 @@ class BpeModel {
   int hash_shift_ = 64;
   std::function<std::optional<int32_t>(std::string_view)> whole_word_;
 
-  // Word cache: piece bytes -> span of cache_ids_. Shared by all callers, hence the mutex.
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // Word cache: piece bytes -> ids, in an open-addressing table over two arenas (no
+  // allocation per entry). Shared by all callers, hence the mutex; emptied when full.
+  struct CacheSlot {
+    uint64_t hash;  // 0: empty
+    uint32_t key_at;
+    uint32_t ids_at;
+    uint16_t key_size;
+    uint16_t id_count;
   };
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
-      cache_;
+  mutable std::vector<CacheSlot> cache_slots_;
+  mutable std::string cache_keys_;
   mutable std::vector<int32_t> cache_ids_;
+  mutable size_t cache_used_ = 0;
 };
 
 }  // namespace qwenrt::tok
