@@ -1,13 +1,12 @@
 // `qwenrt tokenize`: encode text to token ids, decode ids to text, or measure encode speed,
 // with the tokenizer of a model folder (or a tokenizer.json file).
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -118,9 +117,11 @@ void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {
   const double median = seconds[seconds.size() / 2];
   const double megabytes = static_cast<double>(text.size()) / 1e6;
   std::printf("input: %s, %.2f MB, %zu tokens (%.2f bytes/token)\n", options.bench.c_str(),
-              megabytes, tokens, static_cast<double>(text.size()) / static_cast<double>(tokens ? tokens : 1));
-  std::printf("encode: %.1f MB/s, %.2f M tokens/s (median of %d passes after a warm-up, 1 thread)\n",
-              megabytes / median, static_cast<double>(tokens) / median / 1e6, options.passes);
+              megabytes, tokens,
+              static_cast<double>(text.size()) / static_cast<double>(tokens ? tokens : 1));
+  std::printf(
+      "encode: %.1f MB/s, %.2f M tokens/s (median of %d passes after a warm-up, 1 thread)\n",
+      megabytes / median, static_cast<double>(tokens) / median / 1e6, options.passes);
   std::printf("encode, first pass (empty word cache): %.1f MB/s\n", megabytes / cold);
 }
 
@@ -157,7 +158,8 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       "  qwenrt tokenize -m DIR --decode '9707 1879'               -> Hello world\n"
       "  qwenrt tokenize -m DIR --bench corpus.txt                 MB/s and tokens/s");
 
-  CLI::Option_group* source = cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
+  CLI::Option_group* source =
+      cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
   source->add_option("-m,--model", options->model_dir,
                      "model folder holding tokenizer.json (and tokenizer_config.json)");
   source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json file");
@@ -168,8 +170,9 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
   input->add_option("--jsonl", options->jsonl,
                     "encode each line {\"text\": \"...\"} of FILE ('-' for stdin); prints one "
                     "array of ids per line");
-  input->add_option("--decode", options->decode,
-                    "decode token ids given as \"1 2 3\" (or \"1,2,3\", \"[1, 2, 3]\") and print the text");
+  input->add_option(
+      "--decode", options->decode,
+      "decode token ids given as \"1 2 3\" (or \"1,2,3\", \"[1, 2, 3]\") and print the text");
   input->add_option("--bench", options->bench,
                     "encode FILE repeatedly (one warm-up, then --passes timed passes) and report "
                     "the median throughput in MB/s and tokens/s, single-threaded");

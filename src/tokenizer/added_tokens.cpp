@@ -12,8 +12,8 @@ namespace {
 // Unicode White_Space, which is what HF's `\s` (Rust regex) means for lstrip/rstrip.
 bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 // Rust regex's `\w`: Alphabetic, Mark, Decimal_Number, Connector_Punctuation, Join_Control.
@@ -29,10 +29,17 @@ bool is_word_char(char32_t c) {
     return true;
   }
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -123,7 +130,8 @@ void AddedTokenMatcher::split(std::string_view text, bool special_as_text,
         end = cursor;
       }
     }
-    if (done < begin) out.push_back({static_cast<uint32_t>(done), static_cast<uint32_t>(begin), -1});
+    if (done < begin)
+      out.push_back({static_cast<uint32_t>(done), static_cast<uint32_t>(begin), -1});
     out.push_back({static_cast<uint32_t>(begin), static_cast<uint32_t>(end), rule.id});
     done = end;
   }

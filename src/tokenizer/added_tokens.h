@@ -45,7 +45,7 @@ class AddedTokenMatcher {
 
   std::vector<AddedTokenRule> rules_;
   std::array<std::vector<int>, 256> by_first_byte_;  // rules starting with each byte
-  std::string first_bytes_;                           // the distinct first bytes
+  std::string first_bytes_;                          // the distinct first bytes
 };
 
 }  // namespace qwenrt::tok

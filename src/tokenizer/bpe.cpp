@@ -5,7 +5,6 @@
 #include <cstring>
 #include <functional>
 
-
 namespace qwenrt::tok {
 namespace {
 
@@ -142,7 +141,8 @@ void BpeModel::merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const 
   auto push = [&](int32_t pos) {
     const int32_t right = next[static_cast<size_t>(pos)];
     if (right < 0) return;
-    const Slot* slot = find_merge(symbols[static_cast<size_t>(pos)], symbols[static_cast<size_t>(right)]);
+    const Slot* slot =
+        find_merge(symbols[static_cast<size_t>(pos)], symbols[static_cast<size_t>(right)]);
     if (!slot) return;
     heap.push_back((static_cast<int64_t>(slot->rank) << 32) | pos);
     std::push_heap(heap.begin(), heap.end(), greater);
@@ -166,7 +166,8 @@ void BpeModel::merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const 
     if (prev[p] >= 0) push(prev[p]);
     push(pos);
   }
-  for (int32_t i = 0; i >= 0; i = next[static_cast<size_t>(i)]) out.push_back(symbols[static_cast<size_t>(i)]);
+  for (int32_t i = 0; i >= 0; i = next[static_cast<size_t>(i)])
+    out.push_back(symbols[static_cast<size_t>(i)]);
 }
 
 bool BpeModel::cache_lookup(std::string_view bytes, std::vector<int32_t>& out) const {
@@ -189,7 +190,8 @@ void BpeModel::cache_store(std::string_view bytes, const int32_t* ids, size_t co
   const uint64_t hash = hash_bytes(bytes);
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (cache_slots_.empty() || cache_used_ >= kCacheSlots / 2 ||
-      cache_keys_.size() + bytes.size() > kMaxCacheBytes || cache_ids_.size() + count > kMaxCacheBytes) {
+      cache_keys_.size() + bytes.size() > kMaxCacheBytes ||
+      cache_ids_.size() + count > kMaxCacheBytes) {
     cache_slots_.assign(kCacheSlots, CacheSlot{0, 0, 0, 0, 0});
     cache_keys_.clear();
     cache_ids_.clear();
@@ -205,8 +207,8 @@ void BpeModel::cache_store(std::string_view bytes, const int32_t* ids, size_t co
     i = (i + 1) & (kCacheSlots - 1);
   }
   cache_slots_[i] = CacheSlot{hash, static_cast<uint32_t>(cache_keys_.size()),
-                              static_cast<uint32_t>(cache_ids_.size()), static_cast<uint16_t>(bytes.size()),
-                              static_cast<uint16_t>(count)};
+                              static_cast<uint32_t>(cache_ids_.size()),
+                              static_cast<uint16_t>(bytes.size()), static_cast<uint16_t>(count)};
   cache_keys_.append(bytes);
   cache_ids_.insert(cache_ids_.end(), ids, ids + count);
   ++cache_used_;

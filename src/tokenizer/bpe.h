@@ -62,7 +62,8 @@ class BpeModel {
   static constexpr int32_t kNoRank = INT32_MAX;
 
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   size_t slot_index(uint64_t key) const {
     return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> hash_shift_);

@@ -147,22 +147,48 @@ std::string onig_to_pcre2(std::string_view pattern, const std::string& what) {
         }
       };
       switch (e) {
-        case 's': item_class(kSpaceItems, false); break;
-        case 'S': item_class(kSpaceItems, true); break;
-        case 'w': item_class(kWordItems, false); break;
-        case 'W': item_class(kWordItems, true); break;
-        case 'h': item_class(kHexItems, false); break;  // Oniguruma: hexadecimal digit
-        case 'H': item_class(kHexItems, true); break;
-        case 'd': out.append("\\p{Nd}"); break;
-        case 'D': out.append("\\P{Nd}"); break;
-        case 'v': out.append("\\x0B"); break;  // Oniguruma: vertical tab; PCRE2: a class
-        case 'u': {                            // Oniguruma \uHHHH
+        case 's':
+          item_class(kSpaceItems, false);
+          break;
+        case 'S':
+          item_class(kSpaceItems, true);
+          break;
+        case 'w':
+          item_class(kWordItems, false);
+          break;
+        case 'W':
+          item_class(kWordItems, true);
+          break;
+        case 'h':
+          item_class(kHexItems, false);
+          break;  // Oniguruma: hexadecimal digit
+        case 'H':
+          item_class(kHexItems, true);
+          break;
+        case 'd':
+          out.append("\\p{Nd}");
+          break;
+        case 'D':
+          out.append("\\P{Nd}");
+          break;
+        case 'v':
+          out.append("\\x0B");
+          break;     // Oniguruma: vertical tab; PCRE2: a class
+        case 'u': {  // Oniguruma \uHHHH
           if (i + 4 >= pattern.size()) refuse("a short \\u escape");
           out.append("\\x{").append(pattern.substr(i + 1, 4)).append("}");
           i += 4;
           break;
         }
-        case 'b': case 'B': case 'R': case 'X': case 'K': case 'N': case 'O': case 'y': case 'Y':
+        case 'b':
+        case 'B':
+        case 'R':
+        case 'X':
+        case 'K':
+        case 'N':
+        case 'O':
+        case 'y':
+        case 'Y':
           refuse(std::string("\\") + e);
           break;
         default:
@@ -186,20 +212,28 @@ std::string onig_to_pcre2(std::string_view pattern, const std::string& what) {
         if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
         if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
         break;
-      case '.': out.append("[^\\n]"); break;  // Oniguruma's '.' excludes only '\n'
-      case '^': case '$': refuse(std::string("'") + c + "' (line anchors)"); break;
+      case '.':
+        out.append("[^\\n]");
+        break;  // Oniguruma's '.' excludes only '\n'
+      case '^':
+      case '$':
+        refuse(std::string("'") + c + "' (line anchors)");
+        break;
       case '(':
         out.push_back(c);
         if (i + 1 < pattern.size() && pattern[i + 1] == '?') {
           // Inline options: Oniguruma's (?m) is PCRE2's (?s).
           size_t j = i + 2;
-          while (j < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[j])) || pattern[j] == '-')) {
-            if (pattern[j] == 'm' || pattern[j] == 's' || pattern[j] == 'x') refuse(std::string("(?") + pattern[j] + ")");
+          while (j < pattern.size() &&
+                 (std::isalpha(static_cast<unsigned char>(pattern[j])) || pattern[j] == '-')) {
+            if (pattern[j] == 'm' || pattern[j] == 's' || pattern[j] == 'x')
+              refuse(std::string("(?") + pattern[j] + ")");
             ++j;
           }
         }
         break;
-      default: out.push_back(c);
+      default:
+        out.push_back(c);
     }
   }
   if (in_class) refuse("an unterminated character class");
@@ -238,20 +272,22 @@ RegexSplitter::MatchState::MatchState(const RegexSplitter& splitter)
   if (!data_) throw Error(ErrorCategory::kOutOfMemory, "cannot allocate regex match data");
 }
 
-RegexSplitter::MatchState::~MatchState() { pcre2_match_data_free(data_); }
+RegexSplitter::MatchState::~MatchState() {
+  pcre2_match_data_free(data_);
+}
 
 void RegexSplitter::split(std::string_view text, MatchState& state,
                           std::vector<Span>& pieces) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   const size_t size = text.size();
-  size_t start = 0;       // where the next search begins
-  size_t piece_end = 0;   // end of what has been emitted
+  size_t start = 0;      // where the next search begins
+  size_t piece_end = 0;  // end of what has been emitted
   while (start <= size) {
     int rc = pcre2_match(code_, subject, size, start, PCRE2_NO_UTF_CHECK, state.data_, nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // The JIT's default stack is small; the interpreter keeps its frames on the heap.
-      rc = pcre2_match(code_, subject, size, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       state.data_, nullptr);
+      rc = pcre2_match(code_, subject, size, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, state.data_,
+                       nullptr);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {

@@ -13,7 +13,8 @@ namespace {
 // state and concurrent calls share no mutable state apart from the BPE cache.
 struct EncodeScratch {
   explicit EncodeScratch(const Tokenizer::Impl& impl) {
-    for (const auto& splitter : impl.splitters) match_states.emplace_back(std::make_unique<tok::RegexSplitter::MatchState>(splitter));
+    for (const auto& splitter : impl.splitters)
+      match_states.emplace_back(std::make_unique<tok::RegexSplitter::MatchState>(splitter));
     pieces.resize(impl.splitters.size());
   }
   std::vector<tok::Segment> segments;
@@ -105,7 +106,8 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
   const auto index = static_cast<size_t>(id);
   const uint32_t begin = impl_->token_bytes_at[index];
-  return std::string_view(impl_->token_bytes).substr(begin, impl_->token_bytes_at[index + 1] - begin);
+  return std::string_view(impl_->token_bytes)
+      .substr(begin, impl_->token_bytes_at[index + 1] - begin);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
@@ -133,16 +135,27 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   return std::nullopt;
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->kind.size()); }
-
-bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && id < vocab_size() && impl_->kind[static_cast<size_t>(id)] == Impl::Kind::kSpecial;
+int32_t Tokenizer::vocab_size() const {
+  return static_cast<int32_t>(impl_->kind.size());
 }
 
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
-std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
-std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
-std::optional<int32_t> Tokenizer::pad_id() const { return impl_->pad; }
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() &&
+         impl_->kind[static_cast<size_t>(id)] == Impl::Kind::kSpecial;
+}
+
+const std::vector<AddedToken>& Tokenizer::added_tokens() const {
+  return impl_->added;
+}
+std::optional<int32_t> Tokenizer::eos_id() const {
+  return impl_->eos;
+}
+std::optional<int32_t> Tokenizer::bos_id() const {
+  return impl_->bos;
+}
+std::optional<int32_t> Tokenizer::pad_id() const {
+  return impl_->pad;
+}
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}

@@ -37,8 +37,8 @@ struct Tokenizer::Impl {
   std::vector<AddedToken> added;
 
   // Encoding pipeline.
-  std::optional<tok::NfcNormalizer> nfc;           // absent: no normalizer
-  std::vector<tok::RegexSplitter> splitters;       // applied in order to each piece
+  std::optional<tok::NfcNormalizer> nfc;                       // absent: no normalizer
+  std::vector<tok::RegexSplitter> splitters;                   // applied in order to each piece
   std::unique_ptr<tok::AddedTokenMatcher> raw_matcher;         // tokens with normalized=false
   std::unique_ptr<tok::AddedTokenMatcher> normalized_matcher;  // tokens with normalized=true
   std::unique_ptr<tok::BpeModel> bpe;

@@ -1,11 +1,10 @@
 // Reads tokenizer.json (and tokenizer_config.json beside it) into Tokenizer::Impl. Every
 // field that changes what HF's encode or decode produces is checked: values this code
 // reproduces are accepted, anything else is refused with an error naming the field.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -41,7 +40,8 @@ class Loader {
     if (!file) throw Error(ErrorCategory::kIo, path.string() + ": cannot open");
     std::ostringstream contents;
     contents << file.rdbuf();
-    if (!file.good() && !file.eof()) throw Error(ErrorCategory::kIo, path.string() + ": read failed");
+    if (!file.good() && !file.eof())
+      throw Error(ErrorCategory::kIo, path.string() + ": read failed");
     try {
       return json::parse(contents.str());
     } catch (const json::exception& e) {
@@ -111,7 +111,8 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
   std::vector<const json*> steps;
   if (type_of(*it, "pre_tokenizer") == "Sequence") {
     const auto list = it->find("pretokenizers");
-    if (list == it->end() || !list->is_array()) invalid("pre_tokenizer.pretokenizers must be a list");
+    if (list == it->end() || !list->is_array())
+      invalid("pre_tokenizer.pretokenizers must be a list");
     for (const json& step : *list) steps.push_back(&step);
   } else {
     steps.push_back(&*it);
@@ -129,11 +130,12 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
       }
       if (flag(step, "invert", false, where)) unsupported(where + ": Split with invert=true");
       const auto pattern = step.find("pattern");
-      if (pattern == step.end() || !pattern->is_object()) invalid(where + ".pattern must be an object");
+      if (pattern == step.end() || !pattern->is_object())
+        invalid(where + ".pattern must be an object");
       if (const auto regex = pattern->find("Regex"); regex != pattern->end()) {
         const std::string what = source_.string() + ": " + where + " regex";
-        impl.splitters.emplace_back(tok::onig_to_pcre2(text_of(*regex, where + ".pattern.Regex"), what),
-                                    false, what);
+        impl.splitters.emplace_back(
+            tok::onig_to_pcre2(text_of(*regex, where + ".pattern.Regex"), what), false, what);
       } else if (const auto literal = pattern->find("String"); literal != pattern->end()) {
         impl.splitters.emplace_back(text_of(*literal, where + ".pattern.String"), true,
                                     source_.string() + ": " + where + " string");
@@ -142,7 +144,8 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
       }
     } else if (type == "ByteLevel") {
       // HF's defaults for a ByteLevel pre-tokenizer: add_prefix_space and use_regex true.
-      if (flag(step, "add_prefix_space", true, where)) unsupported(where + ": ByteLevel add_prefix_space=true");
+      if (flag(step, "add_prefix_space", true, where))
+        unsupported(where + ": ByteLevel add_prefix_space=true");
       if (flag(step, "use_regex", true, where)) {
         const std::string what = source_.string() + ": " + where + " (GPT-2 regex)";
         impl.splitters.emplace_back(tok::onig_to_pcre2(kGpt2Pattern, what), false, what);
@@ -152,7 +155,8 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
       unsupported(where + ": pre-tokenizer \"" + type + "\"");
     }
   }
-  if (!byte_level) unsupported("a pre-tokenizer that does not end with ByteLevel (not byte-level BPE)");
+  if (!byte_level)
+    unsupported("a pre-tokenizer that does not end with ByteLevel (not byte-level BPE)");
 }
 
 void Loader::check_decoder_and_post_processor(const json& root) {
@@ -187,7 +191,8 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
     unsupported("model type " + type->dump());
   }
   if (const auto dropout = model.find("dropout");
-      dropout != model.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
+      dropout != model.end() && !dropout->is_null() &&
+      !(dropout->is_number() && dropout->get<double>() == 0.0)) {
     unsupported("BPE dropout");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -200,9 +205,11 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
   impl.bpe_vocab.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId) {
-      invalid("model.vocab[" + json(token).dump() + "] must be a token id in [0, " + std::to_string(kMaxTokenId) + ")");
+      invalid("model.vocab[" + json(token).dump() + "] must be a token id in [0, " +
+              std::to_string(kMaxTokenId) + ")");
     }
-    if (tok::utf8_valid_prefix(token) != token.size()) invalid("model.vocab has a key that is not valid UTF-8");
+    if (tok::utf8_valid_prefix(token) != token.size())
+      invalid("model.vocab has a key that is not valid UTF-8");
     impl.bpe_vocab.emplace(token, id.get<int32_t>());
     max_id = std::max(max_id, id.get<int32_t>());
   }
@@ -210,7 +217,8 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
   impl.kind.assign(static_cast<size_t>(max_id + 1), Tokenizer::Impl::Kind::kNone);
   for (const auto& [token, id] : impl.bpe_vocab) {
     const auto index = static_cast<size_t>(id);
-    if (impl.kind[index] != Tokenizer::Impl::Kind::kNone && impl.token_text[index] < token) continue;
+    if (impl.kind[index] != Tokenizer::Impl::Kind::kNone && impl.token_text[index] < token)
+      continue;
     impl.token_text[index] = token;
     impl.kind[index] = Tokenizer::Impl::Kind::kBpe;
   }
@@ -244,7 +252,8 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
       }
       left.assign(text, 0, space);
       right.assign(text, space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
       left = merge[0].get_ref<const std::string&>();
       right = merge[1].get_ref<const std::string&>();
     } else {
@@ -254,7 +263,8 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
     const auto left_id = impl.bpe_vocab.find(left);
     const auto right_id = impl.bpe_vocab.find(right);
     const auto merged_id = impl.bpe_vocab.find(joined);
-    if (left_id == impl.bpe_vocab.end() || right_id == impl.bpe_vocab.end() || merged_id == impl.bpe_vocab.end()) {
+    if (left_id == impl.bpe_vocab.end() || right_id == impl.bpe_vocab.end() ||
+        merged_id == impl.bpe_vocab.end()) {
       invalid(where() + " names a token that is not in model.vocab");
     }
     rules.push_back({left_id->second, right_id->second, merged_id->second});
@@ -296,7 +306,8 @@ void Loader::load_added_tokens(const json& root, Tokenizer::Impl& impl) {
     token.rstrip = flag(entry, "rstrip", false, where);
     token.normalized = flag(entry, "normalized", !token.special, where);
     if (token.content.empty()) continue;  // HF ignores empty added tokens
-    if (impl.added_ids.count(token.content)) invalid(where + ": the token " + json(token.content).dump() + " is listed twice");
+    if (impl.added_ids.count(token.content))
+      invalid(where + ": the token " + json(token.content).dump() + " is listed twice");
     impl.added_ids.emplace(token.content, token.id);
     impl.added.push_back(std::move(token));
   }
@@ -307,20 +318,26 @@ void Loader::load_added_tokens(const json& root, Tokenizer::Impl& impl) {
 void Loader::load_config(Tokenizer::Impl& impl) {
   if (config_path_.empty() || !std::filesystem::exists(config_path_)) return;
   const json config = read_json(config_path_);
-  if (!config.is_object()) throw Error(ErrorCategory::kInvalidModel, config_path_.string() + ": must be a JSON object");
-  if (const auto decoder = config.find("added_tokens_decoder"); decoder != config.end() && decoder->is_object()) {
+  if (!config.is_object())
+    throw Error(ErrorCategory::kInvalidModel, config_path_.string() + ": must be a JSON object");
+  if (const auto decoder = config.find("added_tokens_decoder");
+      decoder != config.end() && decoder->is_object()) {
     for (const auto& [key, entry] : decoder->items()) {
       int32_t id = -1;
       try {
         id = std::stoi(key);
       } catch (const std::exception&) {
-        throw Error(ErrorCategory::kInvalidModel, config_path_.string() + ": added_tokens_decoder key \"" + key + "\" is not a token id");
+        throw Error(
+            ErrorCategory::kInvalidModel,
+            config_path_.string() + ": added_tokens_decoder key \"" + key + "\" is not a token id");
       }
-      if (!entry.is_object() || !entry.contains("content") || !entry["content"].is_string()) continue;
+      if (!entry.is_object() || !entry.contains("content") || !entry["content"].is_string())
+        continue;
       const std::string content = entry["content"].get<std::string>();
       if (impl.added_ids.count(content) || id < 0 || id >= kMaxTokenId || content.empty()) continue;
       if (tok::utf8_valid_prefix(content) != content.size()) continue;
-      const bool known_id = std::any_of(impl.added.begin(), impl.added.end(), [&](const AddedToken& t) { return t.id == id; });
+      const bool known_id = std::any_of(impl.added.begin(), impl.added.end(),
+                                        [&](const AddedToken& t) { return t.id == id; });
       if (known_id) continue;
       AddedToken token;
       token.id = id;
@@ -345,8 +362,10 @@ void Loader::load_config(Tokenizer::Impl& impl) {
     } else {
       return std::nullopt;
     }
-    if (const auto added = impl.added_ids.find(content); added != impl.added_ids.end()) return added->second;
-    if (const auto bpe = impl.bpe_vocab.find(content); bpe != impl.bpe_vocab.end()) return bpe->second;
+    if (const auto added = impl.added_ids.find(content); added != impl.added_ids.end())
+      return added->second;
+    if (const auto bpe = impl.bpe_vocab.find(content); bpe != impl.bpe_vocab.end())
+      return bpe->second;
     return std::nullopt;
   };
   impl.eos = named("eos_token");
@@ -369,8 +388,8 @@ void Loader::finish(Tokenizer::Impl& impl) {
       const auto index = static_cast<size_t>(token.id);
       impl.token_text[index] = token.content;
       impl.kind[index] = token.special ? Kind::kSpecial : Kind::kAdded;
-      tok::AddedTokenRule rule{token.content, token.id, token.special, token.single_word,
-                               token.lstrip, token.rstrip};
+      tok::AddedTokenRule rule{token.content,     token.id,     token.special,
+                               token.single_word, token.lstrip, token.rstrip};
       if (token.normalized) {
         // Matched against normalised text, so the token's text is normalised too.
         if (impl.nfc) impl.nfc->normalize(token.content, rule.content);
@@ -406,7 +425,8 @@ void Loader::load(Tokenizer::Impl& impl) {
   std::filesystem::path json_path = source_;
   if (std::filesystem::is_directory(source_)) json_path = source_ / "tokenizer.json";
   if (!std::filesystem::exists(json_path)) {
-    throw Error(ErrorCategory::kIo, json_path.string() + ": no such file (a model folder needs tokenizer.json)");
+    throw Error(ErrorCategory::kIo,
+                json_path.string() + ": no such file (a model folder needs tokenizer.json)");
   }
   source_ = json_path;
   config_path_ = json_path.parent_path() / "tokenizer_config.json";

@@ -16,15 +16,22 @@ int sequence_length(uint8_t lead) {
 // exclude overlong forms, surrogates and code points past U+10FFFF.
 bool valid_second(uint8_t lead, uint8_t byte) {
   switch (lead) {
-    case 0xE0: return byte >= 0xA0 && byte <= 0xBF;
-    case 0xED: return byte >= 0x80 && byte <= 0x9F;
-    case 0xF0: return byte >= 0x90 && byte <= 0xBF;
-    case 0xF4: return byte >= 0x80 && byte <= 0x8F;
-    default: return byte >= 0x80 && byte <= 0xBF;
+    case 0xE0:
+      return byte >= 0xA0 && byte <= 0xBF;
+    case 0xED:
+      return byte >= 0x80 && byte <= 0x9F;
+    case 0xF0:
+      return byte >= 0x90 && byte <= 0xBF;
+    case 0xF4:
+      return byte >= 0x80 && byte <= 0x8F;
+    default:
+      return byte >= 0x80 && byte <= 0xBF;
   }
 }
 
-bool is_continuation(uint8_t byte) { return byte >= 0x80 && byte <= 0xBF; }
+bool is_continuation(uint8_t byte) {
+  return byte >= 0x80 && byte <= 0xBF;
+}
 
 // Examines the sequence starting at `pos`: returns its length when well-formed, otherwise
 // stores in `bad` the length of the maximal invalid subpart (>= 1) and returns 0.
@@ -53,7 +60,8 @@ size_t utf8_valid_prefix(std::string_view bytes) {
     // ASCII runs dominate most text: skip them eight bytes at a time.
     while (pos + 8 <= size) {
       uint64_t word = 0;
-      for (int i = 0; i < 8; ++i) word |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[pos + i])) << (8 * i);
+      for (int i = 0; i < 8; ++i)
+        word |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[pos + i])) << (8 * i);
       if (word & 0x8080808080808080ULL) break;
       pos += 8;
     }

@@ -32,7 +32,9 @@ inline char32_t next_code_point(std::string_view text, size_t& pos) {
     pos += 1;
     return b0;
   }
-  auto cont = [&](size_t i) { return static_cast<char32_t>(static_cast<uint8_t>(text[pos + i]) & 0x3F); };
+  auto cont = [&](size_t i) {
+    return static_cast<char32_t>(static_cast<uint8_t>(text[pos + i]) & 0x3F);
+  };
   char32_t cp;
   if (b0 < 0xE0) {
     cp = (static_cast<char32_t>(b0 & 0x1F) << 6) | cont(1);

@@ -12,14 +12,17 @@ CommandResult tokenize(const std::string& args) {
   return run_command(std::string(QWENRT_BINARY) + " tokenize " + args + " 2>/dev/null");
 }
 
-std::string model_arg() { return "-m " + shell_quote(test::qwen_tokenizer_dir().string()); }
+std::string model_arg() {
+  return "-m " + shell_quote(test::qwen_tokenizer_dir().string());
+}
 
 TEST(CliTokenize, EncodesText) {
   const CommandResult result = tokenize(model_arg() + " 'Hello world'");
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(result.out, "[9707,1879]\n");
-  const CommandResult by_file =
-      tokenize("--tokenizer " + shell_quote((test::qwen_tokenizer_dir() / "tokenizer.json").string()) + " 'Hello world'");
+  const CommandResult by_file = tokenize(
+      "--tokenizer " + shell_quote((test::qwen_tokenizer_dir() / "tokenizer.json").string()) +
+      " 'Hello world'");
   EXPECT_EQ(by_file.out, "[9707,1879]\n");
 }
 
@@ -35,14 +38,18 @@ TEST(CliTokenize, SpecialTokensAndNoSpecial) {
 }
 
 TEST(CliTokenize, Jsonl) {
-  const auto path = std::filesystem::path(testing::TempDir()) / ("qwenrt_cli_tok_" + std::to_string(::getpid()) + ".jsonl");
-  std::ofstream(path) << "{\"text\": \"Hello world\"}\n\n{\"text\": \"<|im_end|>\\n\\u4f60\\u597d\"}\n";
+  const auto path = std::filesystem::path(testing::TempDir()) /
+                    ("qwenrt_cli_tok_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path)
+      << "{\"text\": \"Hello world\"}\n\n{\"text\": \"<|im_end|>\\n\\u4f60\\u597d\"}\n";
   const CommandResult result = tokenize(model_arg() + " --jsonl " + shell_quote(path.string()));
   EXPECT_EQ(result.exit_code, 0);
-  const std::string second = nlohmann::json(test::qwen_tokenizer().encode("<|im_end|>\n\xE4\xBD\xA0\xE5\xA5\xBD")).dump();
+  const std::string second =
+      nlohmann::json(test::qwen_tokenizer().encode("<|im_end|>\n\xE4\xBD\xA0\xE5\xA5\xBD")).dump();
   EXPECT_EQ(result.out, "[9707,1879]\n" + second + "\n");
   const CommandResult stdin_result =
-      run_command("printf '{\"text\": \"Hello world\"}\\n' | " + std::string(QWENRT_BINARY) + " tokenize " + model_arg() + " --jsonl -");
+      run_command("printf '{\"text\": \"Hello world\"}\\n' | " + std::string(QWENRT_BINARY) +
+                  " tokenize " + model_arg() + " --jsonl -");
   EXPECT_EQ(stdin_result.out, "[9707,1879]\n");
   std::ofstream(path) << "{\"text\": \"ok\"}\nnot json\n";
   EXPECT_EQ(tokenize(model_arg() + " --jsonl " + shell_quote(path.string())).exit_code, 2);
@@ -59,9 +66,11 @@ TEST(CliTokenize, Decode) {
 }
 
 TEST(CliTokenize, Bench) {
-  const auto path = std::filesystem::path(testing::TempDir()) / ("qwenrt_cli_bench_" + std::to_string(::getpid()) + ".txt");
+  const auto path = std::filesystem::path(testing::TempDir()) /
+                    ("qwenrt_cli_bench_" + std::to_string(::getpid()) + ".txt");
   std::ofstream(path) << "Hello world. 你好，世界。\n";
-  const CommandResult result = tokenize(model_arg() + " --passes 2 --bench " + shell_quote(path.string()));
+  const CommandResult result =
+      tokenize(model_arg() + " --passes 2 --bench " + shell_quote(path.string()));
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_NE(result.out.find("MB/s"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("tokens/s"), std::string::npos) << result.out;
@@ -82,8 +91,8 @@ TEST(CliTokenize, BadArguments) {
 TEST(CliTokenize, HelpExplainsOptions) {
   const CommandResult result = tokenize("--help");
   EXPECT_EQ(result.exit_code, 0);
-  for (const char* option : {"--model", "--tokenizer", "--no-special", "--jsonl", "--decode", "--bench",
-                             "--skip-special", "--passes"}) {
+  for (const char* option : {"--model", "--tokenizer", "--no-special", "--jsonl", "--decode",
+                             "--bench", "--skip-special", "--passes"}) {
     EXPECT_NE(result.out.find(option), std::string::npos) << option;
   }
 }

@@ -4,9 +4,12 @@
 // QWENRT_TOKENIZER_GOLDENS=a.jsonl:b.jsonl.
 #include <utf8proc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -19,8 +22,9 @@ using test::ids_of;
 using test::qwen_tokenizer;
 
 std::vector<std::filesystem::path> golden_files() {
-  std::vector<std::filesystem::path> files{std::filesystem::path(QWENRT_TEST_DATA) / "tokenizer/goldens.jsonl",
-                                           std::filesystem::path(QWENRT_TEST_DATA) / "tokenizer/goldens_long.jsonl"};
+  std::vector<std::filesystem::path> files{
+      std::filesystem::path(QWENRT_TEST_DATA) / "tokenizer/goldens.jsonl",
+      std::filesystem::path(QWENRT_TEST_DATA) / "tokenizer/goldens_long.jsonl"};
   if (const char* extra = std::getenv("QWENRT_TOKENIZER_GOLDENS")) {
     std::stringstream list(extra);
     std::string path;
@@ -51,16 +55,19 @@ std::vector<Golden> goldens() {
 
 std::string nfc(const std::string& text) {
   utf8proc_uint8_t* result = nullptr;
-  const auto length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                   static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const auto length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &result,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   EXPECT_GE(length, 0);
   std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
   std::free(result);
   return out;
 }
 
-std::string show(const std::string& text) { return nlohmann::json(text).dump(); }
+std::string show(const std::string& text) {
+  return nlohmann::json(text).dump();
+}
 
 TEST(TokenizerGoldens, CorpusIsLargeAndVaried) {
   const auto cases = goldens();
@@ -71,9 +78,9 @@ TEST(TokenizerGoldens, CorpusIsLargeAndVaried) {
     tags.insert(golden.row.value("tag", ""));
   }
   EXPECT_GE(encode_cases, 700u);
-  for (const char* tag : {"chinese", "japanese", "korean", "arabic", "hindi", "cyrillic", "greek", "code",
-                          "whitespace", "numbers", "emoji", "contractions", "special", "fullwidth", "nfc",
-                          "random", "decode"}) {
+  for (const char* tag : {"chinese", "japanese", "korean", "arabic", "hindi", "cyrillic", "greek",
+                          "code", "whitespace", "numbers", "emoji", "contractions", "special",
+                          "fullwidth", "nfc", "random", "decode"}) {
     EXPECT_TRUE(tags.count(tag)) << "no golden case tagged " << tag;
   }
 }
@@ -89,8 +96,8 @@ TEST(TokenizerGoldens, EncodeMatchesHuggingFace) {
     const auto ids = tokenizer.encode(text);
     if (ids != ids_of(golden.row["ids"])) {
       ++failed;
-      ADD_FAILURE() << golden.where << ": encode(" << show(text) << ")\n  got  " << nlohmann::json(ids).dump()
-                    << "\n  want " << golden.row["ids"].dump();
+      ADD_FAILURE() << golden.where << ": encode(" << show(text) << ")\n  got  "
+                    << nlohmann::json(ids).dump() << "\n  want " << golden.row["ids"].dump();
     }
   }
   std::printf("encode: %zu of %zu golden cases match\n", checked - failed, checked);
@@ -108,11 +115,13 @@ TEST(TokenizerGoldens, EncodeSpecialAsTextMatchesHuggingFace) {
     if (ids != ids_of(golden.row["ids_no_special"])) {
       ++failed;
       ADD_FAILURE() << golden.where << ": encode(" << show(text) << ", no special)\n  got  "
-                    << nlohmann::json(ids).dump() << "\n  want " << golden.row["ids_no_special"].dump();
+                    << nlohmann::json(ids).dump() << "\n  want "
+                    << golden.row["ids_no_special"].dump();
     }
     for (int32_t id : ids) EXPECT_FALSE(tokenizer.is_special(id)) << golden.where;
   }
-  std::printf("encode without special tokens: %zu of %zu golden cases match\n", checked - failed, checked);
+  std::printf("encode without special tokens: %zu of %zu golden cases match\n", checked - failed,
+              checked);
 }
 
 TEST(TokenizerGoldens, DecodeMatchesHuggingFace) {
@@ -122,7 +131,8 @@ TEST(TokenizerGoldens, DecodeMatchesHuggingFace) {
     const auto ids = ids_of(golden.row["ids"]);
     ++checked;
     EXPECT_EQ(tokenizer.decode(ids), golden.row["decoded"].get<std::string>()) << golden.where;
-    EXPECT_EQ(tokenizer.decode(ids, /*skip_special=*/true), golden.row["decoded_skip"].get<std::string>())
+    EXPECT_EQ(tokenizer.decode(ids, /*skip_special=*/true),
+              golden.row["decoded_skip"].get<std::string>())
         << golden.where;
   }
   std::printf("decode: %zu golden id sequences checked (with and without skip_special)\n", checked);
@@ -138,7 +148,8 @@ TEST(TokenizerGoldens, DecodeInvertsEncode) {
     if (normalized != text) ++changed_by_nfc;
     // NFC applies between added tokens, so the text around them may differ from NFC of all;
     // compare with the reference's decode for those.
-    EXPECT_EQ(tokenizer.decode(tokenizer.encode(text)), golden.row["decoded"].get<std::string>()) << golden.where;
+    EXPECT_EQ(tokenizer.decode(tokenizer.encode(text)), golden.row["decoded"].get<std::string>())
+        << golden.where;
     if (text.find("<") == std::string::npos) {
       EXPECT_EQ(tokenizer.decode(tokenizer.encode(text)), normalized) << golden.where;
       EXPECT_EQ(tokenizer.decode(tokenizer.encode(text, false)), normalized) << golden.where;
@@ -160,7 +171,8 @@ TEST(TokenizerGoldens, StreamingDecodeEqualsBatchDecode) {
         const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(piece.data());
         utf8proc_int32_t cp = 0;
         for (size_t at = 0; at < piece.size();) {
-          const auto n = utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(piece.size() - at), &cp);
+          const auto n =
+              utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(piece.size() - at), &cp);
           ASSERT_GT(n, 0) << golden.where << ": broken UTF-8 in a streamed piece";
           at += static_cast<size_t>(n);
         }
@@ -217,7 +229,9 @@ TEST(TokenizerGoldens, BpeStrategiesAgree) {
   const auto& vocab = root["model"]["vocab"];
   tok::ByteLevelAlphabet alphabet;
   std::array<int32_t, 256> byte_ids{};
-  for (int b = 0; b < 256; ++b) byte_ids[static_cast<size_t>(b)] = vocab[alphabet.to_chars(std::string(1, static_cast<char>(b)))];
+  for (int b = 0; b < 256; ++b)
+    byte_ids[static_cast<size_t>(b)] =
+        vocab[alphabet.to_chars(std::string(1, static_cast<char>(b)))];
   std::vector<tok::MergeRule> rules;
   for (const auto& merge : root["model"]["merges"]) {
     const std::string left = merge[0];
@@ -227,7 +241,8 @@ TEST(TokenizerGoldens, BpeStrategiesAgree) {
   const tok::BpeModel scan(byte_ids, rules, nullptr, /*short_piece=*/1 << 30);
   const tok::BpeModel queue(byte_ids, rules, nullptr, /*short_piece=*/0);
   std::mt19937 rng(5);
-  const std::vector<std::string> alphabet_pieces{"a", "b", "e", "n", "t", "th", "ing", " ", "你", "好", "é", "🙂", "1", "!"};
+  const std::vector<std::string> alphabet_pieces{"a", "b",  "e",  "n", "t",    "th", "ing",
+                                                 " ", "你", "好", "é", "🙂", "1",  "!"};
   tok::BpeScratch scratch;
   for (int round = 0; round < 3000; ++round) {
     std::string word;
@@ -239,6 +254,37 @@ TEST(TokenizerGoldens, BpeStrategiesAgree) {
     queue.encode_piece(word, b, scratch);
     ASSERT_EQ(a, b) << show(word);
   }
+}
+
+}  // namespace
+}  // namespace qwenrt
+
+namespace qwenrt {
+namespace {
+
+// encode() is const and may be called from several threads at once (the word cache is
+// shared); results must not depend on it.
+TEST(TokenizerGoldens, ConcurrentEncodeGivesTheSameIds) {
+  const Tokenizer& tokenizer = test::qwen_tokenizer();
+  std::vector<Golden> cases;
+  for (auto& golden : goldens()) {
+    if (golden.row.contains("text")) cases.push_back(std::move(golden));
+  }
+  std::vector<std::thread> threads;
+  std::atomic<size_t> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t round = 0; round < 3; ++round) {
+        for (size_t i = static_cast<size_t>(t); i < cases.size(); i += 2) {
+          if (tokenizer.encode(cases[i].row["text"].get<std::string>()) !=
+              ids_of(cases[i].row["ids"]))
+            ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0u);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ using nlohmann::json;
 using Ids = std::vector<int32_t>;
 
 constexpr const char* kQwenPattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 std::string lossy(std::string_view bytes) {
@@ -31,13 +32,17 @@ TEST(TokenizerUtf8, LossyDecodingReplacesMaximalInvalidSubparts) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(lossy("plain"), "plain");
   EXPECT_EQ(lossy("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
-  EXPECT_EQ(lossy("a\x80" "b"), "a" + r + "b");
-  EXPECT_EQ(lossy("\xE2\x82"), r);                 // truncated: one replacement
-  EXPECT_EQ(lossy("\xE0\x80"), r + r);             // overlong lead, then a stray byte
-  EXPECT_EQ(lossy("\xED\xA0\x80"), r + r + r);     // surrogate
+  EXPECT_EQ(lossy("a\x80"
+                  "b"),
+            "a" + r + "b");
+  EXPECT_EQ(lossy("\xE2\x82"), r);              // truncated: one replacement
+  EXPECT_EQ(lossy("\xE0\x80"), r + r);          // overlong lead, then a stray byte
+  EXPECT_EQ(lossy("\xED\xA0\x80"), r + r + r);  // surrogate
   EXPECT_EQ(lossy("\xC0\xAF"), r + r);
   EXPECT_EQ(lossy("\xF4\x90\x80\x80"), r + r + r + r);  // past U+10FFFF
-  EXPECT_EQ(lossy("\xF0\x9F\x98" "x"), r + "x");
+  EXPECT_EQ(lossy("\xF0\x9F\x98"
+                  "x"),
+            r + "x");
   EXPECT_EQ(lossy("\xFF"), r);
 }
 
@@ -84,16 +89,17 @@ TEST(TokenizerRegex, SplitIsolatesMatchesAndGaps) {
   std::vector<std::string> got;
   for (auto [begin, end] : pieces) got.push_back(text.substr(begin, end - begin));
   // U+180E (format character, not white space for Oniguruma) joins the letter after it.
-  const std::vector<std::string> want{"Hello", " ", " world", "'s", " ", "1", "2", "3", "\r\n",
-                                      "\tx", "\xE1\xA0\x8Ey"};
+  const std::vector<std::string> want{"Hello", " ",    " world", "'s",           " ", "1", "2",
+                                      "3",     "\r\n", "\tx",    "\xE1\xA0\x8Ey"};
   EXPECT_EQ(got, want);
 }
 
 std::string nfc_reference(const std::string& text) {
   utf8proc_uint8_t* result = nullptr;
-  const auto length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                   static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const auto length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &result,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
   std::free(result);
   return out;
@@ -104,9 +110,9 @@ TEST(TokenizerNfc, EqualsFullNormalisation) {
   const tok::NfcNormalizer normalizer;
   std::mt19937 rng(3);
   const std::vector<std::pair<char32_t, char32_t>> ranges{
-      {0x41, 0x7A}, {0xC0, 0x17F}, {0x300, 0x36F}, {0x1E00, 0x1EFF}, {0x1100, 0x11FF}, {0xAC00, 0xAC40},
-      {0x0900, 0x097F}, {0x0B00, 0x0B7F}, {0x0F40, 0x0FBC}, {0x2126, 0x212B}, {0xF900, 0xF920},
-      {0x3040, 0x30FF}, {0x20, 0x20}, {0x1D15E, 0x1D164}, {0x0590, 0x05FF}};
+      {0x41, 0x7A},     {0xC0, 0x17F},    {0x300, 0x36F},   {0x1E00, 0x1EFF},   {0x1100, 0x11FF},
+      {0xAC00, 0xAC40}, {0x0900, 0x097F}, {0x0B00, 0x0B7F}, {0x0F40, 0x0FBC},   {0x2126, 0x212B},
+      {0xF900, 0xF920}, {0x3040, 0x30FF}, {0x20, 0x20},     {0x1D15E, 0x1D164}, {0x0590, 0x05FF}};
   for (int round = 0; round < 20000; ++round) {
     std::string text;
     const int length = 1 + static_cast<int>(rng() % 12);
@@ -139,32 +145,49 @@ json tiny_tokenizer() {
   root["padding"] = nullptr;
   root["added_tokens"] = json::array();
   root["normalizer"] = {{"type", "NFC"}};
-  root["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", kQwenPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
-  root["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}};
+  root["pre_tokenizer"] = {{"type", "Sequence"},
+                           {"pretokenizers",
+                            {{{"type", "Split"},
+                              {"pattern", {{"Regex", kQwenPattern}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}},
+                             {{"type", "ByteLevel"},
+                              {"add_prefix_space", false},
+                              {"trim_offsets", false},
+                              {"use_regex", false}}}}};
+  root["post_processor"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}};
   root["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}};
-  root["model"] = {{"type", "BPE"},       {"dropout", nullptr},
-                   {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-                   {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                   {"byte_fallback", false}, {"ignore_merges", false},
-                   {"vocab", vocab},
-                   {"merges", json::array({json::array({"h", "e"}), json::array({"l", "l"}),
-                                            json::array({"he", "ll"}), json::array({"hell", "o"})})}};
+  root["model"] = {
+      {"type", "BPE"},
+      {"dropout", nullptr},
+      {"unk_token", nullptr},
+      {"continuing_subword_prefix", ""},
+      {"end_of_word_suffix", ""},
+      {"fuse_unk", false},
+      {"byte_fallback", false},
+      {"ignore_merges", false},
+      {"vocab", vocab},
+      {"merges", json::array({json::array({"h", "e"}), json::array({"l", "l"}),
+                              json::array({"he", "ll"}), json::array({"hell", "o"})})}};
   return root;
 }
 
-json added(int id, const std::string& content, bool special, bool lstrip = false, bool rstrip = false,
-           bool single_word = false, bool normalized = false) {
-  return {{"id", id},         {"content", content}, {"special", special},      {"lstrip", lstrip},
-          {"rstrip", rstrip}, {"single_word", single_word}, {"normalized", normalized}};
+json added(int id, const std::string& content, bool special, bool lstrip = false,
+           bool rstrip = false, bool single_word = false, bool normalized = false) {
+  return {{"id", id},
+          {"content", content},
+          {"special", special},
+          {"lstrip", lstrip},
+          {"rstrip", rstrip},
+          {"single_word", single_word},
+          {"normalized", normalized}};
 }
 
 Tokenizer load(const json& root) {
   static int counter = 0;
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("qwenrt_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("qwenrt_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << root.dump();
   return Tokenizer::load(dir);
@@ -196,12 +219,14 @@ TEST(TokenizerTiny, AddedTokenFlags) {
     EXPECT_EQ(tokenizer.encode("a<mask>b"), (Ids{'a', 300, 'b'}));
     // As text: "a", "<mask", ">", "b".
     EXPECT_EQ(tokenizer.encode("a<mask>b", false), (Ids{'a', '<', 'm', 'a', 's', 'k', '>', 'b'}));
-    EXPECT_EQ(tokenizer.encode("Hi <mask> there"), (Ids{'H', 'i', 32, 300, 32, 't', 256, 'r', 'e'}));
+    EXPECT_EQ(tokenizer.encode("Hi <mask> there"),
+              (Ids{'H', 'i', 32, 300, 32, 't', 256, 'r', 'e'}));
     EXPECT_EQ(tokenizer.decode(Ids{'a', 300, 'b'}), "a<mask>b");
     EXPECT_EQ(tokenizer.decode(Ids{'a', 300, 'b'}, true), "ab");
     EXPECT_TRUE(tokenizer.is_special(300));
   }
-  root["added_tokens"] = json::array({added(300, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true)});
+  root["added_tokens"] =
+      json::array({added(300, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true)});
   {
     const Tokenizer tokenizer = load(root);
     EXPECT_EQ(tokenizer.encode("Hi <mask> there"), (Ids{'H', 'i', 300, 't', 256, 'r', 'e'}));
@@ -210,7 +235,8 @@ TEST(TokenizerTiny, AddedTokenFlags) {
   }
   root["added_tokens"] = json::array({added(300, "<mask>", true, /*lstrip=*/true)});
   EXPECT_EQ(load(root).encode("Hi <mask> there"), (Ids{'H', 'i', 300, 32, 't', 256, 'r', 'e'}));
-  root["added_tokens"] = json::array({added(300, "<mask>", true, false, false, /*single_word=*/true)});
+  root["added_tokens"] =
+      json::array({added(300, "<mask>", true, false, false, /*single_word=*/true)});
   {
     const Tokenizer tokenizer = load(root);
     EXPECT_EQ(tokenizer.encode("a <mask> b"), (Ids{'a', 32, 300, 32, 'b'}));
@@ -225,7 +251,8 @@ TEST(TokenizerTiny, AddedTokenFlags) {
 TEST(TokenizerTiny, NormalizedAddedTokensMatchAfterNfc) {
   json root = tiny_tokenizer();
   // "é" precomposed, matched in normalised text, so the decomposed input finds it too.
-  root["added_tokens"] = json::array({added(301, "\xC3\xA9", false, false, false, false, /*normalized=*/true)});
+  root["added_tokens"] =
+      json::array({added(301, "\xC3\xA9", false, false, false, false, /*normalized=*/true)});
   const Tokenizer tokenizer = load(root);
   EXPECT_EQ(tokenizer.encode("cafe\xCC\x81"), (Ids{'c', 'a', 'f', 301}));
   EXPECT_EQ(tokenizer.encode("caf\xC3\xA9"), (Ids{'c', 'a', 'f', 301}));
@@ -311,7 +338,8 @@ TEST(TokenizerTiny, RefusesWhatItDoesNotReproduce) {
 }
 
 TEST(TokenizerTiny, FileErrors) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("qwenrt_tok_files_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("qwenrt_tok_files_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   try {
     Tokenizer::load(dir);
@@ -332,10 +360,13 @@ TEST(TokenizerTiny, FileErrors) {
 TEST(TokenizerTiny, ConfigNamesSpecialTokens) {
   json root = tiny_tokenizer();
   root["added_tokens"] = json::array({added(300, "<|end|>", true)});
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("qwenrt_tok_config_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("qwenrt_tok_config_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << root.dump();
-  json config = {{"eos_token", "<|end|>"}, {"pad_token", {{"content", "<|end|>"}}}, {"bos_token", nullptr},
+  json config = {{"eos_token", "<|end|>"},
+                 {"pad_token", {{"content", "<|end|>"}}},
+                 {"bos_token", nullptr},
                  {"added_tokens_decoder", {{"301", {{"content", "<extra>"}, {"special", true}}}}}};
   std::ofstream(dir / "tokenizer_config.json") << config.dump();
   const Tokenizer tokenizer = Tokenizer::load(dir);

@@ -3,13 +3,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -51,12 +51,13 @@ inline std::string shell_quote(const std::string& text) {
 // CTest fixture normally did it already).
 inline std::filesystem::path qwen_tokenizer_dir() {
   static const std::filesystem::path dir = [] {
-    const CommandResult fetched = run_command(std::string(QWENRT_SOURCE_DIR) +
-                                              "/scripts/fetch-qwen-tokenizer.sh " +
-                                              shell_quote(QWENRT_TEST_CACHE));
+    const CommandResult fetched =
+        run_command(std::string(QWENRT_SOURCE_DIR) + "/scripts/fetch-qwen-tokenizer.sh " +
+                    shell_quote(QWENRT_TEST_CACHE));
     std::string path = fetched.out;
     while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
-    if (fetched.exit_code != 0 || !std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json")) {
+    if (fetched.exit_code != 0 ||
+        !std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json")) {
       ADD_FAILURE() << "scripts/fetch-qwen-tokenizer.sh failed: " << fetched.out;
       return std::filesystem::path();
     }
