@@ -85,6 +85,7 @@ class Tokenizer {
 // equals Tokenizer::decode of all pushed ids.
 class StreamDecoder {
  public:
+  // `tokenizer` must outlive the decoder.
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
   std::string push(int32_t id);
   std::string flush();
