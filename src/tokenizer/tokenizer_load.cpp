@@ -78,6 +78,7 @@ class Loader {
   void check_decoder_and_post_processor(const json& root);
   void load_model(const json& model, Tokenizer::Impl& impl);
   void load_added_tokens(const json& root, Tokenizer::Impl& impl);
+  static void add_token(Tokenizer::Impl& impl, AddedToken token);
   void load_config(Tokenizer::Impl& impl);
   void finish(Tokenizer::Impl& impl);
 
@@ -305,16 +306,40 @@ void Loader::load_added_tokens(const json& root, Tokenizer::Impl& impl) {
     token.lstrip = flag(entry, "lstrip", false, where);
     token.rstrip = flag(entry, "rstrip", false, where);
     token.normalized = flag(entry, "normalized", !token.special, where);
-    if (token.content.empty()) continue;  // HF ignores empty added tokens
-    if (impl.added_ids.count(token.content))
-      invalid(where + ": the token " + json(token.content).dump() + " is listed twice");
-    impl.added_ids.emplace(token.content, token.id);
-    impl.added.push_back(std::move(token));
+    add_token(impl, std::move(token));
   }
 }
 
+// HF (AddedVocabulary::add_tokens, in file order) gives an added token the id its text has
+// among the added tokens or in the vocabulary, else the next id past both; the "id" written
+// in tokenizer.json is not used (HF only warns when it differs). Files HF wrote agree.
+void Loader::add_token(Tokenizer::Impl& impl, AddedToken token) {
+  if (token.content.empty()) return;  // HF ignores empty added tokens
+  if (const auto known = impl.added_ids.find(token.content); known != impl.added_ids.end()) {
+    for (AddedToken& existing : impl.added) {
+      if (existing.content == token.content) {
+        token.id = existing.id;
+        existing = std::move(token);  // a later entry updates the flags
+        return;
+      }
+    }
+  }
+  if (const auto in_vocab = impl.bpe_vocab.find(token.content); in_vocab != impl.bpe_vocab.end()) {
+    token.id = in_vocab->second;
+  } else {
+    const auto vocab_entries = static_cast<int32_t>(impl.bpe_vocab.size());
+    int32_t largest = -1;
+    for (const AddedToken& existing : impl.added) largest = std::max(largest, existing.id);
+    token.id = largest >= vocab_entries ? largest + 1 : vocab_entries;
+  }
+  if (token.id >= kMaxTokenId) throw Error(ErrorCategory::kInvalidModel, "too many added tokens");
+  impl.added_ids.emplace(token.content, token.id);
+  impl.added.push_back(std::move(token));
+}
+
 // tokenizer_config.json (transformers' file): the names of the eos/bos/pad tokens, and
-// added tokens that tokenizer.json lacks (transformers adds those when it loads).
+// added tokens that tokenizer.json lacks (transformers adds those when it loads, through the
+// same HF call, so they get ids the same way).
 void Loader::load_config(Tokenizer::Impl& impl) {
   if (config_path_.empty() || !std::filesystem::exists(config_path_)) return;
   const json config = read_json(config_path_);
@@ -336,19 +361,14 @@ void Loader::load_config(Tokenizer::Impl& impl) {
       const std::string content = entry["content"].get<std::string>();
       if (impl.added_ids.count(content) || id < 0 || id >= kMaxTokenId || content.empty()) continue;
       if (tok::utf8_valid_prefix(content) != content.size()) continue;
-      const bool known_id = std::any_of(impl.added.begin(), impl.added.end(),
-                                        [&](const AddedToken& t) { return t.id == id; });
-      if (known_id) continue;
       AddedToken token;
-      token.id = id;
       token.content = content;
       token.special = flag(entry, "special", false, "added_tokens_decoder");
       token.single_word = flag(entry, "single_word", false, "added_tokens_decoder");
       token.lstrip = flag(entry, "lstrip", false, "added_tokens_decoder");
       token.rstrip = flag(entry, "rstrip", false, "added_tokens_decoder");
       token.normalized = flag(entry, "normalized", !token.special, "added_tokens_decoder");
-      impl.added_ids.emplace(token.content, token.id);
-      impl.added.push_back(std::move(token));
+      add_token(impl, std::move(token));
     }
   }
   auto named = [&](const char* key) -> std::optional<int32_t> {

@@ -213,60 +213,75 @@ TEST(TokenizerTiny, MergesAsStringsOrPairsAgree) {
 
 TEST(TokenizerTiny, AddedTokenFlags) {
   json root = tiny_tokenizer();
-  root["added_tokens"] = json::array({added(300, "<mask>", true)});
+  root["added_tokens"] = json::array({added(260, "<mask>", true)});
   {
     const Tokenizer tokenizer = load(root);
-    EXPECT_EQ(tokenizer.encode("a<mask>b"), (Ids{'a', 300, 'b'}));
+    EXPECT_EQ(tokenizer.encode("a<mask>b"), (Ids{'a', 260, 'b'}));
     // As text: "a", "<mask", ">", "b".
     EXPECT_EQ(tokenizer.encode("a<mask>b", false), (Ids{'a', '<', 'm', 'a', 's', 'k', '>', 'b'}));
     EXPECT_EQ(tokenizer.encode("Hi <mask> there"),
-              (Ids{'H', 'i', 32, 300, 32, 't', 256, 'r', 'e'}));
-    EXPECT_EQ(tokenizer.decode(Ids{'a', 300, 'b'}), "a<mask>b");
-    EXPECT_EQ(tokenizer.decode(Ids{'a', 300, 'b'}, true), "ab");
-    EXPECT_TRUE(tokenizer.is_special(300));
+              (Ids{'H', 'i', 32, 260, 32, 't', 256, 'r', 'e'}));
+    EXPECT_EQ(tokenizer.decode(Ids{'a', 260, 'b'}), "a<mask>b");
+    EXPECT_EQ(tokenizer.decode(Ids{'a', 260, 'b'}, true), "ab");
+    EXPECT_TRUE(tokenizer.is_special(260));
   }
   root["added_tokens"] =
-      json::array({added(300, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true)});
+      json::array({added(260, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true)});
   {
     const Tokenizer tokenizer = load(root);
-    EXPECT_EQ(tokenizer.encode("Hi <mask> there"), (Ids{'H', 'i', 300, 't', 256, 'r', 'e'}));
+    EXPECT_EQ(tokenizer.encode("Hi <mask> there"), (Ids{'H', 'i', 260, 't', 256, 'r', 'e'}));
     // lstrip takes any Unicode white space (here U+3000 and a tab).
-    EXPECT_EQ(tokenizer.encode("Hi\t\xE3\x80\x80<mask>"), (Ids{'H', 'i', 300}));
+    EXPECT_EQ(tokenizer.encode("Hi\t\xE3\x80\x80<mask>"), (Ids{'H', 'i', 260}));
   }
-  root["added_tokens"] = json::array({added(300, "<mask>", true, /*lstrip=*/true)});
-  EXPECT_EQ(load(root).encode("Hi <mask> there"), (Ids{'H', 'i', 300, 32, 't', 256, 'r', 'e'}));
+  root["added_tokens"] = json::array({added(260, "<mask>", true, /*lstrip=*/true)});
+  EXPECT_EQ(load(root).encode("Hi <mask> there"), (Ids{'H', 'i', 260, 32, 't', 256, 'r', 'e'}));
   root["added_tokens"] =
-      json::array({added(300, "<mask>", true, false, false, /*single_word=*/true)});
+      json::array({added(260, "<mask>", true, false, false, /*single_word=*/true)});
   {
     const Tokenizer tokenizer = load(root);
-    EXPECT_EQ(tokenizer.encode("a <mask> b"), (Ids{'a', 32, 300, 32, 'b'}));
+    EXPECT_EQ(tokenizer.encode("a <mask> b"), (Ids{'a', 32, 260, 32, 'b'}));
     // Inside a word it is not the token: "a", "<mask", ">", " b".
     EXPECT_EQ(tokenizer.encode("a<mask> b"), (Ids{'a', '<', 'm', 'a', 's', 'k', '>', 32, 'b'}));
   }
   // Not special: recognised even when special tokens are plain text.
-  root["added_tokens"] = json::array({added(300, "<mask>", false)});
-  EXPECT_EQ(load(root).encode("a<mask>b", false), (Ids{'a', 300, 'b'}));
+  root["added_tokens"] = json::array({added(260, "<mask>", false)});
+  EXPECT_EQ(load(root).encode("a<mask>b", false), (Ids{'a', 260, 'b'}));
 }
 
 TEST(TokenizerTiny, NormalizedAddedTokensMatchAfterNfc) {
   json root = tiny_tokenizer();
   // "é" precomposed, matched in normalised text, so the decomposed input finds it too.
   root["added_tokens"] =
-      json::array({added(301, "\xC3\xA9", false, false, false, false, /*normalized=*/true)});
+      json::array({added(233, "\xC3\xA9", false, false, false, false, /*normalized=*/true)});
   const Tokenizer tokenizer = load(root);
-  EXPECT_EQ(tokenizer.encode("cafe\xCC\x81"), (Ids{'c', 'a', 'f', 301}));
-  EXPECT_EQ(tokenizer.encode("caf\xC3\xA9"), (Ids{'c', 'a', 'f', 301}));
-  // HF's ByteLevel decoder reads "é" as the byte-level character for byte 0xE9: invalid
-  // UTF-8 alone, hence U+FFFD.
-  EXPECT_EQ(tokenizer.decode(Ids{301}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokenizer.encode("cafe\xCC\x81"), (Ids{'c', 'a', 'f', 233}));
+  EXPECT_EQ(tokenizer.encode("caf\xC3\xA9"), (Ids{'c', 'a', 'f', 233}));
+  // "é" is also the vocabulary's text for byte 0xE9, so HF gives the added token that id;
+  // decoding reads it as that byte: invalid UTF-8 alone, hence U+FFFD.
+  EXPECT_EQ(tokenizer.decode(Ids{233}), "\xEF\xBF\xBD");
 }
 
 TEST(TokenizerTiny, AddedTokenOutsideTheByteAlphabetDecodesAsText) {
   json root = tiny_tokenizer();
-  root["added_tokens"] = json::array({added(302, "two words", false)});
+  root["added_tokens"] = json::array({added(260, "two words", false)});
   const Tokenizer tokenizer = load(root);
-  EXPECT_EQ(tokenizer.encode("x two words"), (Ids{'x', 32, 302}));
-  EXPECT_EQ(tokenizer.decode(Ids{'x', 32, 302}), "x two words");
+  EXPECT_EQ(tokenizer.encode("x two words"), (Ids{'x', 32, 260}));
+  EXPECT_EQ(tokenizer.decode(Ids{'x', 32, 260}), "x two words");
+}
+
+// HF numbers added tokens itself (in file order, after the vocabulary) and ignores the ids
+// written in tokenizer.json.
+TEST(TokenizerTiny, AddedTokenIdsAreAssignedLikeHf) {
+  json root = tiny_tokenizer();
+  root["added_tokens"] = json::array({added(999, "<a>", true), added(5, "<b>", false),
+                                      added(7, "hello", false), added(3, "<c>", true)});
+  const Tokenizer tokenizer = load(root);
+  EXPECT_EQ(tokenizer.token_to_id("<a>"), 260);
+  EXPECT_EQ(tokenizer.token_to_id("<b>"), 261);
+  EXPECT_EQ(tokenizer.token_to_id("hello"), 259);  // already in the vocabulary
+  EXPECT_EQ(tokenizer.token_to_id("<c>"), 262);
+  EXPECT_EQ(tokenizer.vocab_size(), 263);
+  EXPECT_EQ(tokenizer.encode("<a>x<c>"), (Ids{260, 'x', 262}));
 }
 
 TEST(TokenizerTiny, RejectsInvalidUtf8Text) {
@@ -359,7 +374,7 @@ TEST(TokenizerTiny, FileErrors) {
 
 TEST(TokenizerTiny, ConfigNamesSpecialTokens) {
   json root = tiny_tokenizer();
-  root["added_tokens"] = json::array({added(300, "<|end|>", true)});
+  root["added_tokens"] = json::array({added(260, "<|end|>", true)});
   const auto dir = std::filesystem::path(testing::TempDir()) /
                    ("qwenrt_tok_config_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -370,12 +385,13 @@ TEST(TokenizerTiny, ConfigNamesSpecialTokens) {
                  {"added_tokens_decoder", {{"301", {{"content", "<extra>"}, {"special", true}}}}}};
   std::ofstream(dir / "tokenizer_config.json") << config.dump();
   const Tokenizer tokenizer = Tokenizer::load(dir);
-  EXPECT_EQ(tokenizer.eos_id(), 300);
-  EXPECT_EQ(tokenizer.pad_id(), 300);
+  EXPECT_EQ(tokenizer.eos_id(), 260);
+  EXPECT_EQ(tokenizer.pad_id(), 260);
   EXPECT_FALSE(tokenizer.bos_id().has_value());
-  // Added tokens only tokenizer_config.json declares are added, as transformers does.
-  EXPECT_EQ(tokenizer.encode("a<extra>"), (Ids{'a', 301}));
-  EXPECT_TRUE(tokenizer.is_special(301));
+  // Added tokens only tokenizer_config.json declares are added, as transformers does (the
+  // key is not used as the id: HF numbers them).
+  EXPECT_EQ(tokenizer.encode("a<extra>"), (Ids{'a', 261}));
+  EXPECT_TRUE(tokenizer.is_special(261));
 }
 
 }  // namespace
