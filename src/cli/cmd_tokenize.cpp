@@ -160,23 +160,38 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
 
   CLI::Option_group* source =
       cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
-  source->add_option("-m,--model", options->model_dir,
-                     "model folder holding tokenizer.json (and tokenizer_config.json)");
-  source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json file");
+  source
+      ->add_option("-m,--model", options->model_dir,
+                   "model folder holding tokenizer.json (and tokenizer_config.json)")
+      ->type_name("DIR");
+  source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json file")
+      ->type_name("FILE");
   source->require_option(1);
 
-  CLI::Option_group* input = cmd->add_option_group("input", "what to do (one of)");
-  input->add_option("text", options->text, "text to encode");
-  input->add_option("--jsonl", options->jsonl,
-                    "encode each line {\"text\": \"...\"} of FILE ('-' for stdin); prints one "
-                    "array of ids per line");
-  input->add_option(
-      "--decode", options->decode,
-      "decode token ids given as \"1 2 3\" (or \"1,2,3\", \"[1, 2, 3]\") and print the text");
-  input->add_option("--bench", options->bench,
-                    "encode FILE repeatedly (one warm-up, then --passes timed passes) and report "
-                    "the median throughput in MB/s and tokens/s, single-threaded");
-  input->require_option(1);
+  // The text is a positional of the command itself (so that `--` before a text starting
+  // with '-' works); exactly one of the four inputs is checked in the callback.
+  CLI::Option* text = cmd->add_option("text", options->text,
+                                      "text to encode (put -- before a text that starts with '-')")
+                          ->type_name("TEXT");
+  CLI::Option* jsonl = cmd->add_option("--jsonl", options->jsonl,
+                                       "encode each line {\"text\": \"...\"} of FILE ('-' for "
+                                       "stdin); prints one array of ids per line")
+                           ->type_name("FILE");
+  CLI::Option* decode =
+      cmd->add_option(
+             "--decode", options->decode,
+             "decode token ids given as \"1 2 3\" (or \"1,2,3\", \"[1, 2, 3]\") and print the text")
+          ->type_name("IDS");
+  CLI::Option* bench = cmd->add_option("--bench", options->bench,
+                                       "encode FILE repeatedly (one warm-up, then --passes timed "
+                                       "passes) and report the median "
+                                       "throughput in MB/s and tokens/s, single-threaded")
+                           ->type_name("FILE");
+  for (CLI::Option* a : {text, jsonl, decode, bench}) {
+    for (CLI::Option* b : {text, jsonl, decode, bench}) {
+      if (a != b) a->excludes(b);
+    }
+  }
 
   cmd->add_flag("--no-special", options->no_special,
                 "treat special-token strings in the text (<|im_start|>, <|endoftext|>, ...) as "
@@ -186,7 +201,10 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--passes", options->passes, "with --bench: number of timed passes (default 5)")
       ->check(CLI::Range(1, 1000));
 
-  cmd->callback([options, &exit_code]() {
+  cmd->callback([options, text, jsonl, decode, bench, &exit_code]() {
+    if (text->count() + jsonl->count() + decode->count() + bench->count() != 1) {
+      throw CLI::ValidationError("tokenize", "give one of: TEXT, --jsonl, --decode, --bench");
+    }
     run_tokenize(*options);
     exit_code = kExitOk;
   });

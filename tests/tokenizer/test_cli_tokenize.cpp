@@ -26,6 +26,15 @@ TEST(CliTokenize, EncodesText) {
   EXPECT_EQ(by_file.out, "[9707,1879]\n");
 }
 
+TEST(CliTokenize, TextStartingWithDashAndEmptyText) {
+  const CommandResult dash = tokenize(model_arg() + " -- '-x'");
+  EXPECT_EQ(dash.exit_code, 0);
+  EXPECT_EQ(dash.out, nlohmann::json(test::qwen_tokenizer().encode("-x")).dump() + "\n");
+  const CommandResult empty = tokenize(model_arg() + " ''");
+  EXPECT_EQ(empty.exit_code, 0);
+  EXPECT_EQ(empty.out, "[]\n");
+}
+
 TEST(CliTokenize, SpecialTokensAndNoSpecial) {
   const CommandResult special = tokenize(model_arg() + " '<|im_start|>user'");
   EXPECT_EQ(special.exit_code, 0);
