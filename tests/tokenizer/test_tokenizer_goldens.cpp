@@ -112,11 +112,11 @@ TEST(TokenizerGoldens, EncodeSpecialAsTextMatchesHuggingFace) {
     const std::string text = golden.row["text"];
     ++checked;
     const auto ids = tokenizer.encode(text, /*allow_special=*/false);
-    if (ids != ids_of(golden.row["ids_no_special"])) {
+    if (ids != ids_of(golden.row.value("ids_no_special", golden.row["ids"]))) {
       ++failed;
       ADD_FAILURE() << golden.where << ": encode(" << show(text) << ", no special)\n  got  "
                     << nlohmann::json(ids).dump() << "\n  want "
-                    << golden.row["ids_no_special"].dump();
+                    << golden.row.value("ids_no_special", golden.row["ids"]).dump();
     }
     for (int32_t id : ids) EXPECT_FALSE(tokenizer.is_special(id)) << golden.where;
   }
@@ -132,7 +132,7 @@ TEST(TokenizerGoldens, DecodeMatchesHuggingFace) {
     ++checked;
     EXPECT_EQ(tokenizer.decode(ids), golden.row["decoded"].get<std::string>()) << golden.where;
     EXPECT_EQ(tokenizer.decode(ids, /*skip_special=*/true),
-              golden.row["decoded_skip"].get<std::string>())
+              golden.row.value("decoded_skip", golden.row["decoded"]).get<std::string>())
         << golden.where;
   }
   std::printf("decode: %zu golden id sequences checked (with and without skip_special)\n", checked);

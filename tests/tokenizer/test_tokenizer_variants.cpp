@@ -34,12 +34,15 @@ TEST(TokenizerVariants, MatchHuggingFace) {
         const std::string text = row["text"];
         const std::string where = name + ": " + nlohmann::json(text).dump();
         EXPECT_EQ(tokenizer.encode(text), ids) << where;
-        EXPECT_EQ(tokenizer.encode(text, false), ids_of(row["ids_no_special"])) << where;
+        EXPECT_EQ(tokenizer.encode(text, false), ids_of(row.value("ids_no_special", row["ids"])))
+            << where;
         ++checked;
       }
       const std::string where = name + ": " + row["ids"].dump();
       EXPECT_EQ(tokenizer.decode(ids), row["decoded"].get<std::string>()) << where;
-      EXPECT_EQ(tokenizer.decode(ids, true), row["decoded_skip"].get<std::string>()) << where;
+      EXPECT_EQ(tokenizer.decode(ids, true),
+                row.value("decoded_skip", row["decoded"]).get<std::string>())
+          << where;
       StreamDecoder stream(tokenizer);
       std::string streamed;
       for (int32_t id : ids) streamed += stream.push(id);
