@@ -5,10 +5,10 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
 namespace qwenrt {
@@ -35,15 +35,21 @@ class Loader {
     fail(ErrorCategory::kUnsupported, message + " is not supported");
   }
 
-  json read_json(const std::filesystem::path& path) const {
-    std::ifstream file(path, std::ios::binary);
+  static std::string read_file(const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary | std::ios::ate);
     if (!file) throw Error(ErrorCategory::kIo, path.string() + ": cannot open");
-    std::ostringstream contents;
-    contents << file.rdbuf();
-    if (!file.good() && !file.eof())
+    std::string contents(static_cast<size_t>(file.tellg()), '\0');
+    file.seekg(0);
+    if (!file.read(contents.data(), static_cast<std::streamsize>(contents.size()))) {
       throw Error(ErrorCategory::kIo, path.string() + ": read failed");
+    }
+    return contents;
+  }
+
+  json read_json(const std::filesystem::path& path) const {
+    const std::string contents = read_file(path);
     try {
-      return json::parse(contents.str());
+      return json::parse(contents);
     } catch (const json::exception& e) {
       throw Error(ErrorCategory::kInvalidModel, path.string() + ": not valid JSON: " + e.what());
     }
@@ -76,7 +82,7 @@ class Loader {
   void load_normalizer(const json& root, Tokenizer::Impl& impl);
   void load_pre_tokenizer(const json& root, Tokenizer::Impl& impl);
   void check_decoder_and_post_processor(const json& root);
-  void load_model(const json& model, Tokenizer::Impl& impl);
+  void load_model(const json& model, tok::TokenizerJson& lists, Tokenizer::Impl& impl);
   void load_added_tokens(const json& root, Tokenizer::Impl& impl);
   static void add_token(Tokenizer::Impl& impl, AddedToken token);
   void load_config(Tokenizer::Impl& impl);
@@ -186,7 +192,7 @@ void Loader::check_decoder_and_post_processor(const json& root) {
   }
 }
 
-void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
+void Loader::load_model(const json& model, tok::TokenizerJson& lists, Tokenizer::Impl& impl) {
   if (!model.is_object()) invalid("model must be an object");
   if (const auto type = model.find("type"); type != model.end() && *type != "BPE") {
     unsupported("model type " + type->dump());
@@ -200,20 +206,18 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
     const auto it = model.find(key);
     if (it != model.end() && !it->is_null() && *it != "") unsupported(std::string("model.") + key);
   }
-  const auto vocab = model.find("vocab");
-  if (vocab == model.end() || !vocab->is_object()) invalid("model.vocab must be an object");
+  if (!lists.has_vocab) invalid("model.vocab must be an object");
   int32_t max_id = -1;
-  impl.bpe_vocab.reserve(vocab->size());
-  for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId) {
+  impl.bpe_vocab.reserve(lists.vocab.size());
+  for (auto& [token, id] : lists.vocab) {
+    if (id < 0 || id >= kMaxTokenId) {
       invalid("model.vocab[" + json(token).dump() + "] must be a token id in [0, " +
               std::to_string(kMaxTokenId) + ")");
     }
-    if (tok::utf8_valid_prefix(token) != token.size())
-      invalid("model.vocab has a key that is not valid UTF-8");
-    impl.bpe_vocab.emplace(token, id.get<int32_t>());
-    max_id = std::max(max_id, id.get<int32_t>());
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+    impl.bpe_vocab.insert_or_assign(std::move(token), static_cast<int32_t>(id));  // last wins
   }
+  lists.vocab = {};
   impl.token_text.assign(static_cast<size_t>(max_id + 1), std::string());
   impl.kind.assign(static_cast<size_t>(max_id + 1), Tokenizer::Impl::Kind::kNone);
   for (const auto& [token, id] : impl.bpe_vocab) {
@@ -235,31 +239,13 @@ void Loader::load_model(const json& model, Tokenizer::Impl& impl) {
     byte_ids[static_cast<size_t>(byte)] = it->second;
   }
 
-  const auto merges = model.find("merges");
-  if (merges == model.end() || !merges->is_array()) invalid("model.merges must be a list");
+  if (!lists.has_merges) invalid("model.merges must be a list");
   std::vector<tok::MergeRule> rules;
-  rules.reserve(merges->size());
-  std::string left;
-  std::string right;
+  rules.reserve(lists.merges.size());
   std::string joined;
-  for (size_t rank = 0; rank < merges->size(); ++rank) {
-    const json& merge = (*merges)[rank];
+  for (size_t rank = 0; rank < lists.merges.size(); ++rank) {
+    const auto& [left, right] = lists.merges[rank];
     auto where = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
-    if (merge.is_string()) {  // "left right"
-      const std::string& text = merge.get_ref<const std::string&>();
-      const size_t space = text.find(' ');
-      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-        invalid(where() + " must be two tokens separated by one space");
-      }
-      left.assign(text, 0, space);
-      right.assign(text, space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-      left = merge[0].get_ref<const std::string&>();
-      right = merge[1].get_ref<const std::string&>();
-    } else {
-      invalid(where() + " must be \"a b\" or [\"a\", \"b\"]");
-    }
     joined.assign(left).append(right);
     const auto left_id = impl.bpe_vocab.find(left);
     const auto right_id = impl.bpe_vocab.find(right);
@@ -451,14 +437,15 @@ void Loader::load(Tokenizer::Impl& impl) {
   source_ = json_path;
   config_path_ = json_path.parent_path() / "tokenizer_config.json";
   impl.source = json_path;
-  const json root = read_json(json_path);
+  tok::TokenizerJson parsed = tok::parse_tokenizer_json(read_file(json_path), json_path.string());
+  const json& root = parsed.root;
   if (!root.is_object()) invalid("must be a JSON object");
   const auto model = root.find("model");
   if (model == root.end()) invalid("\"model\" is missing");
   load_normalizer(root, impl);
   load_pre_tokenizer(root, impl);
   check_decoder_and_post_processor(root);
-  load_model(*model, impl);
+  load_model(*model, parsed, impl);
   load_added_tokens(root, impl);
   load_config(impl);
   finish(impl);

@@ -345,6 +345,18 @@ TEST(TokenizerTiny, RefusesWhatItDoesNotReproduce) {
   root["model"]["merges"] = json::array({json::array({"h", "zz"})});
   expect_refused(root, ErrorCategory::kInvalidModel, "model.merges[0]");
   root = tiny_tokenizer();
+  root["model"]["vocab"]["q"] = "x";
+  expect_refused(root, ErrorCategory::kInvalidModel, "model.vocab");
+  root = tiny_tokenizer();
+  root["model"]["merges"] = json::array({json::array({"h", "e", "x"})});
+  expect_refused(root, ErrorCategory::kInvalidModel, "model.merges[0]");
+  root = tiny_tokenizer();
+  root["model"]["merges"] = json::array({json::array({"h", "e"}), json::object({{"a", 1}})});
+  expect_refused(root, ErrorCategory::kInvalidModel, "model.merges[1]");
+  root = tiny_tokenizer();
+  root["model"].erase("merges");
+  expect_refused(root, ErrorCategory::kInvalidModel, "model.merges");
+  root = tiny_tokenizer();
   root["model"]["vocab"]["q"] = -4;
   expect_refused(root, ErrorCategory::kInvalidModel, "model.vocab");
   root = tiny_tokenizer();
