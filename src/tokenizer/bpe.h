@@ -44,7 +44,7 @@ class BpeModel {
   // longer ones a priority queue (n log n); both give the same ids.
   BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<MergeRule>& merges,
            std::function<std::optional<int32_t>(std::string_view)> whole_word,
-           size_t short_piece = 96);
+           size_t short_piece = 64);
 
   BpeModel(const BpeModel&) = delete;
   BpeModel& operator=(const BpeModel&) = delete;
