@@ -4,6 +4,9 @@
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <tuple>
+
+#include "core/error.h"
 
 namespace qwenrt::tok {
 namespace {
@@ -38,31 +41,60 @@ BpeModel::BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<M
                    std::function<std::optional<int32_t>(std::string_view)> whole_word,
                    size_t short_piece)
     : byte_ids_(byte_ids), short_piece_(short_piece), whole_word_(std::move(whole_word)) {
+  if (merges.size() >= (size_t{1} << kRankBits)) {
+    throw Error(ErrorCategory::kUnsupported, "more than 2^24 BPE merges");
+  }
   size_t capacity = 16;
   hash_shift_ = 60;
-  while (capacity < merges.size() * 2 + 1) {
+  while (capacity < merges.size() + merges.size() / 2 + 1) {  // load factor at most 2/3
     capacity *= 2;
     hash_shift_ -= 1;
   }
-  slots_.assign(capacity, Slot{kEmptyKey, 0, 0});
+  slots_.assign(capacity, kEmptySlot);
+  merged_by_rank_.resize(merges.size());
   const size_t mask = capacity - 1;
+  constexpr int32_t kIdLimit = (1 << kIdBits) - 1;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const MergeRule& rule = merges[rank];
+    if (rule.left < 0 || rule.left >= kIdLimit || rule.right < 0 || rule.right >= kIdLimit) {
+      throw Error(ErrorCategory::kUnsupported, "BPE merges of token ids of 2^20 - 1 and above");
+    }
+    merged_by_rank_[rank] = rule.merged;
     const uint64_t key = pair_key(rule.left, rule.right);
+    const uint64_t packed = (key << kRankBits) | rank;
     size_t i = slot_index(key);
-    while (slots_[i].key != kEmptyKey && slots_[i].key != key) i = (i + 1) & mask;
-    slots_[i] = Slot{key, static_cast<int32_t>(rank), rule.merged};
+    // A later duplicate of a pair replaces the earlier one.
+    while (slots_[i] != kEmptySlot && (slots_[i] >> kRankBits) != key) i = (i + 1) & mask;
+    slots_[i] = packed;
   }
 }
 
-const BpeModel::Slot* BpeModel::find_merge(int32_t left, int32_t right) const {
+int32_t BpeModel::find_rank(int32_t left, int32_t right) const {
   const uint64_t key = pair_key(left, right);
   const size_t mask = slots_.size() - 1;
   for (size_t i = slot_index(key);; i = (i + 1) & mask) {
-    const Slot& slot = slots_[i];
-    if (slot.key == key) return &slot;
-    if (slot.key == kEmptyKey) return nullptr;
+    const uint64_t slot = slots_[i];
+    if (slot == kEmptySlot) return kNoRank;
+    if ((slot >> kRankBits) == key) {
+      return static_cast<int32_t>(slot & ((uint64_t{1} << kRankBits) - 1));
+    }
   }
+}
+
+std::pair<int32_t, int32_t> BpeModel::lookup(int32_t left, int32_t right,
+                                             BpeScratch& scratch) const {
+  if (scratch.pair_memo.empty()) {
+    scratch.pair_memo.assign(std::max<size_t>(scratch.memo_size, 256), {kEmptyKey, 0, 0});
+  }
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = scratch.pair_memo.size() - 1;
+  BpeScratch::PairMemo& memo =
+      scratch.pair_memo[static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> 40) & mask];
+  if (memo.key != key) {
+    const int32_t rank = find_rank(left, right);
+    memo = {key, rank, rank == kNoRank ? -1 : merged_by_rank_[static_cast<size_t>(rank)]};
+  }
+  return {memo.rank, memo.merged};
 }
 
 void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out,
@@ -102,9 +134,7 @@ void BpeModel::merge_short(BpeScratch& scratch) const {
   ranks.resize(n - 1);
   merged.resize(n - 1);
   auto update = [&](size_t i) {
-    const Slot* slot = find_merge(symbols[i], symbols[i + 1]);
-    ranks[i] = slot ? slot->rank : kNoRank;
-    merged[i] = slot ? slot->merged : -1;
+    std::tie(ranks[i], merged[i]) = lookup(symbols[i], symbols[i + 1], scratch);
   };
   for (size_t i = 0; i + 1 < n; ++i) update(i);
   while (!ranks.empty()) {
@@ -141,10 +171,11 @@ void BpeModel::merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const 
   auto push = [&](int32_t pos) {
     const int32_t right = next[static_cast<size_t>(pos)];
     if (right < 0) return;
-    const Slot* slot =
-        find_merge(symbols[static_cast<size_t>(pos)], symbols[static_cast<size_t>(right)]);
-    if (!slot) return;
-    heap.push_back((static_cast<int64_t>(slot->rank) << 32) | pos);
+    const int32_t rank =
+        lookup(symbols[static_cast<size_t>(pos)], symbols[static_cast<size_t>(right)], scratch)
+            .first;
+    if (rank == kNoRank) return;
+    heap.push_back((static_cast<int64_t>(rank) << 32) | pos);
     std::push_heap(heap.begin(), heap.end(), greater);
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
@@ -157,9 +188,9 @@ void BpeModel::merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const 
     const auto p = static_cast<size_t>(pos);
     if (symbols[p] < 0 || next[p] < 0) continue;  // merged away, or now last
     const auto right = static_cast<size_t>(next[p]);
-    const Slot* slot = find_merge(symbols[p], symbols[right]);
-    if (!slot || slot->rank != rank) continue;  // the pair at pos changed since
-    symbols[p] = slot->merged;
+    const auto [current_rank, merged_id] = lookup(symbols[p], symbols[right], scratch);
+    if (current_rank != rank) continue;  // the pair at pos changed since
+    symbols[p] = merged_id;
     symbols[right] = -1;
     next[p] = next[right];
     if (next[p] >= 0) prev[static_cast<size_t>(next[p])] = pos;

@@ -33,6 +33,15 @@ struct BpeScratch {
   std::vector<int32_t> next;
   std::vector<int64_t> heap;  // rank << 32 | position
   std::string mapped;
+  // Recent merge-table lookups (direct-mapped): text reuses the same pairs, and the table
+  // itself (megabytes) mostly misses the CPU caches.
+  struct PairMemo {
+    uint64_t key;
+    int32_t rank;
+    int32_t merged;
+  };
+  std::vector<PairMemo> pair_memo;
+  size_t memo_size = 256;  // entries, a power of two; set before the first piece
 };
 
 class BpeModel {
@@ -53,22 +62,25 @@ class BpeModel {
   void encode_piece(std::string_view bytes, std::vector<int32_t>& out, BpeScratch& scratch) const;
 
  private:
-  struct Slot {
-    uint64_t key;
-    int32_t rank;
-    int32_t merged;
-  };
+  // Merge table slots pack (left, right, rank) into 64 bits (ids below 2^20, ranks below
+  // 2^24) so the table is 2-4 MB: BPE is bound by these lookups missing the CPU caches.
+  static constexpr int kIdBits = 20;
+  static constexpr int kRankBits = 24;
+  static constexpr uint64_t kEmptySlot = ~uint64_t{0};
   static constexpr uint64_t kEmptyKey = ~uint64_t{0};
   static constexpr int32_t kNoRank = INT32_MAX;
 
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << kIdBits) |
            static_cast<uint32_t>(right);
   }
   size_t slot_index(uint64_t key) const {
     return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> hash_shift_);
   }
-  const Slot* find_merge(int32_t left, int32_t right) const;
+  // Rank of the merge of (left, right), or kNoRank.
+  int32_t find_rank(int32_t left, int32_t right) const;
+  // rank and merged id of a pair (rank kNoRank when the pair has no merge), via the memo.
+  std::pair<int32_t, int32_t> lookup(int32_t left, int32_t right, BpeScratch& scratch) const;
   void merge_short(BpeScratch& scratch) const;
   void merge_long(BpeScratch& scratch, std::vector<int32_t>& out) const;
   bool cache_lookup(std::string_view bytes, std::vector<int32_t>& out) const;
@@ -77,7 +89,8 @@ class BpeModel {
   std::array<int32_t, 256> byte_ids_;
   ByteLevelAlphabet alphabet_;
   size_t short_piece_;
-  std::vector<Slot> slots_;  // open addressing, power-of-two size
+  std::vector<uint64_t> slots_;          // open addressing, power-of-two size
+  std::vector<int32_t> merged_by_rank_;  // the token each merge makes
   int hash_shift_ = 64;
   std::function<std::optional<int32_t>(std::string_view)> whole_word_;
 

@@ -12,7 +12,9 @@ namespace {
 // Buffers for one encode call, so that the per-piece work allocates nothing in the steady
 // state and concurrent calls share no mutable state apart from the BPE cache.
 struct EncodeScratch {
-  explicit EncodeScratch(const Tokenizer::Impl& impl) {
+  EncodeScratch(const Tokenizer::Impl& impl, size_t text_size) {
+    // A memo that grows with the text (up to 512 KiB) and never costs more than the text.
+    while (bpe.memo_size < (size_t{1} << 15) && bpe.memo_size * 16 < text_size) bpe.memo_size *= 2;
     for (const auto& splitter : impl.splitters)
       match_states.emplace_back(std::make_unique<tok::RegexSplitter::MatchState>(splitter));
     pieces.resize(impl.splitters.size());
@@ -54,7 +56,7 @@ void Tokenizer::Impl::encode(std::string_view text, bool allow_special,
                 "text to encode is not valid UTF-8 (byte offset " + std::to_string(valid) + ")");
   }
   if (text.empty()) return;
-  EncodeScratch scratch(*this);
+  EncodeScratch scratch(*this, text.size());
   scratch.segments.clear();
   raw_matcher->split(text, !allow_special, scratch.segments);
   for (const tok::Segment& segment : scratch.segments) {
