@@ -27,9 +27,7 @@ int main(int argc, char** argv) {
   cli::add_bench_command(app, exit_code);
   cli::add_doctor_command(app, exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
-#ifdef QWENRT_HAVE_BPE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
-#endif
   cli::add_template_command(app, exit_code);
 #endif
   std::string known;

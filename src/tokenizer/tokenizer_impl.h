@@ -1,0 +1,56 @@
+// Internal state of qwenrt::Tokenizer, shared by the loader (tokenizer_load.cpp) and the
+// encode/decode paths (tokenizer.cpp).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt {
+
+struct Tokenizer::Impl {
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  enum class Kind : uint8_t { kNone, kBpe, kAdded, kSpecial };
+
+  std::filesystem::path source;  // tokenizer.json, for messages
+
+  // Vocabulary by id: text as in tokenizer.json, kind, and the bytes decode produces.
+  std::vector<std::string> token_text;
+  std::vector<Kind> kind;
+  std::string token_bytes;               // all tokens' bytes, back to back
+  std::vector<uint32_t> token_bytes_at;  // size vocab_size + 1
+  using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+  TokenMap bpe_vocab;  // model.vocab
+  TokenMap added_ids;  // added token content -> id (looked up first, as in HF)
+  std::vector<AddedToken> added;
+
+  // Encoding pipeline.
+  std::optional<tok::NfcNormalizer> nfc;                       // absent: no normalizer
+  std::vector<tok::RegexSplitter> splitters;                   // applied in order to each piece
+  std::unique_ptr<tok::AddedTokenMatcher> raw_matcher;         // tokens with normalized=false
+  std::unique_ptr<tok::AddedTokenMatcher> normalized_matcher;  // tokens with normalized=true
+  std::unique_ptr<tok::BpeModel> bpe;
+
+  std::optional<int32_t> eos;
+  std::optional<int32_t> bos;
+  std::optional<int32_t> pad;
+
+  void encode(std::string_view text, bool allow_special, std::vector<int32_t>& ids) const;
+};
+
+// Builds the tokenizer from tokenizer.json (tokenizer_load.cpp).
+std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path);
+
+}  // namespace qwenrt

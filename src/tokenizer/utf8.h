@@ -1,0 +1,52 @@
+// UTF-8 helpers shared by the tokenizer: strict validation of input text, the lossy decoding
+// that Hugging Face's byte-level decoder applies to decoded bytes (Rust's
+// String::from_utf8_lossy: each maximal invalid subpart becomes one U+FFFD), and the test for
+// an unfinished character at the end of a byte stream used by the streaming decoder.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace qwenrt::tok {
+
+// Length of the longest prefix of `bytes` that is well-formed UTF-8 (== bytes.size() when all
+// of it is).
+size_t utf8_valid_prefix(std::string_view bytes);
+
+// Appends `bytes` to `out`, replacing each maximal invalid subpart with U+FFFD.
+void append_utf8_lossy(std::string_view bytes, std::string& out);
+
+// Number of bytes at the end of `bytes` that start a character but do not finish it yet
+// (0-3): holding them back until more bytes arrive changes nothing in the lossy decoding.
+size_t utf8_unfinished_tail(std::string_view bytes);
+
+// Appends the UTF-8 encoding of a code point (< 0x110000, not a surrogate).
+void append_utf8(char32_t code_point, std::string& out);
+
+// Decodes the code point starting at `pos` of well-formed UTF-8 text and advances `pos`.
+inline char32_t next_code_point(std::string_view text, size_t& pos) {
+  const auto b0 = static_cast<uint8_t>(text[pos]);
+  if (b0 < 0x80) {
+    pos += 1;
+    return b0;
+  }
+  auto cont = [&](size_t i) {
+    return static_cast<char32_t>(static_cast<uint8_t>(text[pos + i]) & 0x3F);
+  };
+  char32_t cp;
+  if (b0 < 0xE0) {
+    cp = (static_cast<char32_t>(b0 & 0x1F) << 6) | cont(1);
+    pos += 2;
+  } else if (b0 < 0xF0) {
+    cp = (static_cast<char32_t>(b0 & 0x0F) << 12) | (cont(1) << 6) | cont(2);
+    pos += 3;
+  } else {
+    cp = (static_cast<char32_t>(b0 & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3);
+    pos += 4;
+  }
+  return cp;
+}
+
+}  // namespace qwenrt::tok
