@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration, runs every test (the `gpu` label included), the op
+# benchmarks and, when available, compute-sanitizer's memcheck over the kernel tests,
+# in one go on a GPU machine. Logs land in LOG_DIR (default build-gpu/logs); the last
+# lines printed are the summary.
+#
+# Usage: scripts/cuda-check.sh [LOG_DIR] [--no-bench] [--no-sanitizer]
+set -uo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo_root}"
+log_dir="build-gpu/logs"
+bench=1
+sanitizer=1
+for arg in "$@"; do
+  case "${arg}" in
+    --no-bench) bench=0 ;;
+    --no-sanitizer) sanitizer=0 ;;
+    *) log_dir="${arg}" ;;
+  esac
+done
+mkdir -p "${log_dir}"
+build_dir="build-gpu"
+summary=()
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+  2>&1 | tee "${log_dir}/device.txt"
+
+if ! { cmake -S . -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQWENRT_CUDA=ON \
+         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" &&
+       cmake --build "${build_dir}" -j "$(nproc)"; } >"${log_dir}/build.txt" 2>&1; then
+  tail -40 "${log_dir}/build.txt"
+  echo "SUMMARY build FAILED"
+  exit 1
+fi
+summary+=("build ok")
+
+ctest --test-dir "${build_dir}" --output-on-failure --timeout 600 >"${log_dir}/ctest.txt" 2>&1
+ctest_rc=$?
+grep -E "tests passed|FAILED|Failed|\*\*\*" "${log_dir}/ctest.txt" | tail -30
+summary+=("ctest rc=${ctest_rc}: $(grep -E 'tests passed' "${log_dir}/ctest.txt")")
+
+gpu_tests="${build_dir}/tests/qwenrt_gpu_tests"
+if [ "${bench}" = 1 ]; then
+  "${gpu_tests}" --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
+    >"${log_dir}/bench.txt" 2>&1
+  summary+=("bench rc=$?")
+  grep -vE "^\[|^Running|^Note|^$" "${log_dir}/bench.txt"
+fi
+
+if [ "${sanitizer}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "${gpu_tests}" \
+    --gtest_filter='Dtypes/CudaOps.*/bf16:CudaSampling.*' >"${log_dir}/memcheck.txt" 2>&1
+  summary+=("memcheck rc=$?")
+  grep -E "ERROR SUMMARY|Invalid|FAILED" "${log_dir}/memcheck.txt" | head -20
+fi
+
+for line in "${summary[@]}"; do echo "SUMMARY ${line}"; done
+[ "${ctest_rc}" = 0 ]

@@ -1,0 +1,199 @@
+// Device sampling against a host transcription of the CPU sampler's rule (sort by l
+// descending, top_k, softmax, top_p, min_p, renormalise, splitmix64 draw): greedy must
+// equal the argmax; with the same seeds the draws must be the same tokens (they may
+// differ only when u lands within float rounding of a cumulative boundary).
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "gpu_test_util.h"
+
+namespace qwenrt::test {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int reference_sample(std::vector<float> logits, const SamplingParams& p, uint64_t step, int row,
+                     const std::vector<int32_t>& history) {
+  std::map<int, int> counts;
+  for (int32_t t : history) ++counts[t];
+  for (const auto& [t, c] : counts) {
+    float& v = logits[t];
+    if (p.repetition_penalty != 1.f) v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+    v -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+  }
+  const int vocab = static_cast<int>(logits.size());
+  if (p.temperature <= 0.f) {
+    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<float> l(vocab);
+  for (int i = 0; i < vocab; ++i) l[i] = logits[i] / p.temperature;
+  std::vector<int> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+  int kept = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+  std::vector<float> prob(kept);
+  float sum = 0.f;
+  for (int j = 0; j < kept; ++j) sum += (prob[j] = std::exp(l[order[j]] - l[order[0]]));
+  for (float& x : prob) x /= sum;
+  if (p.top_p < 1.f) {
+    float cum = 0.f;
+    for (int j = 0; j < kept; ++j) {
+      cum += prob[j];
+      if (cum >= p.top_p) {
+        kept = j + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.f) {
+    int n = 0;
+    while (n < kept && prob[n] >= p.min_p * prob[0]) ++n;
+    kept = std::max(n, 1);
+  }
+  float total = 0.f;
+  for (int j = 0; j < kept; ++j) total += prob[j];
+  const uint64_t z = splitmix64(splitmix64(p.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
+                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
+  const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  float cum = 0.f;
+  for (int j = 0; j < kept; ++j) {
+    cum += prob[j] / total;
+    if (cum > u) return order[j];
+  }
+  return order[kept - 1];
+}
+
+class CudaSampling : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+    backend_ = gpu_backend(DType::kBF16).get();
+  }
+  Backend& gpu() { return *backend_; }
+  Backend* backend_ = nullptr;
+  std::mt19937 rng_{99};
+};
+
+TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
+  for (int vocab : {5, 1000, 151936}) {
+    const int rows = 7;
+    auto logits = random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32);
+    // Row 1: a tie for the max at two indices; row 2: max at the last index.
+    if (vocab > 3) {
+      logits[1 * vocab + 2] = logits[1 * vocab + vocab - 1] = 100.f;
+      logits[2 * vocab + vocab - 1] = 200.f;
+    }
+    auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
+    auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
+    SamplingParams greedy;
+    gpu().sample(d.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()));
+    std::vector<int32_t> got(rows);
+    gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * vocab,
+                             logits.begin() + static_cast<int64_t>(r + 1) * vocab);
+      EXPECT_EQ(got[r], reference_sample(row, greedy, 0, r, {})) << "vocab " << vocab << " row " << r;
+    }
+  }
+}
+
+TEST_F(CudaSampling, NonFiniteLogitsAreAnError) {
+  const int vocab = 300;
+  auto logits = random_values(rng_, 2 * vocab, 1.f, DType::kF32);
+  logits[vocab + 17] = std::numeric_limits<float>::infinity();
+  auto d = DeviceTensor::from(gpu(), DType::kF32, 2, vocab, logits);
+  auto ids = upload_ints(gpu(), std::vector<int32_t>(2, 0));
+  SamplingParams greedy;
+  try {
+    gpu().sample(d.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()));
+    FAIL() << "expected an error for an infinite logit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kDevice);
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
+  // The backend stays usable.
+  logits[vocab + 17] = 0.f;
+  auto ok = DeviceTensor::from(gpu(), DType::kF32, 2, vocab, logits);
+  EXPECT_NO_THROW(gpu().sample(ok.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data())));
+}
+
+struct Case {
+  const char* name;
+  SamplingParams params;
+  int vocab;
+  float logit_scale;
+};
+
+TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
+  std::vector<Case> cases;
+  auto make = [](float t, int k, float p, float mp, float rp, float pp, float fp) {
+    SamplingParams s;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    s.min_p = mp;
+    s.repetition_penalty = rp;
+    s.presence_penalty = pp;
+    s.frequency_penalty = fp;
+    s.seed = 0x1234abcd;
+    return s;
+  };
+  cases.push_back({"plain", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 1000, 2.f});
+  cases.push_back({"top_k", make(0.7f, 50, 1.f, 0.f, 1.f, 0.f, 0.f), 1000, 2.f});
+  cases.push_back({"top_p", make(0.8f, 0, 0.9f, 0.f, 1.f, 0.f, 0.f), 3001, 2.f});
+  cases.push_back({"min_p", make(1.3f, 0, 1.f, 0.05f, 1.f, 0.f, 0.f), 777, 1.f});
+  cases.push_back({"all", make(0.6f, 40, 0.8f, 0.02f, 1.f, 0.f, 0.f), 2048, 2.f});
+  cases.push_back({"penalties", make(0.9f, 20, 0.95f, 0.f, 1.3f, 0.4f, 0.2f), 500, 2.f});
+  cases.push_back({"ties", make(1.f, 10, 1.f, 0.f, 1.f, 0.f, 0.f), 64, 0.f});  // all equal
+  cases.push_back({"vocab", make(0.7f, 20, 0.8f, 0.f, 1.f, 0.f, 0.f), 151936, 3.f});
+  for (const Case& c : cases) {
+    const int rows = c.vocab > 100000 ? 2 : 8;
+    auto logits = random_values(rng_, static_cast<size_t>(rows) * c.vocab, c.logit_scale, DType::kF32);
+    // Quantised logits create ties in l: the order must still be by index.
+    for (size_t i = 0; i < logits.size(); i += 3) logits[i] = std::round(logits[i] * 4.f) / 4.f;
+    auto d = DeviceTensor::from(gpu(), DType::kF32, rows, c.vocab, logits);
+    const int history_stride = 40;
+    std::vector<int32_t> history(static_cast<size_t>(rows) * history_stride);
+    std::vector<int32_t> history_lens(rows);
+    std::uniform_int_distribution<int> tok(0, std::min(c.vocab - 1, 60));  // repeats likely
+    for (int r = 0; r < rows; ++r) {
+      history_lens[r] = r * 5;
+      for (int i = 0; i < history_stride; ++i) history[r * history_stride + i] = tok(rng_);
+    }
+    auto d_hist = upload_ints(gpu(), history);
+    auto d_lens = upload_ints(gpu(), history_lens);
+    auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
+    const int steps = c.vocab > 100000 ? 20 : 150;
+    int same = 0, total = 0;
+    std::vector<int32_t> got(rows);
+    for (int step = 0; step < steps; ++step) {
+      gpu().sample(d.t, c.params, static_cast<uint64_t>(step), static_cast<const int32_t*>(d_hist.data()),
+                   static_cast<const int32_t*>(d_lens.data()), history_stride,
+                   static_cast<int32_t*>(ids.data()));
+      gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * c.vocab,
+                               logits.begin() + static_cast<int64_t>(r + 1) * c.vocab);
+        std::vector<int32_t> hist(history.begin() + r * history_stride,
+                                  history.begin() + r * history_stride + history_lens[r]);
+        const int want = reference_sample(row, c.params, static_cast<uint64_t>(step), r, hist);
+        ASSERT_GE(got[r], 0) << c.name;
+        ASSERT_LT(got[r], c.vocab) << c.name;
+        same += got[r] == want;
+        ++total;
+      }
+    }
+    EXPECT_GE(same, total - std::max(1, total / 200))
+        << c.name << ": " << same << " of " << total << " draws equal the CPU rule's";
+  }
+}
+
+}  // namespace
+}  // namespace qwenrt::test
