@@ -189,6 +189,8 @@ class Backend {
   // q, out [n_tokens, n_heads*head_dim].
   virtual void attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
                          const KvGeometry& geometry, KvLayer cache, Tensor out) = 0;
+  // x[r, :] += bias for every row.  x [n, d]; bias [1, d]
+  virtual void add_bias(Tensor x, const Tensor& bias) = 0;
   // out = silu(gate) * up, elementwise.  [n, d]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.

@@ -1,0 +1,106 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include "core/error.h"
+
+namespace qwenrt::cli {
+
+void add_model_options(CLI::App* command, ModelArgs& args) {
+  command->add_option("-m,--model", args.model_dir, "Hugging Face model folder (config.json, *.safetensors)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  command->add_option("--device", args.device, "cpu, cuda or cuda:N")->capture_default_str();
+  command->add_option("--dtype", args.dtype, "GPU weight/activation type: bf16 or f16 (the CPU computes in f32)")
+      ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
+      ->capture_default_str();
+  command->add_option("--threads", args.threads, "CPU threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--max-context", args.max_context,
+                      "tokens per sequence the KV cache is planned for (0: the model's maximum, capped at 32768)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--kv-cache-gb", args.kv_cache_gb,
+                      "KV cache size in GiB (0: enough for one --max-context sequence)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+EngineOptions engine_options(const ModelArgs& args) {
+  EngineOptions options;
+  options.device = args.device;
+  options.dtype = parse_dtype(args.dtype);
+  options.threads = args.threads;
+  options.max_context = args.max_context;
+  options.kv_cache_gb = args.kv_cache_gb;
+  if (isatty(STDERR_FILENO)) {
+    auto start = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    options.load_progress = [start](uint64_t done, uint64_t total) {
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *start).count();
+      double fraction = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+      int filled = static_cast<int>(fraction * 30);
+      std::string bar(filled, '#');
+      bar.resize(30, '.');
+      double rate = seconds > 0 ? static_cast<double>(done) / seconds / 1e9 : 0.0;
+      std::fprintf(stderr, "\rloading [%s] %5.1f%%  %.2f/%.2f GB  %.2f GB/s", bar.c_str(),
+                   fraction * 100, static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9, rate);
+      if (done >= total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  return options;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    char c = text[i];
+    if (c == ' ' || c == ',' || c == '\t' || c == '\n' || c == '[' || c == ']') {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end == i || end - i > 10) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "--ids: expected non-negative integers separated by spaces or commas, got '" +
+                      text.substr(i, 20) + "'");
+    }
+    int64_t value = std::stoll(text.substr(i, end - i));
+    if (value > std::numeric_limits<int32_t>::max()) {
+      throw Error(ErrorCategory::kInvalidArgument, "--ids: token id " + text.substr(i, end - i) + " is too large");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+    i = end;
+  }
+  return ids;
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+          out += buffer;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace qwenrt::cli

@@ -1,0 +1,32 @@
+// Options and helpers shared by the commands that load a model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qwenrt/engine.h"
+
+namespace qwenrt::cli {
+
+struct ModelArgs {
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string dtype = "bf16";
+  int threads = 0;
+  int max_context = 0;
+  double kv_cache_gb = 0;
+};
+
+// Adds -m/--model, --device, --dtype, --threads, --max-context, --kv-cache-gb.
+void add_model_options(CLI::App* command, ModelArgs& args);
+// Turns the parsed options into EngineOptions (with a load progress bar on a terminal).
+EngineOptions engine_options(const ModelArgs& args);
+
+// Parses "1 2 3" or "1,2,3" into ids; throws Error(kInvalidArgument) on anything else.
+std::vector<int32_t> parse_ids(const std::string& text);
+
+std::string json_escape(const std::string& text);
+
+}  // namespace qwenrt::cli

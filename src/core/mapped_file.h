@@ -1,0 +1,35 @@
+// Read-only memory map of a whole file (weights are used in place by the CPU backend
+// and streamed from the map to the device by GPU backends).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace qwenrt {
+
+class MappedFile {
+ public:
+  // Throws Error(kIo) naming the path when the file cannot be opened or mapped.
+  explicit MappedFile(const std::filesystem::path& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Reads a whole (small) text file; throws Error(kIo) naming the path.
+std::string read_text_file(const std::filesystem::path& path);
+
+}  // namespace qwenrt

@@ -1,0 +1,250 @@
+#include "qwenrt/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "engine/kv_cache.h"
+#include "model/qwen.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace qwenrt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return text;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (device.size() > 5) {
+      try {
+        index = std::stoi(device.substr(5));
+      } catch (const std::exception&) {
+        throw Error(ErrorCategory::kInvalidArgument, "bad device '" + device + "' (expected cuda:N)");
+      }
+    }
+    return make_cuda_backend(dtype, index);
+  }
+  throw Error(ErrorCategory::kInvalidArgument,
+              "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options) {
+  ModelConfig config = load_model_config(model_dir);
+  files_ = std::make_unique<ModelFiles>(model_dir);
+  validate_weights(config, *files_);
+  backend_ = make_backend(options.device, options.dtype, options.threads);
+  const DType dtype = backend_->activation_dtype();
+
+  ForwardLimits limits;
+  limits.block_size = 16;
+  int max_context = options.max_context > 0 ? options.max_context
+                                            : std::min(config.max_position_embeddings, 32768);
+  if (options.max_context < 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "--max-context must be positive");
+  }
+  limits.max_blocks_per_seq = (max_context + limits.block_size - 1) / limits.block_size;
+  limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
+  limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
+  limits.max_seqs = 8;
+  const size_t kv_bytes_per_token = 2ull * config.num_layers * config.kv_dim() * dtype_size(dtype);
+  const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
+  if (options.kv_cache_gb > 0) {
+    limits.num_blocks = static_cast<int>(options.kv_cache_gb * (1ull << 30) / kv_bytes_per_block);
+    if (limits.num_blocks < 1) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "--kv-cache-gb " + std::to_string(options.kv_cache_gb) +
+                      " is smaller than one KV block (" + std::to_string(kv_bytes_per_block) + " bytes)");
+    }
+  } else {
+    limits.num_blocks = limits.max_blocks_per_seq;
+  }
+
+  plan_.max_context = max_context;
+  plan_.kv_block_size = limits.block_size;
+  plan_.kv_blocks = limits.num_blocks;
+  plan_.kv_bytes_per_token = kv_bytes_per_token;
+  plan_.weights = planned_weight_bytes(config, *backend_);
+  plan_.mapped_weights = files_->total_bytes();
+  plan_.kv_pool = QwenModel::kv_pool_bytes(config, dtype, limits);
+  plan_.workspace = QwenModel::workspace_bytes(config, dtype, limits);
+  DeviceMemoryInfo memory = backend_->memory_info();
+  size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
+  if (memory.total_bytes > 0 && needed > memory.free_bytes) {
+    throw Error(ErrorCategory::kOutOfMemory,
+                "the model needs " + gib(needed) + " on " + backend_->name() + " (weights " +
+                    gib(plan_.weights) + ", KV cache " + gib(plan_.kv_pool) + ", workspace " +
+                    gib(plan_.workspace) + ") but only " + gib(memory.free_bytes) +
+                    " is free: lower --max-context or --kv-cache-gb, or use a smaller model or dtype");
+  }
+
+  Weights weights = load_weights(config, *files_, *backend_, options.load_progress);
+  model_ = std::make_unique<QwenModel>(config, std::move(weights), *backend_, limits);
+  blocks_ = std::make_unique<BlockAllocator>(limits.num_blocks);
+  sampling_buffer_ = backend_->allocate((static_cast<size_t>(max_context) + 2) * sizeof(int32_t),
+                                        "sampling state");
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return model_->config(); }
+
+void Engine::check_prompt(const std::vector<int32_t>& ids, const char* what) const {
+  if (ids.empty()) throw Error(ErrorCategory::kInvalidArgument, std::string(what) + " needs at least one token id");
+  const int vocab = model_->config().vocab_size;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw Error(ErrorCategory::kInvalidArgument, "token id " + std::to_string(id) +
+                                                       " is outside the vocabulary [0, " +
+                                                       std::to_string(vocab) + ")");
+    }
+  }
+  if (static_cast<int>(ids.size()) > plan_.max_context) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                std::string(what) + " has " + std::to_string(ids.size()) +
+                    " tokens but the context limit is " + std::to_string(plan_.max_context) +
+                    " (raise --max-context; the model supports " +
+                    std::to_string(model_->config().max_position_embeddings) + ")");
+  }
+}
+
+GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                const std::function<bool(int32_t)>& on_token) {
+  check_prompt(prompt, "the prompt");
+  if (options.max_new_tokens < 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "the number of new tokens must not be negative");
+  }
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int>(prompt.size());
+  SequenceBlocks sequence(*blocks_, plan_.kv_block_size);
+  if (!sequence.reserve(static_cast<int>(prompt.size()))) {
+    throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the prompt: raise --kv-cache-gb");
+  }
+  auto* history_device = static_cast<int32_t*>(sampling_buffer_.data());
+  int32_t* out_device = history_device + plan_.max_context;
+  const bool penalties = options.sampling.repetition_penalty != 1.f ||
+                         options.sampling.presence_penalty != 0.f ||
+                         options.sampling.frequency_penalty != 0.f;
+  // Penalties look at the whole context (prompt and generated), as transformers does.
+  std::vector<int32_t> history(prompt);
+  if (penalties) backend_->copy_to_device(history_device, prompt.data(), prompt.size() * sizeof(int32_t));
+
+  auto start = std::chrono::steady_clock::now();
+  const int chunk_size = model_->limits().max_batch_tokens;
+  Tensor logits;
+  for (size_t begin = 0; begin < prompt.size(); begin += chunk_size) {
+    size_t count = std::min(prompt.size() - begin, static_cast<size_t>(chunk_size));
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(prompt.data() + begin, count)};
+    int32_t last_row = static_cast<int32_t>(count - 1);
+    bool is_last = begin + count == prompt.size();
+    logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
+                             is_last ? std::span<const int32_t>(&last_row, 1) : std::span<const int32_t>());
+    sequence.advance(static_cast<int>(count));
+  }
+  backend_->synchronize();
+  result.prompt_seconds = seconds_since(start);
+
+  std::vector<int32_t> stop_ids = options.extra_stop_ids;
+  if (options.stop_at_eos) {
+    for (int id : model_->config().eos_token_ids) stop_ids.push_back(id);
+  }
+  result.finish_reason = "length";
+  auto decode_start = start;
+  for (int step = 0; step < options.max_new_tokens; ++step) {
+    int32_t history_len = static_cast<int32_t>(history.size());
+    backend_->sample(logits, options.sampling, static_cast<uint64_t>(step),
+                     penalties ? history_device : nullptr, penalties ? &history_len : nullptr,
+                     plan_.max_context, out_device);
+    int32_t token = 0;
+    backend_->copy_to_host(&token, out_device, sizeof(int32_t));
+    if (step == 0) {
+      result.time_to_first_token = seconds_since(start);
+      decode_start = std::chrono::steady_clock::now();
+    }
+    result.ids.push_back(token);
+    bool keep_going = on_token ? on_token(token) : true;
+    if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (!keep_going) {
+      result.finish_reason = "cancelled";
+      break;
+    }
+    if (step + 1 == options.max_new_tokens) break;
+    if (sequence.length() + 1 > plan_.max_context || !sequence.reserve(1)) {
+      result.finish_reason = "length";
+      break;
+    }
+    if (penalties) {
+      backend_->copy_to_device(history_device + history.size(), &token, sizeof(int32_t));
+    }
+    history.push_back(token);
+    int32_t row = 0;
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(&result.ids.back(), 1)};
+    logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
+    sequence.advance(1);
+  }
+  backend_->synchronize();
+  if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);
+  return result;
+}
+
+ScoreResult Engine::score(const std::vector<int32_t>& ids) {
+  check_prompt(ids, "the text to score");
+  if (ids.size() < 2) throw Error(ErrorCategory::kInvalidArgument, "scoring needs at least two token ids");
+  ScoreResult result;
+  SequenceBlocks sequence(*blocks_, plan_.kv_block_size);
+  if (!sequence.reserve(static_cast<int>(ids.size()))) {
+    throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the sequence: raise --kv-cache-gb");
+  }
+  auto start = std::chrono::steady_clock::now();
+  const int chunk_size = model_->limits().max_logit_rows;
+  const int vocab = model_->config().vocab_size;
+  std::vector<int32_t> rows(chunk_size);
+  for (int i = 0; i < chunk_size; ++i) rows[i] = i;
+  std::vector<float> host_logits(static_cast<size_t>(chunk_size) * vocab);
+  // Position i predicts ids[i + 1]; the last position predicts nothing.
+  const size_t predicting = ids.size() - 1;
+  for (size_t begin = 0; begin < predicting; begin += chunk_size) {
+    size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(ids.data() + begin, count)};
+    Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
+                                    std::span<const int32_t>(rows.data(), count));
+    sequence.advance(static_cast<int>(count));
+    backend_->copy_to_host(host_logits.data(), logits.data, count * vocab * sizeof(float));
+    for (size_t r = 0; r < count; ++r) {
+      const float* row = host_logits.data() + r * vocab;
+      double max_logit = row[0];
+      for (int j = 1; j < vocab; ++j) max_logit = std::max(max_logit, static_cast<double>(row[j]));
+      double sum = 0;
+      for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max_logit);
+      if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
+        throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(begin + r));
+      }
+      int32_t target = ids[begin + r + 1];
+      result.logprobs.push_back(row[target] - max_logit - std::log(sum));
+    }
+  }
+  result.seconds = seconds_since(start);
+  double total = 0;
+  for (double lp : result.logprobs) total -= lp;
+  result.nll_mean = total / static_cast<double>(result.logprobs.size());
+  result.perplexity = std::exp(result.nll_mean);
+  return result;
+}
+
+}  // namespace qwenrt

@@ -1,0 +1,113 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+namespace qwenrt {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
+  uint64_t z = splitmix64(splitmix64(seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
+                          (row * 0xD1B54A32D192ED03ull));
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+void apply_penalties(float* logits, int vocab, const SamplingParams& params,
+                     const int32_t* history, int history_len) {
+  bool any = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
+             params.frequency_penalty != 0.f;
+  if (!any || history == nullptr || history_len <= 0) return;
+  std::unordered_map<int32_t, int> counts;
+  for (int i = 0; i < history_len; ++i) {
+    if (history[i] >= 0 && history[i] < vocab) ++counts[history[i]];
+  }
+  for (const auto& [token, count] : counts) {
+    float& logit = logits[token];
+    if (params.repetition_penalty != 1.f) {
+      logit = logit > 0 ? logit / params.repetition_penalty : logit * params.repetition_penalty;
+    }
+    logit -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
+  }
+}
+
+static int32_t argmax(const float* logits, int vocab) {
+  int32_t best = 0;
+  for (int i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+Candidates sampling_candidates(const float* logits, int vocab, const SamplingParams& params) {
+  Candidates out;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  int keep = vocab;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    keep = params.top_k;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
+  } else {
+    std::sort(order.begin(), order.end(), before);
+  }
+  order.resize(keep);
+  const double inv_temperature = 1.0 / params.temperature;
+  const double top = logits[order[0]] * inv_temperature;
+  std::vector<double> probs(keep);
+  double sum = 0;
+  for (int i = 0; i < keep; ++i) {
+    probs[i] = std::exp(logits[order[i]] * inv_temperature - top);
+    sum += probs[i];
+  }
+  for (double& p : probs) p /= sum;
+  if (params.top_p < 1.f) {
+    double cumulative = 0;
+    int cut = keep;
+    for (int i = 0; i < keep; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+  }
+  if (params.min_p > 0.f) {
+    double threshold = params.min_p * probs[0];
+    int cut = 1;
+    while (cut < keep && probs[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_sum = 0;
+  for (int i = 0; i < keep; ++i) kept_sum += probs[i];
+  out.ids.assign(order.begin(), order.begin() + keep);
+  out.probs.resize(keep);
+  for (int i = 0; i < keep; ++i) out.probs[i] = probs[i] / kept_sum;
+  return out;
+}
+
+int32_t sample_row(const float* logits, int vocab, const SamplingParams& params, uint64_t step,
+                   uint64_t row) {
+  if (params.temperature <= 0.f) return argmax(logits, vocab);
+  Candidates candidates = sampling_candidates(logits, vocab, params);
+  double u = sample_uniform(params.seed, step, row);
+  double cumulative = 0;
+  for (size_t i = 0; i < candidates.ids.size(); ++i) {
+    cumulative += candidates.probs[i];
+    if (cumulative > u) return candidates.ids[i];
+  }
+  return candidates.ids.back();
+}
+
+}  // namespace qwenrt

@@ -1,0 +1,38 @@
+// The reference token sampler. Backends implement the same function on the device; this
+// one runs on the host and defines the semantics:
+//   1. penalties over the row's previous tokens (distinct token t seen c times):
+//      repetition (logit > 0 ? logit / r : logit * r), then logit -= presence + frequency · c;
+//   2. temperature <= 0: argmax (lowest index on ties);
+//   3. else logits / temperature, candidates sorted by logit descending (ties: lower index),
+//      top-k, softmax, top-p (smallest prefix with cumulative >= top_p), min-p (p >= min_p ·
+//      p_max), renormalise, and pick by inverse CDF with u = sample_uniform(seed, step, row).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace qwenrt {
+
+uint64_t splitmix64(uint64_t x);
+// Uniform in [0, 1) with 24 bits, a pure function of (seed, step, row).
+float sample_uniform(uint64_t seed, uint64_t step, uint64_t row);
+
+// Applies the penalties of `params` to `logits` [vocab] in place.
+void apply_penalties(float* logits, int vocab, const SamplingParams& params,
+                     const int32_t* history, int history_len);
+
+// Picks a token from one row of (already penalised) logits.
+int32_t sample_row(const float* logits, int vocab, const SamplingParams& params, uint64_t step,
+                   uint64_t row);
+
+// The candidate distribution step 3 draws from: token ids and probabilities (summing to 1)
+// in draw order. Exposed for distribution tests.
+struct Candidates {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+};
+Candidates sampling_candidates(const float* logits, int vocab, const SamplingParams& params);
+
+}  // namespace qwenrt

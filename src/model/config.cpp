@@ -1,0 +1,405 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+
+namespace qwenrt {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& source, const std::string& message) {
+  throw Error(ErrorCategory::kInvalidModel, source + ": " + message);
+}
+
+json parse_json_object(const std::string& text, const std::string& source) {
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(source, std::string("not valid JSON: ") + e.what());
+  }
+  if (!parsed.is_object()) fail(source, "expected a JSON object at the top level");
+  return parsed;
+}
+
+bool has_value(const json& object, const char* key) {
+  return object.contains(key) && !object.at(key).is_null();
+}
+
+// Integer field: must be an integer number within int range.
+std::optional<int> get_int(const json& object, const char* key, const std::string& source) {
+  if (!has_value(object, key)) return std::nullopt;
+  const json& value = object.at(key);
+  if (!value.is_number_integer()) fail(source, std::string("'") + key + "' must be an integer");
+  auto wide = value.get<int64_t>();
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+    fail(source, std::string("'") + key + "' is out of range: " + std::to_string(wide));
+  }
+  return static_cast<int>(wide);
+}
+
+int require_positive_int(const json& object, const char* key, const std::string& source) {
+  auto value = get_int(object, key, source);
+  if (!value) fail(source, std::string("missing required field '") + key + "'");
+  if (*value <= 0) {
+    fail(source, std::string("'") + key + "' must be positive, got " + std::to_string(*value));
+  }
+  return *value;
+}
+
+std::optional<double> get_number(const json& object, const char* key, const std::string& source) {
+  if (!has_value(object, key)) return std::nullopt;
+  const json& value = object.at(key);
+  if (!value.is_number()) fail(source, std::string("'") + key + "' must be a number");
+  double number = value.get<double>();
+  if (!std::isfinite(number)) fail(source, std::string("'") + key + "' must be finite");
+  return number;
+}
+
+std::optional<bool> get_bool(const json& object, const char* key, const std::string& source) {
+  if (!has_value(object, key)) return std::nullopt;
+  const json& value = object.at(key);
+  if (!value.is_boolean()) fail(source, std::string("'") + key + "' must be true or false");
+  return value.get<bool>();
+}
+
+// eos_token_id may be an integer or a list of integers.
+std::vector<int> get_token_ids(const json& object, const char* key, const std::string& source) {
+  std::vector<int> ids;
+  if (!has_value(object, key)) return ids;
+  const json& value = object.at(key);
+  auto check = [&](const json& item) {
+    if (!item.is_number_integer() || item.get<int64_t>() < 0 ||
+        item.get<int64_t>() > std::numeric_limits<int>::max()) {
+      fail(source, std::string("'") + key + "' must be a non-negative integer or a list of them");
+    }
+    ids.push_back(static_cast<int>(item.get<int64_t>()));
+  };
+  if (value.is_array()) {
+    for (const auto& item : value) check(item);
+  } else {
+    check(value);
+  }
+  return ids;
+}
+
+void parse_rope(const json& config, const std::string& source, ModelConfig& model) {
+  RopeConfig& rope = model.rope;
+  // transformers >= 5 writes `rope_parameters` (with rope_theta inside); older configs write
+  // `rope_theta` and `rope_scaling` at the top level. rope_scaling wins when both exist.
+  json params = json::object();
+  if (has_value(config, "rope_scaling")) {
+    params = config.at("rope_scaling");
+  } else if (has_value(config, "rope_parameters")) {
+    params = config.at("rope_parameters");
+  }
+  if (!params.is_object()) fail(source, "'rope_scaling'/'rope_parameters' must be an object");
+  std::string what = has_value(config, "rope_scaling") ? "rope_scaling" : "rope_parameters";
+
+  if (auto theta = get_number(params, "rope_theta", source)) {
+    rope.theta = *theta;
+  } else if (auto top_theta = get_number(config, "rope_theta", source)) {
+    rope.theta = *top_theta;
+  }
+  if (!(rope.theta > 0)) fail(source, "rope_theta must be positive");
+
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (has_value(params, key)) {
+      if (!params.at(key).is_string()) fail(source, what + "." + key + " must be a string");
+      type = params.at(key).get<std::string>();
+      break;
+    }
+  }
+  if (auto partial = get_number(params, "partial_rotary_factor", source); partial && *partial != 1.0) {
+    throw Error(ErrorCategory::kUnsupported, source + ": partial_rotary_factor != 1 is not supported");
+  }
+  if (type == "default") {
+    rope.type = RopeType::kDefault;
+    return;
+  }
+  if (type == "linear") {
+    rope.type = RopeType::kLinear;
+    auto factor = get_number(params, "factor", source);
+    if (!factor || *factor <= 0) fail(source, what + ": linear RoPE needs a positive 'factor'");
+    rope.factor = *factor;
+    return;
+  }
+  if (type != "yarn") {
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": RoPE type '" + type +
+                    "' is not supported (supported: default, linear, yarn)");
+  }
+  rope.type = RopeType::kYarn;
+  // original_max_position_embeddings: inside the RoPE dict, else a top-level field, else
+  // max_position_embeddings (transformers' standardisation order).
+  if (auto original = get_int(config, "original_max_position_embeddings", source)) {
+    rope.original_max_position_embeddings = *original;
+  } else if (auto inner = get_int(params, "original_max_position_embeddings", source)) {
+    rope.original_max_position_embeddings = *inner;
+  } else {
+    rope.original_max_position_embeddings = model.max_position_embeddings;
+  }
+  if (rope.original_max_position_embeddings <= 0) {
+    fail(source, what + ".original_max_position_embeddings must be positive");
+  }
+  if (auto factor = get_number(params, "factor", source)) {
+    rope.factor = *factor;
+  } else {
+    rope.factor = static_cast<double>(model.max_position_embeddings) /
+                  rope.original_max_position_embeddings;
+  }
+  if (!(rope.factor > 0)) fail(source, what + ".factor must be positive");
+  rope.attention_factor = get_number(params, "attention_factor", source);
+  rope.mscale = get_number(params, "mscale", source);
+  rope.mscale_all_dim = get_number(params, "mscale_all_dim", source);
+  // `or` semantics: a zero/absent beta falls back to the default, as in transformers.
+  if (auto beta = get_number(params, "beta_fast", source); beta && *beta != 0) rope.beta_fast = *beta;
+  if (auto beta = get_number(params, "beta_slow", source); beta && *beta != 0) rope.beta_slow = *beta;
+  if (auto truncate = get_bool(params, "truncate", source)) rope.truncate = *truncate;
+}
+
+void parse_sliding_window(const json& config, const std::string& source, ModelConfig& model) {
+  bool use_sliding = get_bool(config, "use_sliding_window", source).value_or(false);
+  std::optional<int> window;
+  if (use_sliding) {
+    window = get_int(config, "sliding_window", source);
+    if (window && *window <= 0) fail(source, "'sliding_window' must be positive");
+  }
+  model.layer_sliding_window.assign(model.num_layers, 0);
+  if (has_value(config, "layer_types")) {
+    const json& types = config.at("layer_types");
+    if (!types.is_array() || static_cast<int>(types.size()) != model.num_layers) {
+      fail(source, "'layer_types' must be a list with one entry per layer (" +
+                       std::to_string(model.num_layers) + ")");
+    }
+    for (int i = 0; i < model.num_layers; ++i) {
+      if (!types[i].is_string()) fail(source, "'layer_types' entries must be strings");
+      std::string type = types[i].get<std::string>();
+      if (type == "sliding_attention") {
+        model.layer_sliding_window[i] = window.value_or(0);
+      } else if (type != "full_attention") {
+        throw Error(ErrorCategory::kUnsupported,
+                    source + ": layer type '" + type + "' is not supported");
+      }
+    }
+    return;
+  }
+  if (!window) return;
+  int max_window_layers = get_int(config, "max_window_layers", source).value_or(28);
+  for (int i = 0; i < model.num_layers; ++i) {
+    if (i >= max_window_layers) model.layer_sliding_window[i] = *window;
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
+                               const std::string* generation_config_json) {
+  json config = parse_json_object(config_json, source);
+  ModelConfig model;
+
+  if (!config.contains("architectures") || !config["architectures"].is_array() ||
+      config["architectures"].empty() || !config["architectures"][0].is_string()) {
+    fail(source, "missing 'architectures' (expected e.g. [\"Qwen2ForCausalLM\"])");
+  }
+  model.architecture_name = config["architectures"][0].get<std::string>();
+  const std::string kSupported =
+      "supported: Qwen2ForCausalLM (Qwen1.5, Qwen2, Qwen2.5) and Qwen3ForCausalLM (Qwen3 dense)";
+  if (model.architecture_name == "Qwen2ForCausalLM") {
+    model.architecture = Architecture::kQwen2;
+  } else if (model.architecture_name == "Qwen3ForCausalLM") {
+    model.architecture = Architecture::kQwen3;
+  } else if (model.architecture_name == "QWenLMHeadModel") {
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": the original Qwen (QWenLMHeadModel) is not supported yet; " + kSupported);
+  } else if (model.architecture_name.find("Moe") != std::string::npos) {
+    throw Error(ErrorCategory::kUnsupported, source + ": mixture-of-experts models (" +
+                                                 model.architecture_name +
+                                                 ") are not supported yet; " + kSupported);
+  } else {
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": architecture '" + model.architecture_name + "' is not supported; " +
+                    kSupported);
+  }
+
+  model.hidden_size = require_positive_int(config, "hidden_size", source);
+  model.intermediate_size = require_positive_int(config, "intermediate_size", source);
+  model.num_layers = require_positive_int(config, "num_hidden_layers", source);
+  model.num_heads = require_positive_int(config, "num_attention_heads", source);
+  model.vocab_size = require_positive_int(config, "vocab_size", source);
+  model.num_kv_heads = get_int(config, "num_key_value_heads", source).value_or(model.num_heads);
+  if (model.num_kv_heads <= 0) fail(source, "'num_key_value_heads' must be positive");
+  if (model.num_heads % model.num_kv_heads != 0) {
+    fail(source, "num_attention_heads (" + std::to_string(model.num_heads) +
+                     ") is not a multiple of num_key_value_heads (" +
+                     std::to_string(model.num_kv_heads) + ")");
+  }
+  if (auto head_dim = get_int(config, "head_dim", source)) {
+    model.head_dim = *head_dim;
+  } else if (model.architecture == Architecture::kQwen3) {
+    model.head_dim = 128;  // Qwen3Config's default
+  } else {
+    if (model.hidden_size % model.num_heads != 0) {
+      fail(source, "hidden_size (" + std::to_string(model.hidden_size) +
+                       ") is not divisible by num_attention_heads (" +
+                       std::to_string(model.num_heads) + ") and no head_dim is given");
+    }
+    model.head_dim = model.hidden_size / model.num_heads;
+  }
+  if (model.head_dim <= 0 || model.head_dim % 2 != 0) {
+    fail(source, "head_dim must be positive and even, got " + std::to_string(model.head_dim));
+  }
+
+  model.rms_norm_eps = get_number(config, "rms_norm_eps", source).value_or(1e-6);
+  if (!(model.rms_norm_eps > 0)) fail(source, "'rms_norm_eps' must be positive");
+  model.max_position_embeddings =
+      get_int(config, "max_position_embeddings", source).value_or(32768);
+  if (model.max_position_embeddings <= 0) fail(source, "'max_position_embeddings' must be positive");
+  model.tie_word_embeddings = get_bool(config, "tie_word_embeddings", source).value_or(false);
+  if (model.architecture == Architecture::kQwen2) {
+    model.attention_bias = true;
+  } else {
+    model.attention_bias = get_bool(config, "attention_bias", source).value_or(false);
+    model.qk_norm = true;
+  }
+  if (has_value(config, "hidden_act")) {
+    if (!config["hidden_act"].is_string() || config["hidden_act"].get<std::string>() != "silu") {
+      throw Error(ErrorCategory::kUnsupported, source + ": only hidden_act \"silu\" is supported");
+    }
+  }
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (has_value(config, key) && config[key].is_string()) {
+      try {
+        model.dtype = parse_dtype(config[key].get<std::string>());
+      } catch (const Error&) {
+        fail(source, std::string("unsupported '") + key + "': " + config[key].get<std::string>());
+      }
+    }
+  }
+  parse_rope(config, source, model);
+  parse_sliding_window(config, source, model);
+
+  model.bos_token_id = get_int(config, "bos_token_id", source).value_or(-1);
+  model.eos_token_ids = get_token_ids(config, "eos_token_id", source);
+  if (generation_config_json != nullptr) {
+    std::string gen_source = "generation_config.json";
+    json gen = parse_json_object(*generation_config_json, gen_source);
+    auto gen_eos = get_token_ids(gen, "eos_token_id", gen_source);
+    if (!gen_eos.empty()) model.eos_token_ids = gen_eos;
+    if (auto value = get_number(gen, "temperature", gen_source)) model.default_temperature = *value;
+    if (auto value = get_number(gen, "top_p", gen_source)) model.default_top_p = *value;
+    if (auto value = get_int(gen, "top_k", gen_source)) model.default_top_k = *value;
+    if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
+      model.default_repetition_penalty = *value;
+    }
+  }
+  for (int id : model.eos_token_ids) {
+    if (id >= model.vocab_size) {
+      fail(source, "eos_token_id " + std::to_string(id) + " is not below vocab_size " +
+                       std::to_string(model.vocab_size));
+    }
+  }
+  if (model.bos_token_id >= model.vocab_size) {
+    fail(source, "bos_token_id " + std::to_string(model.bos_token_id) +
+                     " is not below vocab_size " + std::to_string(model.vocab_size));
+  }
+  return model;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  if (!std::filesystem::is_directory(model_dir)) {
+    throw Error(ErrorCategory::kIo, model_dir.string() + ": not a directory (expected a Hugging "
+                                                         "Face model folder with config.json)");
+  }
+  auto config_path = model_dir / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    throw Error(ErrorCategory::kIo,
+                config_path.string() + ": missing (the model folder has no config.json)");
+  }
+  std::string config_text = read_text_file(config_path);
+  auto gen_path = model_dir / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    std::string gen_text = read_text_file(gen_path);
+    try {
+      return parse_model_config(config_text, config_path.string(), &gen_text);
+    } catch (const Error& e) {
+      // Name the generation config by its full path when it is the culprit.
+      std::string message = e.what();
+      if (message.rfind("generation_config.json", 0) == 0) {
+        throw Error(e.category(), gen_path.string() + message.substr(22));
+      }
+      throw;
+    }
+  }
+  return parse_model_config(config_text, config_path.string());
+}
+
+RopeTables compute_rope_tables(const ModelConfig& config) {
+  const RopeConfig& rope = config.rope;
+  const int dim = config.head_dim;
+  const int half = dim / 2;
+  RopeTables tables;
+  tables.inv_freq.resize(half);
+  // transformers: base ** (arange(0, dim, 2).float() / dim), all in fp32.
+  std::vector<float> pos_freqs(half);
+  for (int i = 0; i < half; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    pos_freqs[i] = std::pow(static_cast<float>(rope.theta), exponent);
+  }
+  if (rope.type == RopeType::kDefault) {
+    for (int i = 0; i < half; ++i) tables.inv_freq[i] = 1.0f / pos_freqs[i];
+    return tables;
+  }
+  if (rope.type == RopeType::kLinear) {
+    for (int i = 0; i < half; ++i) {
+      tables.inv_freq[i] = (1.0f / pos_freqs[i]) / static_cast<float>(rope.factor);
+    }
+    return tables;
+  }
+  // YaRN.
+  const double factor = rope.factor;
+  auto get_mscale = [](double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+  };
+  double attention_factor;
+  if (rope.attention_factor) {
+    attention_factor = *rope.attention_factor;
+  } else if (rope.mscale && rope.mscale_all_dim && *rope.mscale != 0 && *rope.mscale_all_dim != 0) {
+    attention_factor = get_mscale(factor, *rope.mscale) / get_mscale(factor, *rope.mscale_all_dim);
+  } else {
+    attention_factor = get_mscale(factor, 1.0);
+  }
+  const double base = rope.theta;
+  const double original = rope.original_max_position_embeddings;
+  auto correction_dim = [&](double rotations) {
+    return (dim * std::log(original / (rotations * 2 * M_PI))) / (2 * std::log(base));
+  };
+  double low = correction_dim(rope.beta_fast);
+  double high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // avoid a zero-width ramp
+  for (int i = 0; i < half; ++i) {
+    float ramp = static_cast<float>((static_cast<float>(i) - low) / (high - low));
+    ramp = std::min(1.0f, std::max(0.0f, ramp));
+    float extrapolation_factor = 1.0f - ramp;
+    float extrapolated = 1.0f / pos_freqs[i];
+    float interpolated = 1.0f / (static_cast<float>(factor) * pos_freqs[i]);
+    tables.inv_freq[i] =
+        interpolated * (1.0f - extrapolation_factor) + extrapolated * extrapolation_factor;
+  }
+  tables.attention_scaling = static_cast<float>(attention_factor);
+  return tables;
+}
+
+}  // namespace qwenrt

@@ -1,0 +1,83 @@
+// ModelConfig: the immutable description of a Qwen checkpoint, read from a Hugging Face
+// model folder's config.json (+ generation_config.json). Every field is validated on load;
+// runtime choices (device, dtype, context) live in RuntimeConfig, not here.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace qwenrt {
+
+enum class Architecture {
+  kQwen2,  // Qwen2ForCausalLM: Qwen1.5, Qwen2, Qwen2.5 (q/k/v bias)
+  kQwen3,  // Qwen3ForCausalLM: per-head q/k RMSNorm, explicit head_dim
+};
+
+enum class RopeType { kDefault, kLinear, kYarn };
+
+struct RopeConfig {
+  RopeType type = RopeType::kDefault;
+  double theta = 10000.0;                 // base of the inverse frequencies
+  double factor = 1.0;                    // linear / YaRN context-extension factor
+  int original_max_position_embeddings = 0;  // YaRN: pre-extension context length
+  std::optional<double> attention_factor;    // YaRN: cos/sin multiplier (derived if absent)
+  std::optional<double> mscale, mscale_all_dim;
+  double beta_fast = 32.0;  // YaRN ramp bounds, in rotations
+  double beta_slow = 1.0;
+  bool truncate = true;     // YaRN: round the correction range to whole dimensions
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kQwen2;
+  std::string architecture_name;  // config.json "architectures"[0]
+
+  int hidden_size = 0;            // model width
+  int intermediate_size = 0;      // MLP width
+  int num_layers = 0;
+  int num_heads = 0;              // query heads
+  int num_kv_heads = 0;           // key/value heads (GQA groups)
+  int head_dim = 0;               // per-head width (Qwen3: explicit; else hidden/heads)
+  int vocab_size = 0;             // rows of the embedding / lm_head
+  double rms_norm_eps = 1e-6;
+  int max_position_embeddings = 0;
+  bool tie_word_embeddings = false;  // lm_head shares the embedding matrix
+  bool attention_bias = false;       // q/k/v projections carry a bias (Qwen2: always)
+  bool qk_norm = false;              // per-head RMSNorm on q and k before RoPE (Qwen3)
+  DType dtype = DType::kBF16;        // torch_dtype/dtype of the checkpoint
+  RopeConfig rope;
+  // Per layer: 0 for full causal attention, else the sliding-window length in tokens.
+  std::vector<int> layer_sliding_window;
+
+  int bos_token_id = -1;             // -1: none
+  std::vector<int> eos_token_ids;    // generation_config.json, else config.json
+
+  // Recommended sampling defaults from generation_config.json (absent: not given).
+  std::optional<float> default_temperature, default_top_p, default_repetition_penalty;
+  std::optional<int> default_top_k;
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+};
+
+// Reads and validates <dir>/config.json and, when present, <dir>/generation_config.json.
+// Throws Error(kInvalidModel / kUnsupported / kIo) naming the file and field.
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+
+// Parses config.json text (and optional generation_config.json text); `source` names the
+// file in error messages.
+ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
+                               const std::string* generation_config_json = nullptr);
+
+// RoPE inverse frequencies [head_dim / 2] in fp32 and the cos/sin multiplier, computed as
+// transformers does (fp32 powers; YaRN blend of interpolated and extrapolated frequencies).
+struct RopeTables {
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.f;
+};
+RopeTables compute_rope_tables(const ModelConfig& config);
+
+}  // namespace qwenrt

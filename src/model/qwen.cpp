@@ -1,0 +1,209 @@
+#include "model/qwen.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace qwenrt {
+namespace {
+
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// int32 elements of the staged batch arrays for the given limits.
+size_t batch_ints(const ForwardLimits& limits) {
+  return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
+         static_cast<size_t>(limits.max_seqs) * (2 + limits.max_blocks_per_seq) + 1 +
+         static_cast<size_t>(limits.max_logit_rows);
+}
+
+}  // namespace
+
+size_t QwenModel::kv_pool_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits) {
+  return 2 * static_cast<size_t>(config.num_layers) * limits.num_blocks * limits.block_size *
+         config.kv_dim() * dtype_size(dtype);
+}
+
+size_t QwenModel::workspace_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits) {
+  const size_t tokens = limits.max_batch_tokens;
+  const size_t elem = dtype_size(dtype);
+  size_t total = 0;
+  total += 3 * aligned(tokens * config.hidden_size * elem);                      // x, h, o
+  total += 2 * aligned(tokens * config.q_dim() * elem);                          // q, attn
+  total += 2 * aligned(tokens * config.kv_dim() * elem);                         // k, v
+  total += 2 * aligned(tokens * config.intermediate_size * elem);                // gate, up
+  total += aligned(static_cast<size_t>(limits.max_logit_rows) * config.hidden_size * elem);
+  total += aligned(static_cast<size_t>(limits.max_logit_rows) * config.vocab_size * 4);
+  total += aligned(batch_ints(limits) * 4);
+  return total;
+}
+
+QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backend,
+                     const ForwardLimits& limits)
+    : config_(config), weights_(std::move(weights)), backend_(backend), limits_(limits) {
+  const DType dtype = backend_.activation_dtype();
+  kv_geometry_ = KvGeometry{limits.num_blocks, limits.block_size, config.num_kv_heads, config.head_dim, dtype};
+  kv_storage_ = backend_.allocate(kv_pool_bytes(config, dtype, limits), "KV cache");
+  const size_t layer_bytes = kv_geometry_.layer_pool_bytes();
+  char* kv_base = static_cast<char*>(kv_storage_.data());
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    kv_layers_.push_back(KvLayer{kv_base + (2 * layer) * layer_bytes, kv_base + (2 * layer + 1) * layer_bytes});
+  }
+
+  workspace_ = backend_.allocate(workspace_bytes(config, dtype, limits), "activation workspace");
+  char* cursor = static_cast<char*>(workspace_.data());
+  auto carve = [&](int64_t rows, int64_t cols, DType type) {
+    Tensor tensor{cursor, type, rows, cols};
+    cursor += aligned(static_cast<size_t>(rows * cols) * dtype_size(type));
+    return tensor;
+  };
+  const int64_t tokens = limits.max_batch_tokens;
+  x_ = carve(tokens, config.hidden_size, dtype);
+  h_ = carve(tokens, config.hidden_size, dtype);
+  o_ = carve(tokens, config.hidden_size, dtype);
+  q_ = carve(tokens, config.q_dim(), dtype);
+  attn_ = carve(tokens, config.q_dim(), dtype);
+  k_ = carve(tokens, config.kv_dim(), dtype);
+  v_ = carve(tokens, config.kv_dim(), dtype);
+  gate_ = carve(tokens, config.intermediate_size, dtype);
+  up_ = carve(tokens, config.intermediate_size, dtype);
+  gathered_ = carve(limits.max_logit_rows, config.hidden_size, dtype);
+  logits_ = carve(limits.max_logit_rows, config.vocab_size, DType::kF32);
+  batch_device_ = reinterpret_cast<int32_t*>(cursor);
+  batch_host_.resize(batch_ints(limits));
+
+  RopeTables rope = compute_rope_tables(config);
+  rope_scaling_ = rope.attention_scaling;
+  rope_storage_ = backend_.allocate(rope.inv_freq.size() * sizeof(float), "RoPE frequencies");
+  backend_.copy_to_device(rope_storage_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+  backend_.synchronize();
+}
+
+BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
+                                 std::span<const int32_t> logit_rows) {
+  const int n_seqs = static_cast<int>(chunks.size());
+  int n_tokens = 0;
+  for (const auto& chunk : chunks) n_tokens += static_cast<int>(chunk.tokens.size());
+  if (n_seqs == 0 || n_tokens == 0) {
+    throw Error(ErrorCategory::kInternal, "forward pass called with no tokens");
+  }
+  if (n_tokens > limits_.max_batch_tokens || n_seqs > limits_.max_seqs ||
+      static_cast<int>(logit_rows.size()) > limits_.max_logit_rows) {
+    throw Error(ErrorCategory::kInternal,
+                "batch of " + std::to_string(n_tokens) + " tokens / " + std::to_string(n_seqs) +
+                    " sequences / " + std::to_string(logit_rows.size()) +
+                    " logit rows exceeds the planned limits");
+  }
+  const int stride = limits_.max_blocks_per_seq;
+  // Layout of the staging area (fixed offsets from the limits).
+  int32_t* host = batch_host_.data();
+  const size_t t_cap = limits_.max_batch_tokens, s_cap = limits_.max_seqs;
+  int32_t* ids = host;
+  int32_t* positions = ids + t_cap;
+  int32_t* slots = positions + t_cap;
+  int32_t* token_seq = slots + t_cap;
+  int32_t* seq_starts = token_seq + t_cap;
+  int32_t* context_lens = seq_starts + s_cap + 1;
+  int32_t* block_tables = context_lens + s_cap;
+  int32_t* rows = block_tables + s_cap * stride;
+
+  BatchView view;
+  view.n_tokens = n_tokens;
+  view.n_seqs = n_seqs;
+  view.max_blocks_per_seq = stride;
+  int t = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    const SequenceChunk& chunk = chunks[s];
+    const int start = chunk.blocks->length();
+    const int count = static_cast<int>(chunk.tokens.size());
+    if (start + count > chunk.blocks->capacity()) {
+      throw Error(ErrorCategory::kInternal, "sequence blocks not reserved for its new tokens");
+    }
+    const auto& table = chunk.blocks->block_table();
+    if (static_cast<int>(table.size()) > stride) {
+      throw Error(ErrorCategory::kInternal, "sequence longer than the planned context");
+    }
+    seq_starts[s] = t;
+    context_lens[s] = start + count;
+    for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = b < static_cast<int>(table.size()) ? table[b] : 0;
+    for (int i = 0; i < count; ++i, ++t) {
+      ids[t] = chunk.tokens[i];
+      if (ids[t] < 0 || ids[t] >= config_.vocab_size) {
+        throw Error(ErrorCategory::kInvalidArgument,
+                    "token id " + std::to_string(ids[t]) + " is outside the vocabulary [0, " +
+                        std::to_string(config_.vocab_size) + ")");
+      }
+      positions[t] = start + i;
+      slots[t] = chunk.blocks->slot(start + i);
+      token_seq[t] = s;
+    }
+    view.max_new_tokens = std::max(view.max_new_tokens, count);
+    view.max_context_len = std::max(view.max_context_len, start + count);
+  }
+  seq_starts[n_seqs] = t;
+  for (size_t r = 0; r < logit_rows.size(); ++r) {
+    QWENRT_CHECK(logit_rows[r] >= 0 && logit_rows[r] < n_tokens, "logit row out of range");
+    rows[r] = logit_rows[r];
+  }
+  backend_.copy_to_device(batch_device_, host, batch_host_.size() * sizeof(int32_t));
+  const int32_t* device = batch_device_;
+  view.token_ids = device;
+  view.positions = device + (positions - host);
+  view.slot_mapping = device + (slots - host);
+  view.token_seq = device + (token_seq - host);
+  view.seq_starts = device + (seq_starts - host);
+  view.context_lens = device + (context_lens - host);
+  view.block_tables = device + (block_tables - host);
+  logit_rows_device_ = device + (rows - host);
+  return view;
+}
+
+Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) {
+  BatchView batch = stage_batch(chunks, logit_rows);
+  const int64_t n = batch.n_tokens;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor x = x_.row_slice(0, n), h = h_.row_slice(0, n), o = o_.row_slice(0, n);
+  Tensor q = q_.row_slice(0, n), k = k_.row_slice(0, n), v = v_.row_slice(0, n);
+  Tensor attn = attn_.row_slice(0, n), gate = gate_.row_slice(0, n), up = up_.row_slice(0, n);
+
+  AttentionParams attention;
+  attention.n_heads = config_.num_heads;
+  attention.n_kv_heads = config_.num_kv_heads;
+  attention.head_dim = config_.head_dim;
+  attention.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+
+  backend_.embed(batch, weights_.embed_tokens, x);
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    // h = norm(x) — fused with the previous layer's residual add except on layer 0.
+    if (layer == 0) {
+      backend_.rmsnorm(x, w.input_norm, eps, h);
+    } else {
+      backend_.add_rmsnorm(x, o, w.input_norm, eps, h);
+    }
+    backend_.matmul(h, w.q_proj, q);
+    backend_.matmul(h, w.k_proj, k);
+    backend_.matmul(h, w.v_proj, v);
+    QkvEpilogue epilogue{w.q_bias, w.k_bias, w.v_bias, w.q_norm, w.k_norm, eps,
+                         static_cast<const float*>(rope_storage_.data()), rope_scaling_};
+    attention.sliding_window = config_.layer_sliding_window[layer];
+    backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
+    backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
+    backend_.matmul(attn, w.o_proj, o);
+    if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
+    // x += attention output; h = norm(x)
+    backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
+    backend_.matmul(h, w.gate_proj, gate);
+    backend_.matmul(h, w.up_proj, up);
+    backend_.silu_mul(gate, up, gate);
+    backend_.matmul(gate, w.down_proj, o);
+  }
+  backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
+  const int64_t n_rows = static_cast<int64_t>(logit_rows.size());
+  Tensor gathered = gathered_.row_slice(0, n_rows);
+  Tensor logits = logits_.row_slice(0, n_rows);
+  backend_.gather_rows(h, logit_rows_device_, gathered);
+  backend_.matmul(gathered, weights_.lm_head, logits);
+  return logits;
+}
+
+}  // namespace qwenrt
