@@ -115,6 +115,18 @@ TEST_P(CudaOps, SiluMulEmbedGather) {
     const Tolerance tol = tolerance_for(dtype());
     expect_close(download(gpu(), out.t), ref, tol.rel_norm, tol.rel_elem, 1e-3, "silu_mul");
   }
+  // add_bias: x += bias per row.
+  {
+    const int rows = 5, cols = 136;
+    const auto x = random_values(rng_, static_cast<size_t>(rows) * cols, 1.f, dtype());
+    const auto bias = random_values(rng_, cols, 1.f, dtype());
+    auto dx = DeviceTensor::from(gpu(), dtype(), rows, cols, x);
+    auto db = DeviceTensor::from(gpu(), dtype(), 1, cols, bias);
+    gpu().add_bias(dx.t, db.t);
+    std::vector<double> ref(x.size());
+    for (size_t i = 0; i < x.size(); ++i) ref[i] = round_to(dtype(), x[i] + bias[i % cols]);
+    expect_close(download(gpu(), dx.t), ref, 0, 0, 0, "add_bias");
+  }
   // embed and gather_rows: exact copies.
   const int vocab = 301, hidden = 136;
   const auto table = random_values(rng_, static_cast<size_t>(vocab) * hidden, 1.f, dtype());
@@ -413,6 +425,17 @@ TEST_P(CudaOps, AttentionPromptAndMixedBatches) {
     run_attention_case(gpu(), dtype(), rng_, {h, {37, 1, 130}, {37, 1, 130}, 16, 0});
     run_attention_case(gpu(), dtype(), rng_, {h, {70, 200, 16, 3}, {5, 1, 16, 2}, 16, 0});
   }
+  // Shapes only the generic kernel takes: small/odd head_dim, group 3, tiny test models.
+  const HeadConfig odd[] = {{4, 2, 16, false, false}, {6, 2, 24, false, false}, {8, 8, 8, false, false},
+                            {6, 2, 80, false, false}};
+  for (const HeadConfig& h : odd) {
+    run_attention_case(gpu(), dtype(), rng_, {h, {37, 1, 70}, {37, 1, 3}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {300, 12}, {1, 1}, 16, 0});
+  }
+  run_attention_case(gpu(), dtype(), rng_, {odd[1], {90, 33}, {90, 1}, 5, 17});
+  // Group 3 on the tiled kernels.
+  run_attention_case(gpu(), dtype(), rng_, {{12, 4, 128, false, false}, {50, 9}, {50, 1}, 16, 0});
+  run_attention_case(gpu(), dtype(), rng_, {{12, 4, 128, false, false}, {50, 9}, {1, 1}, 16, 0});
   // Sliding window, odd block size.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {90, 33}, {90, 4}, 7, 20});
   // One long prompt chunk continuing a cached prefix.

@@ -1,73 +1,23 @@
-// Device sampling against a host transcription of the CPU sampler's rule (sort by l
-// descending, top_k, softmax, top_p, min_p, renormalise, splitmix64 draw): greedy must
-// equal the argmax; with the same seeds the draws must be the same tokens (they may
-// differ only when u lands within float rounding of a cumulative boundary).
+// Device sampling against the CPU sampler (sort by logit descending, top_k, softmax, top_p,
+// min_p, renormalise, splitmix64 draw): greedy must equal the argmax; with the same seeds
+// the draws must be the same tokens (they may differ only when u lands within float
+// rounding of a cumulative boundary).
 #include <algorithm>
 #include <map>
 #include <numeric>
 
+#include "engine/sampler.h"
 #include "gpu_test_util.h"
 
 namespace qwenrt::test {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  uint64_t z = x;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+// The CPU sampler (engine/sampler.cpp) is the reference.
 int reference_sample(std::vector<float> logits, const SamplingParams& p, uint64_t step, int row,
                      const std::vector<int32_t>& history) {
-  std::map<int, int> counts;
-  for (int32_t t : history) ++counts[t];
-  for (const auto& [t, c] : counts) {
-    float& v = logits[t];
-    if (p.repetition_penalty != 1.f) v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
-    v -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
-  }
   const int vocab = static_cast<int>(logits.size());
-  if (p.temperature <= 0.f) {
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  std::vector<float> l(vocab);
-  for (int i = 0; i < vocab; ++i) l[i] = logits[i] / p.temperature;
-  std::vector<int> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
-  int kept = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
-  std::vector<float> prob(kept);
-  float sum = 0.f;
-  for (int j = 0; j < kept; ++j) sum += (prob[j] = std::exp(l[order[j]] - l[order[0]]));
-  for (float& x : prob) x /= sum;
-  if (p.top_p < 1.f) {
-    float cum = 0.f;
-    for (int j = 0; j < kept; ++j) {
-      cum += prob[j];
-      if (cum >= p.top_p) {
-        kept = j + 1;
-        break;
-      }
-    }
-  }
-  if (p.min_p > 0.f) {
-    int n = 0;
-    while (n < kept && prob[n] >= p.min_p * prob[0]) ++n;
-    kept = std::max(n, 1);
-  }
-  float total = 0.f;
-  for (int j = 0; j < kept; ++j) total += prob[j];
-  const uint64_t z = splitmix64(splitmix64(p.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
-                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
-  const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
-  float cum = 0.f;
-  for (int j = 0; j < kept; ++j) {
-    cum += prob[j] / total;
-    if (cum > u) return order[j];
-  }
-  return order[kept - 1];
+  apply_penalties(logits.data(), vocab, p, history.data(), static_cast<int>(history.size()));
+  return sample_row(logits.data(), vocab, p, step, static_cast<uint64_t>(row));
 }
 
 class CudaSampling : public ::testing::Test {

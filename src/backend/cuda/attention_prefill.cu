@@ -20,6 +20,7 @@ constexpr int kRowsPerWarp = 8;
 constexpr int kRows = kWarps * kRowsPerWarp;  // query rows per block
 constexpr int kKeys = gpu::kWarpSize;         // keys per tile: one per lane in S
 constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kRows >= kMaxTiledGroup, "a block must hold one token's whole q-head group");
 
 struct PrefillArgs {
   const int32_t* positions;

@@ -67,6 +67,7 @@ class CublasLtMatmul {
 // elementwise.cu
 void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Stream stream);
 void launch_silu_mul(const Tensor& gate, const Tensor& up, Tensor out, Stream stream);
+void launch_add_bias(Tensor x, const Tensor& bias, Stream stream);
 void launch_gather_rows(const Tensor& x, const int32_t* rows, Tensor out, Stream stream);
 void launch_fill_nan(void* data, DType dtype, size_t count, Stream stream);
 
@@ -84,6 +85,13 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
 void launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                               Tensor out, Stream stream);
+
+// attention_generic.cu: any head_dim up to 256, any group, no alignment needs.
+void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,
+                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
+                              Tensor out, Stream stream);
+// Query heads per kv head the tiled kernels (prefill, decode) take.
+constexpr int kMaxTiledGroup = 64;
 
 // attention_decode.cu: batches of one new token per sequence. Returns false when the
 // shape has no decode kernel (the caller falls back to the prefill kernel).

@@ -182,18 +182,24 @@ class CudaBackend final : public Backend {
 
   void attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
                  const KvGeometry& geometry, KvLayer cache, Tensor out) override {
-    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    QWENRT_CHECK(attn.n_kv_heads > 0 && attn.head_dim % 8 == 0 && aligned(q.data) &&
-                     aligned(out.data) && aligned(cache.k) && aligned(cache.v),
-                 "attention: q, out and the cache must be 16-byte aligned and head_dim a "
-                 "multiple of 8");
-    QWENRT_CHECK(q.rows == batch.n_tokens && out.rows == batch.n_tokens &&
+    QWENRT_CHECK(attn.n_kv_heads > 0 && attn.n_heads % attn.n_kv_heads == 0 &&
+                     q.rows == batch.n_tokens && out.rows == batch.n_tokens &&
                      q.cols == static_cast<int64_t>(attn.n_heads) * attn.head_dim &&
                      out.cols == q.cols && q.dtype == dtype_ && out.dtype == dtype_ &&
                      geometry.dtype == dtype_ && geometry.n_kv_heads == attn.n_kv_heads &&
                      geometry.head_dim == attn.head_dim,
                  "attention: q " + shape_string(q) + ", out " + shape_string(out) +
                      " do not match the heads/geometry");
+    // The tiled kernels read 16-byte vectors and have head_dim-specialised code.
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool tiled = aligned(q.data) && aligned(out.data) && aligned(cache.k) &&
+                       aligned(cache.v) &&
+                       (attn.head_dim == 64 || attn.head_dim == 128 || attn.head_dim == 256) &&
+                       attn.n_heads / attn.n_kv_heads <= kMaxTiledGroup;
+    if (!tiled) {
+      launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
+      return;
+    }
     if (launch_attention_decode(batch, attn, q, geometry, cache, out,
                                 static_cast<float*>(attention_workspace_.data()),
                                 kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
@@ -201,6 +207,8 @@ class CudaBackend final : public Backend {
     }
     launch_attention_prefill(batch, attn, q, geometry, cache, out, stream_);
   }
+
+  void add_bias(Tensor x, const Tensor& bias) override { launch_add_bias(x, bias, stream_); }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
     launch_silu_mul(gate, up, out, stream_);

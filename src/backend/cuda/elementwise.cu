@@ -85,6 +85,17 @@ __global__ void silu_mul_vec_kernel(const Vec16<T>* __restrict__ gate,
   }
 }
 
+// x[r, c] += bias[c]; the one rounding happens on the store.
+template <typename T>
+__global__ void add_bias_kernel(T* __restrict__ x, const T* __restrict__ bias, int64_t rows,
+                                int64_t cols) {
+  const int64_t count = rows * cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    x[i] = gpu::from_f32<T>(gpu::to_f32(x[i]) + gpu::to_f32(bias[i % cols]));
+}
+
 template <typename T>
 __global__ void fill_kernel(T* data, size_t count, T value) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -150,6 +161,19 @@ void launch_silu_mul(const Tensor& gate, const Tensor& up, Tensor out, Stream st
     }
   });
   QWENRT_CUDA_LAUNCHED("silu_mul", shape_string(gate));
+}
+
+void launch_add_bias(Tensor x, const Tensor& bias, Stream stream) {
+  QWENRT_CHECK(bias.numel() == x.cols && bias.dtype == x.dtype,
+               "add_bias: x " + shape_string(x) + ", bias " + shape_string(bias));
+  if (x.numel() == 0) return;
+  dispatch_half(x.dtype, "add_bias", [&](auto tag) {
+    using T = decltype(tag);
+    const int threads = 256;
+    const unsigned blocks = std::min<unsigned>(ceil_div(x.numel(), threads), 65535u);
+    add_bias_kernel<T><<<blocks, threads, 0, stream>>>(x.as<T>(), bias.as<const T>(), x.rows, x.cols);
+  });
+  QWENRT_CUDA_LAUNCHED("add_bias", shape_string(x));
 }
 
 void launch_fill_nan(void* data, DType dtype, size_t count, Stream stream) {

@@ -1,8 +1,8 @@
 // Token sampling on the device, the CPU sampler's semantics (engine/sampler.cpp):
 // penalties → greedy argmax, or temperature → top_k → softmax → top_p → min_p → draw.
 // Work split: one block per row. Every filter keeps a prefix of the candidates sorted by
-// (l descending, index ascending), so instead of sorting the vocabulary each cut is a
-// radix select over the 64-bit key (order-preserving bits of l, index) that finds the
+// (logit descending, index ascending), so instead of sorting the vocabulary each cut is a
+// radix select over the 64-bit key (order-preserving bits of the logit, index) that finds the
 // first candidate where a running count or probability mass crosses a target, 8 key
 // bits per pass with per-warp shared-memory histograms. Bound: ~7 passes over the fp32
 // row (L2-resident) per cut; greedy is one pass. Non-finite logits raise a flag.
@@ -25,9 +25,9 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   return z ^ (z >> 31);
 }
 
-// Maps l to 32 bits whose ascending order is l's descending order.
-__device__ __forceinline__ uint32_t descending_bits(float l) {
-  const uint32_t u = __float_as_uint(l);
+// Maps a float to 32 bits whose ascending order is the float's descending order.
+__device__ __forceinline__ uint32_t descending_bits(float value) {
+  const uint32_t u = __float_as_uint(value);
   const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return ~ascending;
 }
@@ -36,22 +36,24 @@ struct RowView {
   const float* x;
   int vocab;
   float temperature;
-  float l_max;       // max of x / temperature
+  float x_max;       // max logit
   float min_p;       // 0: off
   uint64_t limit;    // candidates have key <= limit
 };
 
 struct Candidate {
   uint64_t key;
-  float mass;  // exp(l - l_max)
+  float mass;  // exp((x - x_max) / temperature): probability up to the normalisation
   bool kept;
 };
 
 __device__ __forceinline__ Candidate candidate(const RowView& row, int i) {
-  const float l = row.x[i] / row.temperature;
+  // Ordered by the logit itself (temperature > 0 keeps the order; dividing first could
+  // merge distinct logits into ties).
+  const float x = row.x[i];
   Candidate c;
-  c.key = (static_cast<uint64_t>(descending_bits(l)) << 32) | static_cast<uint32_t>(i);
-  c.mass = expf(l - row.l_max);
+  c.key = (static_cast<uint64_t>(descending_bits(x)) << 32) | static_cast<uint32_t>(i);
+  c.mass = expf((x - row.x_max) / row.temperature);
   c.kept = c.key <= row.limit && (row.min_p <= 0.f || c.mass >= row.min_p);
   return c;
 }
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   int index_bits = 1;
   while ((1 << index_bits) < vocab) ++index_bits;
-  RowView view{x, vocab, params.temperature, best / params.temperature, 0.f, ~0ull};
+  RowView view{x, vocab, params.temperature, best, 0.f, ~0ull};
   uint64_t key = 0;
 
   // top_k: the k-th candidate bounds the kept prefix.
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (select_crossing(view, true, false, params.top_p * mass, index_bits, sm, &key))
       view.limit = min(view.limit, key);
   }
-  // min_p: p >= min_p · p_max  ⇔  exp(l − l_max) >= min_p.
+  // min_p: p >= min_p · p_max  ⇔  mass >= min_p.
   view.min_p = params.min_p;
 
   // The draw: first kept candidate whose running mass exceeds u · (kept mass).
