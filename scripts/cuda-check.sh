@@ -4,7 +4,7 @@
 # in one go on a GPU machine. Logs land in LOG_DIR (default build-gpu/logs); the last
 # lines printed are the summary.
 #
-# Usage: scripts/cuda-check.sh [LOG_DIR] [--no-bench] [--no-sanitizer]
+# Usage: scripts/cuda-check.sh [LOG_DIR] [--no-bench] [--no-sanitizer] [--no-profile]
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,10 +12,12 @@ cd "${repo_root}"
 log_dir="build-gpu/logs"
 bench=1
 sanitizer=1
+profile=1
 for arg in "$@"; do
   case "${arg}" in
     --no-bench) bench=0 ;;
     --no-sanitizer) sanitizer=0 ;;
+    --no-profile) profile=0 ;;
     *) log_dir="${arg}" ;;
   esac
 done
@@ -61,6 +63,23 @@ if [ "${sanitizer}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     --gtest_filter='Dtypes/CudaOps.*/bf16:CudaSampling.*' >"${log_dir}/memcheck.txt" 2>&1
   summary+=("memcheck rc=$?")
   grep -E "ERROR SUMMARY|Invalid|FAILED" "${log_dir}/memcheck.txt" | head -20
+fi
+
+# Device-side kernel durations (no host launch overhead) for a 7B decode step and the
+# attention shapes, from Nsight Compute, when it is installed and allowed to read counters.
+if [ "${profile}" = 1 ] && command -v ncu >/dev/null; then
+  timeout "${PROFILE_SECONDS:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --log-file "${log_dir}/profile.csv" "${gpu_tests}" --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaProfile.*:CudaBench.DISABLED_AttentionForProfiler' >"${log_dir}/profile-run.txt" 2>&1
+  summary+=("profile rc=$?")
+  python3 - "${log_dir}/profile.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+name, grid, block, value = (head.index(c) for c in ("Kernel Name", "Grid Size", "Block Size", "Metric Value"))
+for r in rows:
+    print(f"{float(r[value].replace(',', '')) / 1000:9.2f} us  grid {r[grid]:>14} block {r[block]:>12}  {r[name][:90]}")
+PY
 fi
 
 for line in "${summary[@]}"; do echo "SUMMARY ${line}"; done

@@ -17,7 +17,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * gpu::kWarpSize;
 constexpr int kUnroll = 4;
 constexpr int kMaxSplits = 64;
-constexpr int kMinKeysPerSplit = 128;
+constexpr int kMinKeysPerSplit = 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeArgs {

@@ -92,12 +92,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
 void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                               Tensor out, Stream stream) {
-  const std::string sizes = "tokens " + std::to_string(batch.n_tokens) + ", heads " +
+  const auto sizes = [&] {
+    return "tokens " + std::to_string(batch.n_tokens) + ", heads " +
                             std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) +
                             ", head_dim " + std::to_string(attn.head_dim);
+  };
   if (attn.head_dim <= 0 || attn.head_dim > kMaxHeadDim) {
     throw Error(ErrorCategory::kUnsupported,
-                "attention: head_dim above " + std::to_string(kMaxHeadDim) + " (" + sizes + ")");
+                "attention: head_dim above " + std::to_string(kMaxHeadDim) + " (" + sizes() + ")");
   }
   if (batch.n_tokens == 0) return;
   GenericArgs args{batch.positions, batch.token_seq, batch.block_tables, batch.n_tokens,
@@ -110,7 +112,7 @@ void launch_attention_generic(const BatchView& batch, const AttentionParams& att
         args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v),
         out.as<T>());
   });
-  QWENRT_CUDA_LAUNCHED("attention (generic)", sizes);
+  QWENRT_CUDA_LAUNCHED("attention (generic)", sizes());
 }
 
 }  // namespace qwenrt::cuda

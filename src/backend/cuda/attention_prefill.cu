@@ -265,16 +265,18 @@ void launch_attention_prefill(const BatchView& batch, const AttentionParams& att
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                               Tensor out, Stream stream) {
   const int group = attn.n_kv_heads > 0 ? attn.n_heads / attn.n_kv_heads : 0;
-  const std::string sizes = "tokens " + std::to_string(batch.n_tokens) + ", seqs " +
+  const auto sizes = [&] {
+    return "tokens " + std::to_string(batch.n_tokens) + ", seqs " +
                             std::to_string(batch.n_seqs) + ", heads " +
                             std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) +
                             ", head_dim " + std::to_string(attn.head_dim);
+  };
   QWENRT_CHECK(group >= 1 && group * attn.n_kv_heads == attn.n_heads,
-               "attention: n_heads must be a multiple of n_kv_heads (" + sizes + ")");
+               "attention: n_heads must be a multiple of n_kv_heads (" + sizes() + ")");
   if (group > kRows) {
     throw Error(ErrorCategory::kUnsupported,
                 "attention: more than " + std::to_string(kRows) +
-                    " query heads per kv head is not supported (" + sizes + ")");
+                    " query heads per kv head is not supported (" + sizes() + ")");
   }
   PrefillArgs args{};
   args.positions = batch.positions;
@@ -304,7 +306,7 @@ void launch_attention_prefill(const BatchView& batch, const AttentionParams& att
                         " has no CUDA kernel (64, 128, 256 do)");
     }
   });
-  QWENRT_CUDA_LAUNCHED("attention (prefill)", sizes);
+  QWENRT_CUDA_LAUNCHED("attention (prefill)", sizes());
 }
 
 }  // namespace qwenrt::cuda

@@ -77,6 +77,10 @@ class CudaBackend final : public Backend {
     attention_workspace_ = allocate(kAttentionWorkspaceBytes, "attention workspace");
     status_buffer_ = allocate(sizeof(int32_t), "sampling status");
     matmul_ = std::make_unique<CublasLtMatmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
+    void* pinned = nullptr;
+    QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, sizeof(int32_t), cudaHostAllocDefault), "init",
+                     "pinned status word");
+    status_host_ = static_cast<int32_t*>(pinned);
   }
 
   ~CudaBackend() override {
@@ -84,6 +88,7 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
+    if (status_host_ != nullptr) cudaFreeHost(status_host_);
   }
 
   std::string name() const override {
@@ -234,8 +239,12 @@ class CudaBackend final : public Backend {
     ws.vocab = penalty_vocab_;
     launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws,
                   stream_);
-    int32_t status = 0;
-    copy_to_host(&status, ws.status, sizeof(status));
+    // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "sample", "status read-back");
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "sample", shape_string(logits));
+    const int32_t status = *status_host_;
     if (status != 0) {
       throw Error(ErrorCategory::kDevice,
                   "non-finite logits (NaN or infinity) in row " + std::to_string(status - 1) +
@@ -276,6 +285,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer penalty_counts_;
   size_t penalty_rows_ = 0;
   size_t penalty_vocab_ = 0;
+  int32_t* status_host_ = nullptr;  // pinned
   std::unique_ptr<CublasLtMatmul> matmul_;
 };
 

@@ -65,9 +65,11 @@ struct CublasLtMatmul::Impl {
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 
-  const Plan& plan_for(const Key& key, const std::string& sizes) {
+  template <typename Sizes>
+  const Plan& plan_for(const Key& key, const Sizes& describe) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
+    const std::string sizes = describe();
     const auto [m, n, k, in_dtype, out_dtype, align_a, align_b, align_d] = key;
     Plan plan;
     QWENRT_CUBLAS_CALL(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), sizes);
@@ -122,15 +124,16 @@ CublasLtMatmul::~CublasLtMatmul() = default;
 
 void CublasLtMatmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int64_t n = x.rows, k = x.cols, m = w.rows;
-  const std::string sizes = [&] {
+  // Built only on the error paths: this runs ~200 times per decoded token.
+  const auto sizes = [&] {
     return "x " + shape_string(x) + " · w " + shape_string(w) + "ᵀ -> out " + shape_string(out);
-  }();
+  };
   QWENRT_CHECK(w.cols == k && out.rows == n && out.cols == m && x.dtype == w.dtype &&
                    (out.dtype == x.dtype || out.dtype == DType::kF32),
-               "matmul: inconsistent shapes or dtypes: " + sizes);
+               "matmul: inconsistent shapes or dtypes: " + sizes());
   if (n == 0 || m == 0) return;
   if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) {
-    throw Error(ErrorCategory::kUnsupported, "matmul: the CUDA backend takes bf16/fp16 operands: " + sizes);
+    throw Error(ErrorCategory::kUnsupported, "matmul: the CUDA backend takes bf16/fp16 operands: " + sizes());
   }
   const Impl::Key key{m, n, k, x.dtype, out.dtype, alignment_of(w.data), alignment_of(x.data),
                       alignment_of(out.data)};
@@ -140,7 +143,7 @@ void CublasLtMatmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream st
   QWENRT_CUBLAS_CALL(cublasLtMatmul(impl_->handle, plan.desc, &alpha, w.data, plan.a, x.data,
                                     plan.b, &beta, out.data, plan.d, out.data, plan.d, &plan.algo,
                                     impl_->workspace, impl_->workspace_bytes, stream),
-                     sizes);
+                     sizes());
 }
 
 }  // namespace qwenrt::cuda

@@ -131,17 +131,19 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
                              const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
                              const KvGeometry& geometry, KvLayer cache, Stream stream) {
   const int d = attn.head_dim;
-  const std::string sizes = "q " + shape_string(q) + ", k " + shape_string(k) + ", heads " +
-                            std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) +
-                            ", head_dim " + std::to_string(d);
+  const auto sizes = [&] {
+    return "q " + shape_string(q) + ", k " + shape_string(k) + ", heads " +
+           std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) + ", head_dim " +
+           std::to_string(d);
+  };
   QWENRT_CHECK(d > 0 && d % 2 == 0 && d <= kMaxHeadDim,
-               "qkv_rope_kvwrite: unsupported head_dim (" + sizes + ")");
+               "qkv_rope_kvwrite: unsupported head_dim (" + sizes() + ")");
   QWENRT_CHECK(q.rows == batch.n_tokens && k.rows == batch.n_tokens && v.rows == batch.n_tokens &&
                    q.cols == static_cast<int64_t>(attn.n_heads) * d &&
                    k.cols == static_cast<int64_t>(attn.n_kv_heads) * d && v.cols == k.cols &&
                    q.dtype == k.dtype && v.dtype == k.dtype && geometry.dtype == q.dtype &&
                    geometry.n_kv_heads == attn.n_kv_heads && geometry.head_dim == d,
-               "qkv_rope_kvwrite: inconsistent shapes (" + sizes + ")");
+               "qkv_rope_kvwrite: inconsistent shapes (" + sizes() + ")");
   QWENRT_CHECK(epilogue.inv_freq != nullptr, "qkv_rope_kvwrite: inv_freq is null");
   for (const Tensor* t : {&epilogue.q_bias, &epilogue.k_bias, &epilogue.v_bias,
                           &epilogue.q_norm, &epilogue.k_norm}) {
@@ -165,7 +167,7 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
         static_cast<const T*>(data_or_null(epilogue.k_norm)), static_cast<T*>(cache.k),
         static_cast<T*>(cache.v));
   });
-  QWENRT_CUDA_LAUNCHED("qkv_rope_kvwrite", sizes);
+  QWENRT_CUDA_LAUNCHED("qkv_rope_kvwrite", sizes());
 }
 
 }  // namespace qwenrt::cuda

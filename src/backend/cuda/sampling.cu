@@ -16,6 +16,7 @@ namespace {
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleWarps = kSampleThreads / gpu::kWarpSize;
 constexpr int kBuckets = 256;
+constexpr int kCacheSlots = 4;
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -27,6 +28,7 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 
 // Maps a float to 32 bits whose ascending order is the float's descending order.
 __device__ __forceinline__ uint32_t descending_bits(float value) {
+  if (value == 0.f) value = 0.f;  // -0 and +0 are a tie, ordered by index like any other
   const uint32_t u = __float_as_uint(value);
   const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return ~ascending;
@@ -70,6 +72,7 @@ struct SelectSmem {
 __device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, float target,
                                 int index_bits, SelectSmem& sm, uint64_t* key_out) {
   const int warp = threadIdx.x / gpu::kWarpSize;
+  const int lane = threadIdx.x % gpu::kWarpSize;
   uint64_t prefix = 0;
   uint64_t mask = 0;
   float before = 0.f;  // meaningful in thread 0 only
@@ -82,11 +85,58 @@ __device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, f
     for (int b = threadIdx.x; b < kSampleWarps * kBuckets; b += blockDim.x)
       (&sm.hist[0][0])[b] = 0.f;
     __syncthreads();
-    for (int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
-      const Candidate c = candidate(row, i);
-      if (!c.kept || (c.key & mask) != prefix) continue;
-      atomicAdd(&sm.hist[warp][(c.key >> shift) & 0xff], by_mass ? c.mass : 1.f);
+    // Shared-memory float atomics are compare-and-swap loops, so lanes hitting one bucket
+    // serialise: counts are combined per warp first (match + popcount), masses in a
+    // 4-entry per-thread cache of (bucket, partial sum) flushed on eviction.
+    int cached_bucket[kCacheSlots];
+    float cached_mass[kCacheSlots];
+#pragma unroll
+    for (int j = 0; j < kCacheSlots; ++j) {
+      cached_bucket[j] = -1;
+      cached_mass[j] = 0.f;
     }
+    int victim = 0;
+    for (int base = 0; base < row.vocab; base += blockDim.x) {  // uniform trip count
+      const int i = base + threadIdx.x;
+      int bucket = -1;
+      float mass = 0.f;
+      if (i < row.vocab) {
+        const Candidate c = candidate(row, i);
+        if (c.kept && (c.key & mask) == prefix) {
+          bucket = static_cast<int>((c.key >> shift) & 0xff);
+          mass = c.mass;
+        }
+      }
+      if (!by_mass) {
+        const unsigned peers = __match_any_sync(gpu::kFullWarpMask, bucket);
+        if (bucket >= 0 && lane == __ffs(peers) - 1)
+          atomicAdd(&sm.hist[warp][bucket], static_cast<float>(__popc(peers)));
+        continue;
+      }
+      if (bucket < 0) continue;
+      bool hit = false;
+#pragma unroll
+      for (int j = 0; j < kCacheSlots; ++j) {
+        if (cached_bucket[j] == bucket) {
+          cached_mass[j] += mass;
+          hit = true;
+        }
+      }
+      if (!hit) {
+#pragma unroll
+        for (int j = 0; j < kCacheSlots; ++j) {
+          if (j == victim) {
+            if (cached_bucket[j] >= 0) atomicAdd(&sm.hist[warp][cached_bucket[j]], cached_mass[j]);
+            cached_bucket[j] = bucket;
+            cached_mass[j] = mass;
+          }
+        }
+        victim = (victim + 1) % kCacheSlots;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kCacheSlots; ++j)
+      if (cached_bucket[j] >= 0) atomicAdd(&sm.hist[warp][cached_bucket[j]], cached_mass[j]);
     __syncthreads();
     for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
       float total = 0.f;
