@@ -16,7 +16,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * gpu::kWarpSize;
 constexpr int kUnroll = 4;
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = 2 * gpu::kWarpSize;  // the combine kernel's warp holds two per lane
 constexpr int kMinKeysPerSplit = 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -181,31 +181,53 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges the split-K partials: out = Σ_s O_s·2^(m_s − M) / Σ_s l_s·2^(m_s − M).
+// Merges the split-K partials: out = Σ_s O_s·2^(m_s − M) / Σ_s l_s·2^(m_s − M). The split
+// weights are computed once per (sequence, head) in shared memory, so the per-dim loop has
+// only independent loads.
 template <typename T>
 __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __restrict__ out) {
+  __shared__ float weight_s[kMaxSplits];
+  __shared__ float inv_sum_s;
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int token = args.seq_starts[seq];
   if (args.seq_starts[seq + 1] <= token) return;
   const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
-  float global_max = -FLT_MAX;
-  for (int s = 0; s < args.n_splits; ++s) {
-    if (args.partial_ml[(part0 + s) * 2 + 1] > 0.f)
-      global_max = fmaxf(global_max, args.partial_ml[(part0 + s) * 2]);
-  }
-  for (int dim = threadIdx.x; dim < head_dim; dim += blockDim.x) {
-    float sum = 0.f;
-    float o = 0.f;
-    for (int s = 0; s < args.n_splits; ++s) {
-      const float l = args.partial_ml[(part0 + s) * 2 + 1];
-      if (l <= 0.f) continue;  // empty split
-      const float w = exp2f(args.partial_ml[(part0 + s) * 2] - global_max);
-      sum += l * w;
-      o += args.partial_out[(part0 + s) * head_dim + dim] * w;
+  if (threadIdx.x < gpu::kWarpSize) {
+    // One warp: kMaxSplits <= 2 · kWarpSize partials, two per lane.
+    float m[2], l[2];
+    float local_max = -FLT_MAX;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int s = threadIdx.x + j * gpu::kWarpSize;
+      m[j] = -FLT_MAX;
+      l[j] = 0.f;
+      if (s < args.n_splits) {
+        l[j] = args.partial_ml[(part0 + s) * 2 + 1];
+        m[j] = l[j] > 0.f ? args.partial_ml[(part0 + s) * 2] : -FLT_MAX;
+      }
+      local_max = fmaxf(local_max, m[j]);
     }
+    const float global_max = gpu::warp_max(local_max);
+    float local_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int s = threadIdx.x + j * gpu::kWarpSize;
+      const float w = l[j] > 0.f ? exp2f(m[j] - global_max) : 0.f;  // empty split: 0
+      if (s < args.n_splits) weight_s[s] = w;
+      local_sum += l[j] * w;
+    }
+    const float sum = gpu::warp_sum(local_sum);
+    if (threadIdx.x == 0) inv_sum_s = 1.f / sum;
+  }
+  __syncthreads();
+  const float inv_sum = inv_sum_s;
+  for (int dim = threadIdx.x; dim < head_dim; dim += blockDim.x) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < args.n_splits; ++s) o += args.partial_out[(part0 + s) * head_dim + dim] * weight_s[s];
     out[static_cast<int64_t>(token) * args.n_heads * head_dim + head * head_dim + dim] =
-        gpu::from_f32<T>(o / sum);
+        gpu::from_f32<T>(o * inv_sum);
   }
 }
 

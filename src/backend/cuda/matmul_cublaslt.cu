@@ -2,8 +2,9 @@
 // fp32 accumulation and scale, output in the activation dtype or fp32 (logits).
 // Layout: in cuBLASLt's column-major terms outᵀ (m×n, ld m) = Wᵀ · Xᵀ with W stored k×m
 // (ld k, transposed: the "TN" case every GPU generation has fast kernels for) and X
-// stored k×n (ld k). Descriptors and the heuristic's first algorithm are cached per
-// (m, n, k, dtypes, pointer alignments); the workspace is allocated once by the backend.
+// stored k×n (ld k). Descriptors and the fastest of the heuristic's top candidates (timed
+// on first use) are cached per (m, n, k, dtypes, pointer alignments); the workspace is
+// allocated once by the backend.
 // Bound: weight bytes at small n (decode GEMV), tensor-core throughput at large n.
 #include <cublasLt.h>
 
@@ -23,6 +24,8 @@ cudaDataType_t cuda_type(DType dtype) {
     default: throw Error(ErrorCategory::kUnsupported, "matmul: int32 operands");
   }
 }
+
+constexpr int kCandidates = 8;  // heuristic results timed per shape
 
 uint32_t alignment_of(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -65,8 +68,41 @@ struct CublasLtMatmul::Impl {
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 
+  struct Operands {
+    const void* x;
+    const void* w;
+    void* out;
+    Stream stream;
+  };
+
+  // Milliseconds per run of `algo`, or -1 when it cannot run these operands.
+  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Operands& ops) {
+    const float alpha = 1.f, beta = 0.f;
+    auto launch = [&] {
+      return cublasLtMatmul(handle, plan.desc, &alpha, ops.w, plan.a, ops.x, plan.b, &beta,
+                            ops.out, plan.d, ops.out, plan.d, &algo, workspace, workspace_bytes,
+                            ops.stream);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) return -1.f;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1.f;
+    constexpr int kRuns = 3;
+    cudaEventRecord(start, ops.stream);
+    bool ok = true;
+    for (int r = 0; r < kRuns; ++r) ok = ok && launch() == CUBLAS_STATUS_SUCCESS;
+    cudaEventRecord(stop, ops.stream);
+    float ms = -1.f;
+    if (cudaEventSynchronize(stop) == cudaSuccess && ok) {
+      cudaEventElapsedTime(&ms, start, stop);
+      ms /= kRuns;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ok ? ms : -1.f;
+  }
+
   template <typename Sizes>
-  const Plan& plan_for(const Key& key, const Sizes& describe) {
+  const Plan& plan_for(const Key& key, const Sizes& describe, const Operands& operands) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     const std::string sizes = describe();
@@ -95,10 +131,10 @@ struct CublasLtMatmul::Impl {
                                          &align_d, sizeof(align_d));
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                          &align_d, sizeof(align_d));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1, &result, &found);
+        handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, kCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(plan.a);
@@ -108,7 +144,21 @@ struct CublasLtMatmul::Impl {
       throw Error(ErrorCategory::kDevice, "matmul: cuBLASLt has no algorithm for " + sizes +
                                               " (" + cublasLtGetStatusString(status) + ")");
     }
-    plan.algo = result.algo;
+    // The heuristic's ranking is a model; on the first call of each shape the candidates
+    // are timed on the call's own operands (device events, after one warm-up run) and
+    // the fastest is kept. A handful of runs, once per shape, at load/warm-up time.
+    int best = 0;
+    if (found > 1) {
+      float best_ms = 0.f;
+      for (int i = 0; i < found; ++i) {
+        const float ms = time_algo(plan, results[i].algo, operands);
+        if (ms >= 0.f && (best_ms == 0.f || ms < best_ms)) {
+          best_ms = ms;
+          best = i;
+        }
+      }
+    }
+    plan.algo = results[best].algo;
     return plans.emplace(key, plan).first->second;
   }
 };
@@ -137,7 +187,7 @@ void CublasLtMatmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream st
   }
   const Impl::Key key{m, n, k, x.dtype, out.dtype, alignment_of(w.data), alignment_of(x.data),
                       alignment_of(out.data)};
-  const Impl::Plan& plan = impl_->plan_for(key, sizes);
+  const Impl::Plan& plan = impl_->plan_for(key, sizes, Impl::Operands{x.data, w.data, out.data, stream});
   const float alpha = 1.f;
   const float beta = 0.f;
   QWENRT_CUBLAS_CALL(cublasLtMatmul(impl_->handle, plan.desc, &alpha, w.data, plan.a, x.data,
