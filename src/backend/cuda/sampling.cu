@@ -5,7 +5,10 @@
 // radix select over the 64-bit key (order-preserving bits of the logit, index) that finds the
 // first candidate where a running count or probability mass crosses a target, 8 key
 // bits per pass with per-warp shared-memory histograms. Bound: ~7 passes over the fp32
-// row (L2-resident) per cut; greedy is one pass. Non-finite logits raise a flag.
+// row (L2-resident) per cut; greedy is one pass. With top_k <= kCompactMax (the usual
+// configurations) only the count select runs over the row; the kept candidates are then
+// sorted in shared memory and finished in the CPU sampler's exact double arithmetic.
+// Non-finite logits raise a flag.
 #include <cfloat>
 
 #include "backend/cuda/common.h"
@@ -17,6 +20,9 @@ constexpr int kSampleThreads = 1024;
 constexpr int kSampleWarps = kSampleThreads / gpu::kWarpSize;
 constexpr int kBuckets = 256;
 constexpr int kCacheSlots = 4;
+constexpr int kCompactMax = 1024;  // top_k up to this takes the exact sorted path
+static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
+              "the probabilities reuse the histogram memory");
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -49,13 +55,24 @@ struct Candidate {
   bool kept;
 };
 
-__device__ __forceinline__ Candidate candidate(const RowView& row, int i) {
-  // Ordered by the logit itself (temperature > 0 keeps the order; dividing first could
-  // merge distinct logits into ties).
+// Ordered by the logit itself (temperature > 0 keeps the order; dividing first could
+// merge distinct logits into ties).
+__device__ __forceinline__ uint64_t candidate_key(float x, int i) {
+  return (static_cast<uint64_t>(descending_bits(x)) << 32) | static_cast<uint32_t>(i);
+}
+
+// The logit a key was made from (-0 comes back as +0, the same value).
+__device__ __forceinline__ float key_logit(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
+  const uint32_t bits = (ascending & 0x80000000u) ? (ascending & 0x7fffffffu) : ~ascending;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
   const float x = row.x[i];
   Candidate c;
-  c.key = (static_cast<uint64_t>(descending_bits(x)) << 32) | static_cast<uint32_t>(i);
-  c.mass = expf((x - row.x_max) / row.temperature);
+  c.key = candidate_key(x, i);
+  c.mass = need_mass ? expf((x - row.x_max) / row.temperature) : 0.f;
   c.kept = c.key <= row.limit && (row.min_p <= 0.f || c.mass >= row.min_p);
   return c;
 }
@@ -101,7 +118,7 @@ __device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, f
       int bucket = -1;
       float mass = 0.f;
       if (i < row.vocab) {
-        const Candidate c = candidate(row, i);
+        const Candidate c = candidate(row, i, by_mass || row.min_p > 0.f);
         if (c.kept && (c.key & mask) == prefix) {
           bucket = static_cast<int>((c.key >> shift) & 0xff);
           mass = c.mass;
@@ -204,12 +221,93 @@ __global__ void penalty_kernel(const float* __restrict__ logits, float* __restri
     // The first thread to take the count applies the penalty; counts return to zero.
     const int c = atomicExch(&row_counts[t], 0);
     if (c <= 0) continue;
+    // Explicit roundings (no fused multiply-add), as the host computes it.
     float v = dst[t];
     if (params.repetition_penalty != 1.f)
-      v = v > 0.f ? v / params.repetition_penalty : v * params.repetition_penalty;
-    v -= params.presence_penalty + params.frequency_penalty * static_cast<float>(c);
+      v = v > 0.f ? __fdiv_rn(v, params.repetition_penalty) : __fmul_rn(v, params.repetition_penalty);
+    v = __fsub_rn(v, __fadd_rn(params.presence_penalty,
+                               __fmul_rn(params.frequency_penalty, static_cast<float>(c))));
     dst[t] = v;
   }
+}
+
+// The ≤ kCompactMax kept candidates of a top_k draw, sorted in shared memory, then the CPU
+// sampler's arithmetic: probabilities exp(l·(1/T) − top) in double, normalised, top_p and
+// min_p cuts, renormalised, first cumulative > u.
+__device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
+                               uint64_t step, int row, SelectSmem& sm, int32_t* out_ids) {
+  __shared__ uint64_t keys[kCompactMax];
+  __shared__ int count;
+  if (threadIdx.x == 0) count = 0;
+  for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) keys[i] = ~0ull;
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const uint64_t key = candidate_key(view.x[i], i);
+    if (key <= view.limit) {
+      const int slot = atomicAdd(&count, 1);
+      if (slot < kCompactMax) keys[slot] = key;
+    }
+  }
+  __syncthreads();
+  // Bitonic sort, ascending key = logit descending, index ascending.
+  for (int k = 2; k <= kCompactMax; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) {
+        const int partner = i ^ j;
+        if (partner > i) {
+          const uint64_t a = keys[i], b = keys[partner];
+          if ((a > b) == ((i & k) == 0)) {
+            keys[i] = b;
+            keys[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  keep = min(keep, count);
+  // The selection histograms are done with: their memory holds the probabilities.
+  double* probs = reinterpret_cast<double*>(&sm.hist[0][0]);
+  const double inv_temperature = 1.0 / static_cast<double>(params.temperature);
+  const double top = __dmul_rn(static_cast<double>(key_logit(keys[0])), inv_temperature);
+  for (int i = threadIdx.x; i < keep; i += blockDim.x)
+    probs[i] = exp(__dsub_rn(__dmul_rn(static_cast<double>(key_logit(keys[i])), inv_temperature), top));
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double sum = 0;
+  for (int i = 0; i < keep; ++i) sum += probs[i];
+  for (int i = 0; i < keep; ++i) probs[i] /= sum;
+  if (params.top_p < 1.f) {
+    double cumulative = 0;
+    for (int i = 0; i < keep; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= params.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (params.min_p > 0.f) {
+    const double threshold = __dmul_rn(static_cast<double>(params.min_p), probs[0]);
+    int cut = 1;
+    while (cut < keep && probs[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_sum = 0;
+  for (int i = 0; i < keep; ++i) kept_sum += probs[i];
+  const uint64_t z = splitmix64(splitmix64(params.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
+                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
+  const double u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  int pick = keep - 1;
+  double cumulative = 0;
+  for (int i = 0; i < keep; ++i) {
+    cumulative += probs[i] / kept_sum;
+    if (cumulative > u) {
+      pick = i;
+      break;
+    }
+  }
+  out_ids[row] = static_cast<int32_t>(keys[pick] & 0xffffffffu);
 }
 
 __global__ void __launch_bounds__(kSampleThreads)
@@ -274,6 +372,12 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (params.top_k > 0 && params.top_k < vocab) {
     if (select_crossing(view, false, false, static_cast<float>(params.top_k), index_bits, sm, &key))
       view.limit = key;
+  }
+  if (params.top_k > 0 && min(params.top_k, vocab) <= kCompactMax) {
+    // Few candidates: gather them, sort them, and finish exactly as the CPU sampler does
+    // (double precision, same summation order), so same-seed draws are identical.
+    sample_compact(view, min(params.top_k, vocab), params, step, row, sm, out_ids);
+    return;
   }
   // top_p: smallest prefix whose probability (over the top_k prefix) reaches top_p.
   if (params.top_p < 1.f) {
