@@ -69,7 +69,6 @@ void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Strea
 void launch_silu_mul(const Tensor& gate, const Tensor& up, Tensor out, Stream stream);
 void launch_add_bias(Tensor x, const Tensor& bias, Stream stream);
 void launch_gather_rows(const Tensor& x, const int32_t* rows, Tensor out, Stream stream);
-void launch_fill_nan(void* data, DType dtype, size_t count, Stream stream);
 
 // norm.cu
 void launch_rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out, Stream stream);

@@ -1,4 +1,4 @@
-// Row copies and elementwise ops: embedding lookup, row gather, SiLU(gate)·up, NaN fill.
+// Row copies and elementwise ops: embedding lookup, row gather, bias add, SiLU(gate)·up.
 // Work split: one block per row for the row copies, a grid-stride loop for silu_mul.
 // Layout: contiguous rows; 16-byte vector accesses when every row start is 16-byte
 // aligned, element accesses otherwise. Bound: memory bandwidth (one read, one write).
@@ -96,14 +96,6 @@ __global__ void add_bias_kernel(T* __restrict__ x, const T* __restrict__ bias, i
     x[i] = gpu::from_f32<T>(gpu::to_f32(x[i]) + gpu::to_f32(bias[i % cols]));
 }
 
-template <typename T>
-__global__ void fill_kernel(T* data, size_t count, T value) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += stride)
-    data[i] = value;
-}
-
 }  // namespace
 
 std::string shape_string(const Tensor& t) {
@@ -174,30 +166,6 @@ void launch_add_bias(Tensor x, const Tensor& bias, Stream stream) {
     add_bias_kernel<T><<<blocks, threads, 0, stream>>>(x.as<T>(), bias.as<const T>(), x.rows, x.cols);
   });
   QWENRT_CUDA_LAUNCHED("add_bias", shape_string(x));
-}
-
-void launch_fill_nan(void* data, DType dtype, size_t count, Stream stream) {
-  if (count == 0) return;
-  const int threads = 256;
-  const unsigned blocks = std::min<unsigned>(ceil_div(static_cast<long long>(count), threads), 4096u);
-  switch (dtype) {
-    case DType::kF32:
-      fill_kernel<float><<<blocks, threads, 0, stream>>>(static_cast<float*>(data), count, NAN);
-      break;
-    case DType::kBF16:
-      fill_kernel<gpu::bf16><<<blocks, threads, 0, stream>>>(
-          static_cast<gpu::bf16*>(data), count, __float2bfloat16_rn(NAN));
-      break;
-    case DType::kF16:
-      fill_kernel<gpu::f16><<<blocks, threads, 0, stream>>>(static_cast<gpu::f16*>(data), count,
-                                                            __float2half_rn(NAN));
-      break;
-    case DType::kI32:
-      fill_kernel<int32_t><<<blocks, threads, 0, stream>>>(static_cast<int32_t*>(data), count,
-                                                           INT32_MIN);
-      break;
-  }
-  QWENRT_CUDA_LAUNCHED("fill", std::to_string(count) + " elements");
 }
 
 }  // namespace qwenrt::cuda

@@ -2,10 +2,8 @@
 // fp32 accumulation and scale, output in the activation dtype or fp32 (logits).
 // Layout: in cuBLASLt's column-major terms outᵀ (m×n, ld m) = Wᵀ · Xᵀ with W stored k×m
 // (ld k, transposed: the "TN" case every GPU generation has fast kernels for) and X
-// stored k×n (ld k). Descriptors and an algorithm are cached per (m, n, k, dtypes,
-// pointer alignments): on first use the heuristic's top candidates are timed (graph-
-// replayed device time) and the first is kept unless another is 3% faster. The workspace
-// is allocated once by the backend.
+// stored k×n (ld k). Descriptors and the heuristic's first algorithm are cached per
+// (m, n, k, dtypes, pointer alignments); the workspace is allocated once by the backend.
 // Bound: weight bytes at small n (decode GEMV), tensor-core throughput at large n.
 #include <cublasLt.h>
 
@@ -25,8 +23,6 @@ cudaDataType_t cuda_type(DType dtype) {
     default: throw Error(ErrorCategory::kUnsupported, "matmul: int32 operands");
   }
 }
-
-constexpr int kCandidates = 8;  // heuristic results timed per shape
 
 uint32_t alignment_of(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -69,56 +65,8 @@ struct CublasLtMatmul::Impl {
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 
-  struct Operands {
-    const void* x;
-    const void* w;
-    void* out;
-    Stream stream;
-  };
-
-  // Milliseconds per run of `algo`, or -1 when it cannot run these operands. The runs are
-  // captured into a CUDA graph and replayed, so that host launch overhead (larger than a
-  // small GEMV's device time) does not decide the choice.
-  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Operands& ops) {
-    const float alpha = 1.f, beta = 0.f;
-    auto launch = [&] {
-      return cublasLtMatmul(handle, plan.desc, &alpha, ops.w, plan.a, ops.x, plan.b, &beta,
-                            ops.out, plan.d, ops.out, plan.d, &algo, workspace, workspace_bytes,
-                            ops.stream);
-    };
-    if (launch() != CUBLAS_STATUS_SUCCESS) return -1.f;
-    constexpr int kRuns = 10;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaEvent_t start = nullptr, stop = nullptr;
-    float ms = -1.f;
-    bool ok = cudaStreamBeginCapture(ops.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    if (ok) {
-      for (int r = 0; r < kRuns; ++r) ok = ok && launch() == CUBLAS_STATUS_SUCCESS;
-      ok = cudaStreamEndCapture(ops.stream, &graph) == cudaSuccess && ok;
-    }
-    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    ok = ok && cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
-    ok = ok && cudaGraphLaunch(exec, ops.stream) == cudaSuccess;  // warm-up
-    ok = ok && cudaEventRecord(start, ops.stream) == cudaSuccess;
-    ok = ok && cudaGraphLaunch(exec, ops.stream) == cudaSuccess;
-    ok = ok && cudaEventRecord(stop, ops.stream) == cudaSuccess;
-    ok = ok && cudaEventSynchronize(stop) == cudaSuccess;
-    if (ok && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess) {
-      ms /= kRuns;
-    } else {
-      ms = -1.f;
-      cudaGetLastError();  // a candidate that cannot be captured is skipped, not an error
-    }
-    if (start != nullptr) cudaEventDestroy(start);
-    if (stop != nullptr) cudaEventDestroy(stop);
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    return ms;
-  }
-
   template <typename Sizes>
-  const Plan& plan_for(const Key& key, const Sizes& describe, const Operands& operands) {
+  const Plan& plan_for(const Key& key, const Sizes& describe) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     const std::string sizes = describe();
@@ -147,10 +95,10 @@ struct CublasLtMatmul::Impl {
                                          &align_d, sizeof(align_d));
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                          &align_d, sizeof(align_d));
-    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
+    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, kCandidates, results, &found);
+        handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(plan.a);
@@ -160,24 +108,7 @@ struct CublasLtMatmul::Impl {
       throw Error(ErrorCategory::kDevice, "matmul: cuBLASLt has no algorithm for " + sizes +
                                               " (" + cublasLtGetStatusString(status) + ")");
     }
-    // The heuristic's ranking is a model; on the first call of each shape the candidates
-    // are timed on the call's own operands (device events, after one warm-up run) and
-    // the fastest is kept. A handful of runs, once per shape, at load/warm-up time.
-    // Another candidate replaces the heuristic's first only when it is clearly faster
-    // (3%), so timing noise cannot swap in a worse kernel.
-    int best = 0;
-    if (found > 1) {
-      const float first_ms = time_algo(plan, results[0].algo, operands);
-      float best_ms = first_ms;
-      for (int i = 1; i < found && first_ms > 0.f; ++i) {
-        const float ms = time_algo(plan, results[i].algo, operands);
-        if (ms > 0.f && ms < 0.97f * first_ms && ms < best_ms) {
-          best_ms = ms;
-          best = i;
-        }
-      }
-    }
-    plan.algo = results[best].algo;
+    plan.algo = result.algo;
     return plans.emplace(key, plan).first->second;
   }
 };
@@ -206,7 +137,7 @@ void CublasLtMatmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream st
   }
   const Impl::Key key{m, n, k, x.dtype, out.dtype, alignment_of(w.data), alignment_of(x.data),
                       alignment_of(out.data)};
-  const Impl::Plan& plan = impl_->plan_for(key, sizes, Impl::Operands{x.data, w.data, out.data, stream});
+  const Impl::Plan& plan = impl_->plan_for(key, sizes);
   const float alpha = 1.f;
   const float beta = 0.f;
   QWENRT_CUBLAS_CALL(cublasLtMatmul(impl_->handle, plan.desc, &alpha, w.data, plan.a, x.data,
