@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace qwenrt {
 
@@ -39,6 +40,8 @@ struct MemoryPlan {
   int kv_block_size = 0;
   size_t kv_bytes_per_token = 0;
   int max_context = 0;
+  size_t device_total = 0;       // device memory in all (0 on the CPU)
+  size_t used_before_load = 0;   // in use before the plan was allocated: runtime context, others
 };
 
 struct GenerateOptions {
@@ -55,6 +58,29 @@ struct GenerateResult {
   double prompt_seconds = 0;        // prefill wall time
   double time_to_first_token = 0;   // prefill + first sample
   double decode_seconds = 0;        // wall time of the tokens after the first
+  size_t kv_bytes_used = 0;         // KV blocks this request held at its end
+};
+
+struct BenchOptions {
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  int repeat = 3;    // timed runs; medians are reported
+  int warmup = 1;    // untimed runs first
+  uint64_t seed = 1;
+};
+
+struct BenchResult {
+  int prompt_tokens = 0, gen_tokens = 0, repeat = 0;
+  double prompt_seconds = 0;        // median prefill time (device timer)
+  double time_to_first_token = 0;   // median prefill + first sample, to the host
+  double decode_seconds = 0;        // median time of gen_tokens decode steps
+  double prompt_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;
+  double decode_bytes_per_token = 0;  // weights + mean KV read per decoded token
+  double prefill_flops = 0;           // matrix + attention FLOPs of one prefill
+  double bandwidth_fraction = 0;      // of DeviceInfo::peak_bandwidth (0: unknown)
+  double matmul_fraction = 0;         // of DeviceInfo::peak_matmul_flops (0: unknown)
+  size_t peak_used_bytes = 0;         // device memory in use at the measured peak (0 on CPU)
 };
 
 struct ScoreResult {
@@ -67,6 +93,8 @@ struct ScoreResult {
 class Engine {
  public:
   Engine(const std::filesystem::path& model_dir, const EngineOptions& options);
+  // Random weights of `config`'s shape made on the device: benchmarking without a checkpoint.
+  Engine(const ModelConfig& synthetic_config, const EngineOptions& options, uint64_t seed);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -79,9 +107,17 @@ class Engine {
   GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                           const std::function<bool(int32_t)>& on_token = {});
   ScoreResult score(const std::vector<int32_t>& ids);
+  BenchResult bench(const BenchOptions& options);
+
+  // Device memory in use now (0 on the CPU), and the largest value seen by any call.
+  size_t device_used_now();
+  size_t device_used_peak() const { return peak_used_; }
 
  private:
+  void init(const ModelConfig& config, const EngineOptions& options,
+            const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
+  Tensor prefill(class SequenceBlocks& sequence, const std::vector<int32_t>& prompt);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<class ModelFiles> files_;
@@ -89,6 +125,7 @@ class Engine {
   std::unique_ptr<class BlockAllocator> blocks_;
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
   MemoryPlan plan_;
+  size_t peak_used_ = 0;
 };
 
 // Creates the backend named by `device` ("cpu", "cuda", "cuda:1").

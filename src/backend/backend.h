@@ -148,6 +148,24 @@ struct DeviceMemoryInfo {
   size_t total_bytes = 0;
 };
 
+// What the benchmark compares against. Zero means unknown.
+struct DeviceInfo {
+  std::string name;
+  double peak_bandwidth = 0;      // bytes/s a large device-to-device copy reaches
+  double peak_matmul_flops = 0;   // dense matrix throughput in the activation dtype, FLOP/s
+};
+
+// Measures elapsed time of the work issued between start() and stop() on the backend's
+// stream (device events on GPUs).
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  // Waits for stop() to complete and returns the seconds between start and stop.
+  virtual double seconds() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -167,6 +185,13 @@ class Backend {
   virtual void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                                 size_t count) = 0;
   virtual void synchronize() = 0;
+  // Device name and the ceilings the benchmark reports fractions of (default: unknown).
+  virtual DeviceInfo device_info() const;
+  // Default: a host clock around synchronize().
+  virtual std::unique_ptr<DeviceTimer> make_timer();
+  // Fills a tensor with uniform values in [offset - scale, offset + scale] from `seed`
+  // (synthetic benchmark weights). Default: generated on the host and uploaded in chunks.
+  virtual void fill_random(Tensor tensor, uint64_t seed, float scale, float offset);
 
   // ---- ops ----
   // out[t, :] = table[batch.token_ids[t], :]        table [vocab, hidden]; out [n_tokens, hidden]
@@ -202,6 +227,26 @@ class Backend {
                       const int32_t* history, const int32_t* history_lens, int history_stride,
                       int32_t* out_ids) = 0;
 };
+
+// What `qwenrt doctor` reports about the GPUs and the build.
+struct GpuDeviceInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  int multiprocessors = 0;
+  double memory_bandwidth = 0;      // theoretical: memory clock × bus width × 2, bytes/s
+  bool supported_by_build = false;  // this build has kernels that run on it
+};
+struct GpuRuntimeInfo {
+  bool built_with_gpu = false;
+  std::string build_architectures;  // e.g. "90" or "80 86 89 90"
+  std::string driver_version;       // "" when no driver is installed
+  std::string runtime_version;
+  std::string error;                // why no device is usable, if none is
+  std::vector<GpuDeviceInfo> devices;
+};
+GpuRuntimeInfo query_gpus();
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // Throws Error(kUnsupported) when the build has no CUDA backend.

@@ -6,6 +6,12 @@ namespace qwenrt {
 
 bool cuda_backend_available() { return false; }
 
+GpuRuntimeInfo query_gpus() {
+  GpuRuntimeInfo info;
+  info.error = "this build has no GPU backend (configured without nvcc)";
+  return info;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(DType /*dtype*/, int /*device_index*/) {
   throw Error(ErrorCategory::kUnsupported,
               "this qwenrt build has no CUDA backend (it was configured without nvcc); "

@@ -15,8 +15,12 @@ constexpr int kExitInterrupted = 130;
 
 void add_generate_command(CLI::App& root, int& exit_code);
 void add_score_command(CLI::App& root, int& exit_code);
+void add_bench_command(CLI::App& root, int& exit_code);
+void add_doctor_command(CLI::App& root, int& exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
+#ifdef QWENRT_HAVE_BPE_TOKENIZER
 void add_tokenize_command(CLI::App& root, int& exit_code);
+#endif
 void add_template_command(CLI::App& root, int& exit_code);
 #endif
 

@@ -28,6 +28,46 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
   command->add_option("--kv-cache-gb", args.kv_cache_gb,
                       "KV cache size in GiB (0: enough for one --max-context sequence)")
       ->check(CLI::NonNegativeNumber);
+  command->add_flag("--memory-report", args.memory_report,
+                    "print where the memory goes: weights, KV cache, workspace, runtime, measured peak");
+}
+
+std::string format_bytes(double bytes) {
+  char text[32];
+  if (bytes >= (1ull << 30)) {
+    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / (1ull << 30));
+  } else if (bytes >= (1ull << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1ull << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024);
+  }
+  return text;
+}
+
+void print_memory_report(Engine& engine, size_t request_kv_bytes) {
+  const MemoryPlan& plan = engine.memory_plan();
+  engine.device_used_now();
+  std::fprintf(stderr, "memory (%s)\n", engine.backend().name().c_str());
+  if (plan.weights > 0 || plan.mapped_weights == 0) {
+    std::fprintf(stderr, "  weights        %s\n", format_bytes(static_cast<double>(plan.weights)).c_str());
+  }
+  if (plan.mapped_weights > 0 && engine.backend().uses_host_memory()) {
+    std::fprintf(stderr, "  mapped weights %s (used in place from the checkpoint files)\n",
+                 format_bytes(static_cast<double>(plan.mapped_weights)).c_str());
+  }
+  std::fprintf(stderr, "  KV cache       %s (%d blocks of %d tokens, %s per token, %d-token context)\n",
+               format_bytes(static_cast<double>(plan.kv_pool)).c_str(), plan.kv_blocks, plan.kv_block_size,
+               format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str(), plan.max_context);
+  std::fprintf(stderr, "  workspace      %s\n", format_bytes(static_cast<double>(plan.workspace)).c_str());
+  if (plan.device_total > 0) {
+    std::fprintf(stderr, "  runtime/other  %s (in use before loading: driver context, other processes)\n",
+                 format_bytes(static_cast<double>(plan.used_before_load)).c_str());
+    std::fprintf(stderr, "  peak in use    %s of %s\n", format_bytes(static_cast<double>(engine.device_used_peak())).c_str(),
+                 format_bytes(static_cast<double>(plan.device_total)).c_str());
+  }
+  if (request_kv_bytes > 0) {
+    std::fprintf(stderr, "  this request   %s of KV cache\n", format_bytes(static_cast<double>(request_kv_bytes)).c_str());
+  }
 }
 
 EngineOptions engine_options(const ModelArgs& args) {

@@ -12,6 +12,7 @@ namespace qwenrt::cli {
 
 struct ModelArgs {
   std::string model_dir;
+  bool memory_report = false;
   std::string device = "cpu";
   std::string dtype = "bf16";
   int threads = 0;
@@ -28,5 +29,10 @@ EngineOptions engine_options(const ModelArgs& args);
 std::vector<int32_t> parse_ids(const std::string& text);
 
 std::string json_escape(const std::string& text);
+
+// "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
+std::string format_bytes(double bytes);
+// Prints the memory plan, the measured peak and (when given) one request's KV use to stderr.
+void print_memory_report(Engine& engine, size_t request_kv_bytes = 0);
 
 }  // namespace qwenrt::cli

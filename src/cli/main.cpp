@@ -24,10 +24,24 @@ int main(int argc, char** argv) {
   int exit_code = cli::kExitOk;
   cli::add_generate_command(app, exit_code);
   cli::add_score_command(app, exit_code);
+  cli::add_bench_command(app, exit_code);
+  cli::add_doctor_command(app, exit_code);
 #ifdef QWENRT_HAVE_TOKENIZER
+#ifdef QWENRT_HAVE_BPE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
+#endif
   cli::add_template_command(app, exit_code);
 #endif
+  std::string known;
+  bool is_known = false;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    known += (known.empty() ? "" : ", ") + command->get_name();
+    is_known = is_known || (argc > 1 && command->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !is_known) {
+    std::fprintf(stderr, "qwenrt: unknown command '%s' (commands: %s; see --help)\n", argv[1], known.c_str());
+    return cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -80,14 +80,24 @@ void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count) 
     case DType::kF32:
       std::memcpy(dst, src, count * 4);
       return;
+    // Sources may be tensors mapped straight from a safetensors file, whose data area need
+    // not be 2-byte aligned (the format does not require padding): read through memcpy.
     case DType::kBF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(in[i]);
+      const auto* in = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, in + 2 * i, 2);
+        dst[i] = bf16_to_f32(bits);
+      }
       return;
     }
     case DType::kF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(in[i]);
+      const auto* in = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, in + 2 * i, 2);
+        dst[i] = f16_to_f32(bits);
+      }
       return;
     }
     case DType::kI32:

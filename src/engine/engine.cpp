@@ -9,6 +9,7 @@
 #include "model/qwen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "engine/sampler.h"
 
 namespace qwenrt {
 namespace {
@@ -46,16 +47,30 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
   ModelConfig config = load_model_config(model_dir);
   files_ = std::make_unique<ModelFiles>(model_dir);
   validate_weights(config, *files_);
+  plan_.mapped_weights = files_->total_bytes();
   backend_ = make_backend(options.device, options.dtype, options.threads);
-  const DType dtype = backend_->activation_dtype();
+  init(config, options,
+       [&](Backend& backend) { return load_weights(config, *files_, backend, options.load_progress); },
+       planned_weight_bytes(config, *backend_));
+}
 
+Engine::Engine(const ModelConfig& synthetic_config, const EngineOptions& options, uint64_t seed) {
+  backend_ = make_backend(options.device, options.dtype, options.threads);
+  init(synthetic_config, options,
+       [&](Backend& backend) { return make_synthetic_weights(synthetic_config, backend, seed); },
+       planned_weight_bytes(synthetic_config, *backend_, /*matrices_in_place=*/false));
+}
+
+void Engine::init(const ModelConfig& config, const EngineOptions& options,
+                  const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes) {
+  const DType dtype = backend_->activation_dtype();
+  if (options.max_context < 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "--max-context must be positive");
+  }
   ForwardLimits limits;
   limits.block_size = 16;
   int max_context = options.max_context > 0 ? options.max_context
                                             : std::min(config.max_position_embeddings, 32768);
-  if (options.max_context < 0) {
-    throw Error(ErrorCategory::kInvalidArgument, "--max-context must be positive");
-  }
   limits.max_blocks_per_seq = (max_context + limits.block_size - 1) / limits.block_size;
   limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
   limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
@@ -77,25 +92,34 @@ Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& opti
   plan_.kv_block_size = limits.block_size;
   plan_.kv_blocks = limits.num_blocks;
   plan_.kv_bytes_per_token = kv_bytes_per_token;
-  plan_.weights = planned_weight_bytes(config, *backend_);
-  plan_.mapped_weights = files_->total_bytes();
+  plan_.weights = weight_bytes;
   plan_.kv_pool = QwenModel::kv_pool_bytes(config, dtype, limits);
   plan_.workspace = QwenModel::workspace_bytes(config, dtype, limits);
   DeviceMemoryInfo memory = backend_->memory_info();
-  size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
+  plan_.device_total = memory.total_bytes;
+  plan_.used_before_load = memory.total_bytes - memory.free_bytes;
+  const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
+  size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace + sampling_bytes;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
     throw Error(ErrorCategory::kOutOfMemory,
                 "the model needs " + gib(needed) + " on " + backend_->name() + " (weights " +
-                    gib(plan_.weights) + ", KV cache " + gib(plan_.kv_pool) + ", workspace " +
-                    gib(plan_.workspace) + ") but only " + gib(memory.free_bytes) +
+                    gib(plan_.weights) + ", KV cache " + gib(plan_.kv_pool) + " for " +
+                    std::to_string(max_context) + " tokens, workspace " + gib(plan_.workspace) +
+                    ") but only " + gib(memory.free_bytes) +
                     " is free: lower --max-context or --kv-cache-gb, or use a smaller model or dtype");
   }
-
-  Weights weights = load_weights(config, *files_, *backend_, options.load_progress);
+  Weights weights = make_weights(*backend_);
   model_ = std::make_unique<QwenModel>(config, std::move(weights), *backend_, limits);
   blocks_ = std::make_unique<BlockAllocator>(limits.num_blocks);
-  sampling_buffer_ = backend_->allocate((static_cast<size_t>(max_context) + 2) * sizeof(int32_t),
-                                        "sampling state");
+  sampling_buffer_ = backend_->allocate(sampling_bytes, "sampling state");
+  device_used_now();
+}
+
+size_t Engine::device_used_now() {
+  DeviceMemoryInfo memory = backend_->memory_info();
+  size_t used = memory.total_bytes - memory.free_bytes;
+  peak_used_ = std::max(peak_used_, used);
+  return used;
 }
 
 Engine::~Engine() = default;
@@ -121,6 +145,21 @@ void Engine::check_prompt(const std::vector<int32_t>& ids, const char* what) con
   }
 }
 
+Tensor Engine::prefill(SequenceBlocks& sequence, const std::vector<int32_t>& prompt) {
+  const int chunk_size = model_->limits().max_batch_tokens;
+  Tensor logits;
+  for (size_t begin = 0; begin < prompt.size(); begin += chunk_size) {
+    size_t count = std::min(prompt.size() - begin, static_cast<size_t>(chunk_size));
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(prompt.data() + begin, count)};
+    int32_t last_row = static_cast<int32_t>(count - 1);
+    bool is_last = begin + count == prompt.size();
+    logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
+                             is_last ? std::span<const int32_t>(&last_row, 1) : std::span<const int32_t>());
+    sequence.advance(static_cast<int>(count));
+  }
+  return logits;
+}
+
 GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                 const std::function<bool(int32_t)>& on_token) {
   check_prompt(prompt, "the prompt");
@@ -144,17 +183,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   if (penalties) backend_->copy_to_device(history_device, prompt.data(), prompt.size() * sizeof(int32_t));
 
   auto start = std::chrono::steady_clock::now();
-  const int chunk_size = model_->limits().max_batch_tokens;
-  Tensor logits;
-  for (size_t begin = 0; begin < prompt.size(); begin += chunk_size) {
-    size_t count = std::min(prompt.size() - begin, static_cast<size_t>(chunk_size));
-    SequenceChunk chunk{&sequence, std::span<const int32_t>(prompt.data() + begin, count)};
-    int32_t last_row = static_cast<int32_t>(count - 1);
-    bool is_last = begin + count == prompt.size();
-    logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
-                             is_last ? std::span<const int32_t>(&last_row, 1) : std::span<const int32_t>());
-    sequence.advance(static_cast<int>(count));
-  }
+  Tensor logits = prefill(sequence, prompt);
   backend_->synchronize();
   result.prompt_seconds = seconds_since(start);
 
@@ -202,6 +231,8 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   }
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);
+  result.kv_bytes_used = sequence.block_table().size() * plan_.kv_block_size * plan_.kv_bytes_per_token;
+  device_used_now();
   return result;
 }
 
@@ -246,6 +277,105 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids) {
   for (double lp : result.logprobs) total -= lp;
   result.nll_mean = total / static_cast<double>(result.logprobs.size());
   result.perplexity = std::exp(result.nll_mean);
+  return result;
+}
+
+}  // namespace qwenrt
+
+namespace qwenrt {
+
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+BenchResult Engine::bench(const BenchOptions& options) {
+  const ModelConfig& config = model_->config();
+  if (options.prompt_tokens < 1 || options.gen_tokens < 1 || options.repeat < 1 || options.warmup < 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "--prompt, --gen and --repeat must be positive");
+  }
+  if (options.prompt_tokens + options.gen_tokens > plan_.max_context) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "--prompt + --gen (" + std::to_string(options.prompt_tokens + options.gen_tokens) +
+                    ") exceeds the context limit " + std::to_string(plan_.max_context) + " (raise --max-context)");
+  }
+  uint64_t state = splitmix64(options.seed);
+  std::vector<int32_t> prompt(options.prompt_tokens);
+  for (auto& id : prompt) {
+    state = splitmix64(state);
+    id = static_cast<int32_t>(state % static_cast<uint64_t>(config.vocab_size));
+  }
+  auto* out_device = static_cast<int32_t*>(sampling_buffer_.data()) + plan_.max_context;
+  SamplingParams greedy;
+  std::unique_ptr<DeviceTimer> timer = backend_->make_timer();
+  std::vector<double> prompt_times, ttfts, decode_times;
+  for (int run = 0; run < options.warmup + options.repeat; ++run) {
+    SequenceBlocks sequence(*blocks_, plan_.kv_block_size);
+    if (!sequence.reserve(options.prompt_tokens + options.gen_tokens)) {
+      throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold --prompt + --gen tokens: raise --kv-cache-gb");
+    }
+    backend_->synchronize();
+    auto wall_start = std::chrono::steady_clock::now();
+    timer->start();
+    Tensor logits = prefill(sequence, prompt);
+    timer->stop();
+    backend_->sample(logits, greedy, 0, nullptr, nullptr, 0, out_device);
+    int32_t token = 0;
+    backend_->copy_to_host(&token, out_device, sizeof(int32_t));
+    double ttft = seconds_since(wall_start);
+    double prompt_time = timer->seconds();
+    timer->start();
+    for (int step = 0; step < options.gen_tokens; ++step) {
+      int32_t row = 0;
+      SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1)};
+      logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
+      sequence.advance(1);
+      backend_->sample(logits, greedy, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
+      backend_->copy_to_host(&token, out_device, sizeof(int32_t));
+    }
+    timer->stop();
+    double decode_time = timer->seconds();
+    device_used_now();
+    if (run >= options.warmup) {
+      prompt_times.push_back(prompt_time);
+      ttfts.push_back(ttft);
+      decode_times.push_back(decode_time);
+    }
+  }
+  BenchResult result;
+  result.prompt_tokens = options.prompt_tokens;
+  result.gen_tokens = options.gen_tokens;
+  result.repeat = options.repeat;
+  result.prompt_seconds = median(prompt_times);
+  result.time_to_first_token = median(ttfts);
+  result.decode_seconds = median(decode_times);
+  result.prompt_tokens_per_s = options.prompt_tokens / result.prompt_seconds;
+  result.decode_tokens_per_s = options.gen_tokens / result.decode_seconds;
+
+  // Bytes a decode step must read: every matrix once (the embedding only one row unless it
+  // doubles as lm_head) plus the K/V of the context, averaged over the generated tokens.
+  const double elem = static_cast<double>(dtype_size(model_->weights().q_proj_dtype()));
+  const double h = config.hidden_size, q = config.q_dim(), kv = config.kv_dim(), inter = config.intermediate_size;
+  const double layer_matrix_params = h * q + 2 * h * kv + q * h + 3 * h * inter;
+  const double matrix_params = config.num_layers * layer_matrix_params + static_cast<double>(config.vocab_size) * h;
+  const double mean_context = options.prompt_tokens + 0.5 * (options.gen_tokens + 1);
+  result.decode_bytes_per_token = matrix_params * elem + mean_context * static_cast<double>(plan_.kv_bytes_per_token);
+  const double p = options.prompt_tokens;
+  const double attention_flops = config.num_layers * 4.0 * config.q_dim() * (p * (p + 1) / 2);
+  result.prefill_flops = 2.0 * config.num_layers * layer_matrix_params * p + 2.0 * config.vocab_size * h + attention_flops;
+  DeviceInfo info = backend_->device_info();
+  if (info.peak_bandwidth > 0) {
+    result.bandwidth_fraction = result.decode_bytes_per_token * result.decode_tokens_per_s / info.peak_bandwidth;
+  }
+  if (info.peak_matmul_flops > 0) {
+    result.matmul_fraction = result.prefill_flops / result.prompt_seconds / info.peak_matmul_flops;
+  }
+  result.peak_used_bytes = peak_used_;
   return result;
 }
 

@@ -287,12 +287,18 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
 
   model.bos_token_id = get_int(config, "bos_token_id", source).value_or(-1);
   model.eos_token_ids = get_token_ids(config, "eos_token_id", source);
+  std::string eos_source = source;  // the file the EOS ids came from, for the range check
   if (generation_config_json != nullptr) {
     std::string gen_source = "generation_config.json";
     json gen = parse_json_object(*generation_config_json, gen_source);
     auto gen_eos = get_token_ids(gen, "eos_token_id", gen_source);
-    if (!gen_eos.empty()) model.eos_token_ids = gen_eos;
+    if (!gen_eos.empty()) {
+      model.eos_token_ids = gen_eos;
+      eos_source = gen_source;
+    }
+    model.default_do_sample = get_bool(gen, "do_sample", gen_source).value_or(false);
     if (auto value = get_number(gen, "temperature", gen_source)) model.default_temperature = *value;
+    if (auto value = get_number(gen, "min_p", gen_source)) model.default_min_p = *value;
     if (auto value = get_number(gen, "top_p", gen_source)) model.default_top_p = *value;
     if (auto value = get_int(gen, "top_k", gen_source)) model.default_top_k = *value;
     if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
@@ -301,7 +307,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   }
   for (int id : model.eos_token_ids) {
     if (id >= model.vocab_size) {
-      fail(source, "eos_token_id " + std::to_string(id) + " is not below vocab_size " +
+      fail(eos_source, "eos_token_id " + std::to_string(id) + " is not below vocab_size " +
                        std::to_string(model.vocab_size));
     }
   }

@@ -55,8 +55,10 @@ struct ModelConfig {
   int bos_token_id = -1;             // -1: none
   std::vector<int> eos_token_ids;    // generation_config.json, else config.json
 
-  // Recommended sampling defaults from generation_config.json (absent: not given).
-  std::optional<float> default_temperature, default_top_p, default_repetition_penalty;
+  // Recommended sampling defaults from generation_config.json (absent: not given). They apply
+  // only when do_sample is true, as in transformers; otherwise decoding is greedy.
+  bool default_do_sample = false;
+  std::optional<float> default_temperature, default_top_p, default_repetition_penalty, default_min_p;
   std::optional<int> default_top_k;
 
   int q_dim() const { return num_heads * head_dim; }

@@ -166,6 +166,7 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
   std::vector<std::string> shard_names;
   std::map<std::string, std::string> weight_map;
   if (std::filesystem::exists(index_path)) {
+    listing_path_ = index_path;
     std::string text = read_text_file(index_path);
     json index;
     try {
@@ -197,6 +198,7 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
       }
     }
   } else if (std::filesystem::exists(single_path)) {
+    listing_path_ = single_path;
     shard_names.push_back("model.safetensors");
   } else {
     throw Error(ErrorCategory::kIo, model_dir.string() +
@@ -229,7 +231,7 @@ const SafetensorsTensor* ModelFiles::find(const std::string& name) const {
 
 std::string ModelFiles::file_of(const std::string& name) const {
   auto it = index_.find(name);
-  return it == index_.end() ? std::string("model files") : files_[it->second.first].path().string();
+  return it == index_.end() ? listing_path_.string() : files_[it->second.first].path().string();
 }
 
 std::vector<std::string> ModelFiles::names() const {

@@ -48,13 +48,15 @@ class ModelFiles {
 
   // Null when absent.
   const SafetensorsTensor* find(const std::string& name) const;
-  // The file holding `name`, for error messages.
+  // The file holding `name`, for error messages; for a name that no file holds, the file
+  // that lists the tensors (model.safetensors or the index).
   std::string file_of(const std::string& name) const;
   size_t tensor_count() const { return index_.size(); }
   std::vector<std::string> names() const;
   uint64_t total_bytes() const;
 
  private:
+  std::filesystem::path listing_path_;  // model.safetensors or model.safetensors.index.json
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::pair<size_t, const SafetensorsTensor*>> index_;
 };

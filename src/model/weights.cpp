@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -68,8 +69,8 @@ void validate_weights(const ModelConfig& config, const ModelFiles& files) {
       if (name == "lm_head.weight") {
         hint = " (config.json says tie_word_embeddings is false, so lm_head.weight is required)";
       }
-      throw Error(ErrorCategory::kInvalidModel,
-                  "missing tensor '" + name + "' in the model's safetensors files" + hint);
+      throw Error(ErrorCategory::kInvalidModel, files.file_of(name) + ": missing tensor '" + name +
+                                                    "' in the model's safetensors files" + hint);
     }
     if (tensor->shape != shape) {
       throw Error(ErrorCategory::kInvalidModel,
@@ -97,17 +98,59 @@ void validate_weights(const ModelConfig& config, const ModelFiles& files) {
   }
 }
 
-size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend) {
+namespace {
+
+// Storage dtype of a weight on `backend` when it is not used in place.
+DType stored_dtype(const Backend& backend, bool is_matrix) {
+  return is_matrix && backend.uses_host_memory() ? DType::kBF16 : backend.activation_dtype();
+}
+
+size_t stored_bytes(int64_t count, DType dtype) {
+  return (static_cast<size_t>(count) * dtype_size(dtype) + 255) / 256 * 256;
+}
+
+}  // namespace
+
+size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend, bool matrices_in_place) {
   size_t total = 0;
-  const size_t elem = dtype_size(backend.activation_dtype());
   for_each_expected(config, nullptr, [&](const std::string&, std::vector<int64_t> shape, Tensor*) {
     bool is_matrix = shape.size() == 2;
-    if (is_matrix && backend.uses_host_memory()) return;
+    if (is_matrix && matrices_in_place && backend.uses_host_memory()) return;
     int64_t count = 1;
     for (int64_t dim : shape) count *= dim;
-    total += (static_cast<size_t>(count) * elem + 255) / 256 * 256;
+    total += stored_bytes(count, matrices_in_place ? backend.activation_dtype() : stored_dtype(backend, is_matrix));
   });
   return total;
+}
+
+Weights make_synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
+  Weights weights;
+  weights.layers.resize(config.num_layers);
+  weights.device_bytes = planned_weight_bytes(config, backend, /*matrices_in_place=*/false);
+  weights.storage = backend.allocate(weights.device_bytes, "synthetic weights");
+  char* cursor = static_cast<char*>(weights.storage.data());
+  uint64_t index = 0;
+  for_each_expected(config, &weights, [&](const std::string& name, std::vector<int64_t> shape, Tensor* dest) {
+    bool is_matrix = shape.size() == 2;
+    DType dtype = stored_dtype(backend, is_matrix);
+    int64_t rows = is_matrix ? shape[0] : 1;
+    *dest = Tensor{cursor, dtype, rows, shape.back()};
+    cursor += stored_bytes(rows * shape.back(), dtype);
+    // Unit-variance outputs for unit-variance inputs: uniform(±sqrt(3 / fan_in)).
+    if (name.find("norm") != std::string::npos) {
+      backend.fill_random(*dest, seed + index, 0.f, 1.f);
+    } else if (name.find("bias") != std::string::npos) {
+      backend.fill_random(*dest, seed + index, 0.02f, 0.f);
+    } else if (name.find("embed_tokens") != std::string::npos) {
+      backend.fill_random(*dest, seed + index, 1.f, 0.f);
+    } else {
+      backend.fill_random(*dest, seed + index, std::sqrt(3.f / static_cast<float>(shape.back())), 0.f);
+    }
+    ++index;
+  });
+  if (config.tie_word_embeddings) weights.lm_head = weights.embed_tokens;
+  backend.synchronize();
+  return weights;
 }
 
 Weights load_weights(const ModelConfig& config, const ModelFiles& files, Backend& backend,
@@ -116,12 +159,15 @@ Weights load_weights(const ModelConfig& config, const ModelFiles& files, Backend
   Weights weights;
   weights.layers.resize(config.num_layers);
   const DType target = backend.activation_dtype();
-  const size_t elem = dtype_size(target);
   size_t storage_bytes = planned_weight_bytes(config, backend);
   if (storage_bytes > 0) weights.storage = backend.allocate(storage_bytes, "weights");
   weights.device_bytes = storage_bytes;
   char* cursor = static_cast<char*>(weights.storage.data());
-  uint64_t total_bytes = files.total_bytes();
+  // Progress counts the tensors actually loaded (not rotary buffers or a tied lm_head).
+  uint64_t total_bytes = 0;
+  for_each_expected(config, nullptr, [&](const std::string& name, std::vector<int64_t>, Tensor*) {
+    total_bytes += files.find(name)->byte_size;
+  });
   uint64_t done_bytes = 0;
   for_each_expected(config, &weights, [&](const std::string& name, std::vector<int64_t> shape,
                                           Tensor* dest) {
@@ -135,7 +181,7 @@ Weights load_weights(const ModelConfig& config, const ModelFiles& files, Backend
       *dest = Tensor{cursor, target, rows, cols};
       backend.upload_converted(cursor, target, source->data, source->dtype,
                                static_cast<size_t>(rows * cols));
-      cursor += (static_cast<size_t>(rows * cols) * elem + 255) / 256 * 256;
+      cursor += stored_bytes(rows * cols, target);
     }
     done_bytes += source->byte_size;
     if (progress) progress(done_bytes, total_bytes);

@@ -32,14 +32,23 @@ struct Weights {
   Tensor lm_head;       // [vocab, hidden]; the embedding itself when tied
   DeviceBuffer storage; // owns converted/uploaded tensors (empty when all are in place)
   size_t device_bytes = 0;
+
+  // Element type of the layer matrices as stored (what a decode step streams).
+  DType q_proj_dtype() const { return layers.empty() ? embed_tokens.dtype : layers[0].q_proj.dtype; }
 };
 
 // Checks that every tensor the config calls for exists with the right shape and a float
 // dtype; throws Error(kInvalidModel) naming the tensor, the file and the mismatch.
 void validate_weights(const ModelConfig& config, const ModelFiles& files);
 
-// Bytes the weights take on `backend` (0 extra for in-place host matrices).
-size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend);
+// Bytes the weights take on `backend`; with `matrices_in_place`, host matrices are used
+// from the mapped files and cost nothing extra.
+size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend,
+                            bool matrices_in_place = true);
+
+// Random weights of the config's exact shape, generated on the backend (benchmarking without
+// a checkpoint): matrices bf16 on the CPU, the activation dtype elsewhere.
+Weights make_synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed);
 
 // Makes the weights usable by `backend`: matrices stay in place when the backend uses host
 // memory, else are converted to its activation dtype and uploaded; vectors (norms, biases)

@@ -78,6 +78,26 @@ class CpuBackend final : public Backend {
   }
   void synchronize() override {}
 
+  // Host memory: fill in parallel, each chunk from its own counter-derived stream.
+  void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) override {
+    constexpr int64_t kChunk = 1 << 16;
+    const int64_t total = tensor.numel();
+    pool_.parallel_for((total + kChunk - 1) / kChunk, 1, [&](int64_t first, int64_t last) {
+      std::vector<float> values(kChunk);
+      for (int64_t chunk = first; chunk < last; ++chunk) {
+        int64_t begin = chunk * kChunk;
+        int64_t count = std::min(kChunk, total - begin);
+        uint64_t state = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(chunk)));
+        for (int64_t i = 0; i < count; ++i) {
+          state = splitmix64(state);
+          values[i] = offset + scale * (2.0f * static_cast<float>(state >> 40) * (1.0f / 16777216.0f) - 1.0f);
+        }
+        convert_from_f32(values.data(), static_cast<char*>(tensor.data) + begin * dtype_size(tensor.dtype),
+                         tensor.dtype, static_cast<size_t>(count));
+      }
+    });
+  }
+
   void embed(const BatchView& batch, const Tensor& table, Tensor out) override {
     require_f32(out, "embed", "out");
     const int64_t hidden = table.cols;
@@ -128,7 +148,9 @@ class CpuBackend final : public Backend {
         int64_t row0 = t * kWeightTileRows;
         int64_t rows = std::min<int64_t>(kWeightTileRows, m - row0);
         const float* weights;
-        if (w.dtype == DType::kF32) {
+        // f32 weights are read in place unless the mapped file left them misaligned (the
+        // safetensors format does not pad its data area); those go through the tile copy.
+        if (w.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0) {
           weights = w.as<float>() + row0 * k;
         } else {
           convert_to_f32(static_cast<const char*>(w.data) + static_cast<size_t>(row0 * k) * elem,

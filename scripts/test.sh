@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what the build needs, builds qwenrt (with the CUDA backend when nvcc is present)
+# and runs every test that needs no GPU. GPU tests (CTest label `gpu`) run with
+#   ctest --test-dir build/default -L gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+export PATH="/usr/local/cuda/bin:$PATH"
+cmake --preset default
+cmake --build --preset default -j "$(nproc)"
+ctest --preset default -j "$(nproc)"

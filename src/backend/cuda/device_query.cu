@@ -1,0 +1,92 @@
+// Device and runtime facts for `qwenrt doctor` and for picking a default device: driver and
+// runtime versions, each GPU's compute capability and memory, and whether this build has
+// machine code (or PTX that the driver can compile) for it.
+#include <cuda_runtime.h>
+
+#include <sstream>
+#include <string>
+
+#include "backend/backend.h"
+
+#ifndef QWENRT_CUDA_ARCHS
+#define QWENRT_CUDA_ARCHS ""
+#endif
+
+namespace qwenrt {
+namespace {
+
+std::string version_string(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+// True when one of the build's architectures ("90", "90a", "80-real", "86-virtual") runs on
+// compute capability major.minor: same major and not newer minor for machine code; any
+// older-or-equal target for PTX.
+bool build_supports(const std::string& archs, int major, int minor) {
+  std::istringstream stream(archs);
+  std::string arch;
+  const int device = major * 10 + minor;
+  while (stream >> arch) {
+    bool ptx_only = arch.find("virtual") != std::string::npos;
+    bool has_ptx = ptx_only || arch.find("real") == std::string::npos;  // plain "90" embeds both
+    int value = 0;
+    size_t i = 0;
+    while (i < arch.size() && arch[i] >= '0' && arch[i] <= '9') value = value * 10 + (arch[i++] - '0');
+    if (value == 0) continue;
+    bool arch_specific = i < arch.size() && arch[i] == 'a';  // sm_90a runs only on 9.0
+    if (!ptx_only && value / 10 == major && value % 10 <= minor && (!arch_specific || value == device)) return true;
+    if (has_ptx && !arch_specific && value <= device) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+GpuRuntimeInfo query_gpus() {
+  GpuRuntimeInfo info;
+  info.built_with_gpu = true;
+  info.build_architectures = QWENRT_CUDA_ARCHS;
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) info.driver_version = version_string(driver);
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) info.runtime_version = version_string(runtime);
+  if (info.driver_version.empty()) {
+    info.error = "no NVIDIA driver found (no GPU, or the driver is not installed): use --device cpu";
+    return info;
+  }
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    info.error = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    cudaGetLastError();
+    return info;
+  }
+  for (int index = 0; index < count; ++index) {
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, index) != cudaSuccess) continue;
+    GpuDeviceInfo device;
+    device.index = index;
+    device.name = props.name;
+    device.compute_major = props.major;
+    device.compute_minor = props.minor;
+    device.multiprocessors = props.multiProcessorCount;
+    device.total_bytes = props.totalGlobalMem;
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, index) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, index) == cudaSuccess) {
+      device.memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
+    }
+    device.supported_by_build = build_supports(info.build_architectures, props.major, props.minor);
+    if (cudaSetDevice(index) == cudaSuccess) {
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+        device.free_bytes = free_bytes;
+        device.total_bytes = total_bytes;
+      }
+    }
+    info.devices.push_back(device);
+  }
+  if (info.devices.empty()) info.error = "the CUDA runtime reports no devices";
+  return info;
+}
+
+}  // namespace qwenrt

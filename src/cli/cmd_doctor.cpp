@@ -1,0 +1,138 @@
+// qwenrt doctor: what this machine and build can run, and whether a model fits — the answer
+// to "will it fit and how fast can it go" before loading anything.
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace qwenrt::cli {
+namespace {
+
+struct DoctorArgs {
+  std::string model_dir;
+  std::string dtype = "bf16";
+};
+
+std::string cpu_summary() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  std::set<std::string> flags;
+  while (std::getline(in, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name") model = value;
+    if (key == "flags" && flags.empty()) {
+      std::istringstream words(value);
+      std::string word;
+      while (words >> word) flags.insert(word);
+    }
+  }
+  std::string features;
+  for (const char* feature : {"avx2", "fma", "f16c", "avx512f", "avx512bf16", "amx_bf16"}) {
+    if (flags.count(feature)) features += std::string(features.empty() ? "" : " ") + feature;
+  }
+  return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " threads" +
+         (features.empty() ? "" : ", " + features);
+}
+
+// Bytes of one bf16/fp16 copy of the weights, from the safetensors headers.
+double weight_bytes(const ModelFiles& files, size_t element_size) {
+  double total = 0;
+  for (const auto& name : files.names()) {
+    const SafetensorsTensor* tensor = files.find(name);
+    total += static_cast<double>(tensor->numel()) * static_cast<double>(element_size);
+  }
+  return total;
+}
+
+void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
+  ModelConfig config = load_model_config(args.model_dir);
+  ModelFiles files(args.model_dir);
+  const size_t element = 2;  // bf16 or fp16 on the GPU
+  double weights = weight_bytes(files, element);
+  double kv_per_token = 2.0 * config.num_layers * config.kv_dim() * element;
+  std::printf("\nmodel %s\n", args.model_dir.c_str());
+  std::printf("  %s, %d layers, hidden %d, heads %d/%d, head_dim %d, vocab %d, max context %d\n",
+              config.architecture_name.c_str(), config.num_layers, config.hidden_size, config.num_heads,
+              config.num_kv_heads, config.head_dim, config.vocab_size, config.max_position_embeddings);
+  std::printf("  weights %s in %s, KV cache %s per token\n", format_bytes(weights).c_str(), args.dtype.c_str(),
+              format_bytes(kv_per_token).c_str());
+  if (gpus.devices.empty()) {
+    std::printf("  no GPU: it runs on the CPU (--device cpu), which computes in fp32 from the mapped files\n");
+    return;
+  }
+  for (const auto& device : gpus.devices) {
+    // Leave room for the activation workspace and the runtime's own allocations.
+    double reserve = 1.0 * (1ull << 30) + 0.02 * static_cast<double>(device.total_bytes);
+    double room = static_cast<double>(device.free_bytes) - weights - reserve;
+    std::printf("  on GPU %d (%s): ", device.index, device.name.c_str());
+    if (room < kv_per_token * 256) {
+      std::printf("does NOT fit: weights need %s, %s is free. Use a smaller model or a quantised "
+                  "checkpoint, or free GPU memory.\n",
+                  format_bytes(weights).c_str(), format_bytes(static_cast<double>(device.free_bytes)).c_str());
+      continue;
+    }
+    long long context = static_cast<long long>(room / kv_per_token);
+    long long usable = std::min<long long>(context, config.max_position_embeddings);
+    std::printf("fits. Free memory leaves room for %lld tokens of KV cache; ", context);
+    if (context >= config.max_position_embeddings) {
+      std::printf("the full %d-token context fits (--max-context %d).\n", config.max_position_embeddings,
+                  config.max_position_embeddings);
+    } else {
+      std::printf("use --max-context %lld or less.\n", usable);
+    }
+    if (device.memory_bandwidth > 0) {
+      double matrix_bytes = weights - static_cast<double>(config.vocab_size) * config.hidden_size * element *
+                                          (config.tie_word_embeddings ? 0.0 : 1.0);
+      std::printf("    decode speed limit at batch 1: about %.0f tokens/s (%s read per token at %.1f TB/s)\n",
+                  device.memory_bandwidth / matrix_bytes, format_bytes(matrix_bytes).c_str(),
+                  device.memory_bandwidth / 1e12);
+    }
+    if (!device.supported_by_build) {
+      std::printf("    but this build has no kernels for this GPU (see above)\n");
+    }
+  }
+}
+
+int run_doctor(const DoctorArgs& args) {
+  GpuRuntimeInfo gpus = query_gpus();
+  std::printf("qwenrt %s\n", QWENRT_VERSION);
+  std::printf("cpu      %s\n", cpu_summary().c_str());
+  if (!gpus.built_with_gpu) {
+    std::printf("gpu      %s\n", gpus.error.c_str());
+  } else {
+    std::printf("build    CUDA kernels for compute capability %s\n", gpus.build_architectures.c_str());
+    std::printf("driver   %s, runtime %s\n", gpus.driver_version.empty() ? "not installed" : gpus.driver_version.c_str(),
+                gpus.runtime_version.c_str());
+    if (!gpus.error.empty()) std::printf("gpu      %s\n", gpus.error.c_str());
+    for (const auto& device : gpus.devices) {
+      std::printf("gpu %d    %s, compute capability %d.%d, %d SMs, %s free of %s%s\n", device.index,
+                  device.name.c_str(), device.compute_major, device.compute_minor, device.multiprocessors,
+                  format_bytes(static_cast<double>(device.free_bytes)).c_str(),
+                  format_bytes(static_cast<double>(device.total_bytes)).c_str(),
+                  device.supported_by_build ? "" : "  -- NOT supported by this build: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<this GPU's>");
+    }
+  }
+  if (!args.model_dir.empty()) report_model(args, gpus);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_doctor_command(CLI::App& root, int& exit_code) {
+  auto args = std::make_shared<DoctorArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "doctor", "Show the GPU, driver, build and CPU; with -m, whether that model fits and how fast it can decode");
+  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model folder to check")->check(CLI::ExistingDirectory);
+  cmd->callback([args, &exit_code]() { exit_code = run_doctor(*args); });
+}
+
+}  // namespace qwenrt::cli

@@ -1,0 +1,202 @@
+#include "tokenizer/chat_template/gcc_workarounds.h"  // first: see there
+
+#include "tokenizer/chat_template/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/chat_template/interpreter.h"
+#include "tokenizer/chat_template/lexer.h"
+#include "tokenizer/chat_template/parser.h"
+
+namespace qwenrt {
+
+using chat_template::Expr;
+using chat_template::Stmt;
+
+struct ChatTemplate::Compiled {
+  std::string source;
+  chat_template::Template tree;
+};
+
+namespace {
+
+// jinja2 resolves filter and test names when it compiles a template, so an unknown one is an
+// error at load time even on a branch that never runs; do the same.
+void check_names(const Expr* e) {
+  if (e == nullptr) return;
+  if (e->kind == chat_template::ExprKind::kFilter && !chat_template::has_filter(e->name)) {
+    throw Error(ErrorCategory::kUnsupported, "chat template at " + chat_template::where(e->line, e->column) +
+                                                 ": filter '" + e->name + "' is not supported");
+  }
+  if (e->kind == chat_template::ExprKind::kTest && !chat_template::has_test(e->name)) {
+    throw Error(ErrorCategory::kUnsupported, "chat template at " + chat_template::where(e->line, e->column) +
+                                                 ": test '" + e->name + "' is not supported");
+  }
+  for (const auto& child : e->children) check_names(child.get());
+  for (const auto& [key, value] : e->keywords) check_names(value.get());
+}
+
+void check_names(const chat_template::Body& body) {
+  for (const auto& s : body) {
+    check_names(s->expr.get());
+    check_names(s->condition.get());
+    for (const auto& c : s->conditions) check_names(c.get());  // if conditions, with values
+    for (const auto& b : s->bodies) check_names(b);
+    for (const auto& p : s->params) check_names(p.default_value.get());
+    check_names(s->body);
+    check_names(s->else_body);
+  }
+}
+
+std::optional<std::string> token_text(const nlohmann::json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  throw Error(ErrorCategory::kInvalidModel, std::string("tokenizer_config.json: '") + key + "' is neither a string nor a token object");
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCategory::kIo, "cannot open " + path.string());
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+nlohmann::json parse_json_file(const std::filesystem::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ErrorCategory::kInvalidModel, path.string() + " is not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source, SpecialTokens special_tokens)
+    : special_tokens_(std::move(special_tokens)) {
+  auto compiled = std::make_shared<Compiled>();
+  compiled->source = source;
+  compiled->tree = chat_template::parse_template(source);
+  check_names(compiled->tree.body);
+  templates_["default"] = std::move(compiled);
+}
+
+ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::json& config) {
+  if (!config.is_object()) throw Error(ErrorCategory::kInvalidModel, "tokenizer_config.json is not a JSON object");
+  SpecialTokens tokens;
+  tokens.bos_token = token_text(config, "bos_token");
+  tokens.eos_token = token_text(config, "eos_token");
+  tokens.unk_token = token_text(config, "unk_token");
+  tokens.pad_token = token_text(config, "pad_token");
+  if (auto it = config.find("additional_special_tokens"); it != config.end() && it->is_array()) {
+    for (const auto& t : *it) {
+      if (t.is_string()) tokens.additional_special_tokens.push_back(t.get<std::string>());
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) {
+        tokens.additional_special_tokens.push_back(t["content"].get<std::string>());
+      }
+    }
+  }
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) {
+    throw Error(ErrorCategory::kInvalidModel, "tokenizer_config.json has no chat_template");
+  }
+  if (it->is_string()) return ChatTemplate(it->get<std::string>(), std::move(tokens));
+  if (!it->is_array() || it->empty()) {
+    throw Error(ErrorCategory::kInvalidModel, "tokenizer_config.json: chat_template is neither a string nor a list of {name, template}");
+  }
+  ChatTemplate result;
+  result.special_tokens_ = std::move(tokens);
+  for (const auto& entry : *it) {
+    if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
+        !entry["template"].is_string()) {
+      throw Error(ErrorCategory::kInvalidModel, "tokenizer_config.json: chat_template list entries need string 'name' and 'template'");
+    }
+    const std::string name = entry["name"].get<std::string>();
+    try {
+      ChatTemplate one(entry["template"].get<std::string>());
+      result.templates_[name] = one.templates_["default"];
+    } catch (const Error& e) {
+      throw Error(e.category(), "chat template '" + name + "': " + e.what());
+    }
+  }
+  return result;
+}
+
+ChatTemplate ChatTemplate::load_tokenizer_config(const std::filesystem::path& file) {
+  return from_tokenizer_config(parse_json_file(file));
+}
+
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
+  const auto config_path = model_dir / "tokenizer_config.json";
+  const auto jinja_path = model_dir / "chat_template.jinja";
+  nlohmann::json config = std::filesystem::exists(config_path) ? parse_json_file(config_path) : nlohmann::json::object();
+  if (std::filesystem::exists(jinja_path)) {
+    config["chat_template"] = read_file(jinja_path);
+  } else if (!std::filesystem::exists(config_path)) {
+    throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
+  }
+  return from_tokenizer_config(config);
+}
+
+std::vector<std::string> ChatTemplate::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, compiled] : templates_) out.push_back(name);
+  return out;
+}
+
+const ChatTemplate::Compiled& ChatTemplate::select(bool has_tools) const {
+  if (has_tools) {
+    if (auto it = templates_.find("tool_use"); it != templates_.end()) return *it->second;
+  }
+  if (auto it = templates_.find("default"); it != templates_.end()) return *it->second;
+  throw Error(ErrorCategory::kInvalidModel, "the tokenizer has several chat templates but none named 'default'");
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_vars) const {
+  using chat_template::Value;
+  if (!messages.is_array()) throw Error(ErrorCategory::kInvalidArgument, "messages must be a JSON array");
+  if (!tools.is_null() && !tools.is_array()) throw Error(ErrorCategory::kInvalidArgument, "tools must be a JSON array or null");
+  if (!extra_vars.is_null() && !extra_vars.is_object()) {
+    throw Error(ErrorCategory::kInvalidArgument, "extra template variables must be a JSON object");
+  }
+  const Compiled& compiled = select(!tools.is_null());
+  auto globals = std::make_shared<chat_template::Scope>();
+  chat_template::add_builtin_globals(*globals);
+  auto set_token = [&](const char* name, const std::optional<std::string>& token) {
+    if (token) globals->vars[name] = Value::from_string(*token);
+  };
+  set_token("bos_token", special_tokens_.bos_token);
+  set_token("eos_token", special_tokens_.eos_token);
+  set_token("unk_token", special_tokens_.unk_token);
+  set_token("pad_token", special_tokens_.pad_token);
+  if (!special_tokens_.additional_special_tokens.empty()) {
+    std::vector<Value> extra;
+    for (const auto& t : special_tokens_.additional_special_tokens) extra.push_back(Value::from_string(t));
+    globals->vars["additional_special_tokens"] = Value::list(std::move(extra));
+  }
+  try {
+    if (extra_vars.is_object()) {
+      for (const auto& [name, value] : extra_vars.items()) {
+        if (name == "messages" || name == "tools" || name == "documents" || name == "add_generation_prompt") {
+          throw Error(ErrorCategory::kInvalidArgument, "template variable '" + name + "' cannot be overridden");
+        }
+        globals->vars[name] = chat_template::from_json(value);
+      }
+    }
+    globals->vars["messages"] = chat_template::from_json(messages);
+    globals->vars["tools"] = chat_template::from_json(tools);
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCategory::kInvalidArgument, std::string("chat template input: ") + e.what());
+  }
+  globals->vars["documents"] = Value::none();
+  globals->vars["add_generation_prompt"] = Value::from_bool(add_generation_prompt);
+  chat_template::Interpreter interpreter(compiled.tree, globals);
+  return interpreter.render();
+}
+
+}  // namespace qwenrt

@@ -1,0 +1,474 @@
+// jinja2's builtin filters (jinja2/filters.py) for a non-autoescaping environment, plus
+// transformers' own `tojson` (json.dumps with ensure_ascii=False, no key sorting, no HTML
+// escaping; positional order ensure_ascii, indent, separators, sort_keys).
+#include "tokenizer/chat_template/gcc_workarounds.h"  // first: see there
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tokenizer/chat_template/interpreter.h"
+#include "tokenizer/chat_template/text.h"
+
+namespace qwenrt::chat_template {
+
+namespace {
+
+const char* const kFilters[] = {"abs", "attr", "batch", "capitalize", "center", "count", "d", "default",
+                                "dictsort", "e", "escape", "first", "float", "forceescape", "indent", "int",
+                                "items", "join", "last", "length", "list", "lower", "map", "max", "min",
+                                "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+                                "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
+                                "upper", "wordcount"};
+
+const Value* param(CallArgs& args, size_t index, const char* name) {
+  if (index < args.positional.size()) return &args.positional[index];
+  for (const auto& [key, value] : args.keyword) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+Value param_or(CallArgs& args, size_t index, const char* name, Value fallback) {
+  const Value* v = param(args, index, name);
+  return v ? *v : std::move(fallback);
+}
+
+int64_t length_of(Interpreter& in, const Value& v, int line) {
+  switch (v.kind) {
+    case Kind::kUndefined: return 0;
+    case Kind::kString: return static_cast<int64_t>(text::length(v.text));
+    case Kind::kList:
+    case Kind::kTuple: return static_cast<int64_t>(v.items->size());
+    case Kind::kDict: return static_cast<int64_t>(v.dict->entries.size());
+    default: in.fail(line, "object of type '" + type_name(v) + "' has no len()");
+  }
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// jinja2's `attribute` argument: "a.b" or "a.0" paths, looked up like subscripts.
+Value follow_attribute(Interpreter& in, const Value& item, const Value& attribute, int line) {
+  if (attribute.kind != Kind::kString) return in.get_item(item, attribute, line);
+  Value v = item;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = attribute.text.find('.', start);
+    const std::string part = attribute.text.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    v = in.get_item(v, numeric ? Value::from_int(std::stoll(part)) : Value::from_string(part), line);
+    if (dot == std::string::npos) return v;
+    start = dot + 1;
+  }
+}
+
+// Sort key: lower-cased strings unless case_sensitive (jinja2's ignore_case).
+Value sort_key(const Value& v, bool case_sensitive) {
+  if (!case_sensitive && v.kind == Kind::kString) return Value::from_string(text::lower(v.text));
+  return v;
+}
+
+bool compare_keys(Interpreter& in, const Value& a, const Value& b, int line) {
+  in.check_defined(a, line);
+  in.check_defined(b, line);
+  return less_than(a, b);
+}
+
+Value tojson(Interpreter& in, const Value& v, CallArgs& args, int line) {
+  JsonOptions options;
+  options.ensure_ascii = truthy(param_or(args, 0, "ensure_ascii", Value::from_bool(false)));
+  const Value indent = param_or(args, 1, "indent", Value::none());
+  const Value separators = param_or(args, 2, "separators", Value::none());
+  options.sort_keys = truthy(param_or(args, 3, "sort_keys", Value::from_bool(false)));
+  if (indent.kind == Kind::kInt) {
+    options.has_indent = true;
+    options.indent = std::string(static_cast<size_t>(std::max<int64_t>(indent.integer, 0)), ' ');
+  } else if (indent.kind == Kind::kString) {
+    options.has_indent = true;
+    options.indent = indent.text;
+  } else if (!indent.is_none()) {
+    in.fail(line, "tojson indent must be an int or a string");
+  }
+  if (options.has_indent) options.item_separator = ",";
+  if (!separators.is_none()) {
+    if (!separators.is_sequence() || separators.items->size() != 2 || (*separators.items)[0].kind != Kind::kString ||
+        (*separators.items)[1].kind != Kind::kString) {
+      in.fail(line, "tojson separators must be a pair of strings");
+    }
+    options.item_separator = (*separators.items)[0].text;
+    options.key_separator = (*separators.items)[1].text;
+  }
+  return Value::from_string(to_json(v, options));
+}
+
+std::vector<Value> select_items(Interpreter& in, const Value& seq, CallArgs& args, bool by_attribute, bool keep_if,
+                                int line) {
+  size_t next = 0;
+  Value attribute;
+  if (by_attribute) {
+    if (args.positional.empty()) in.fail(line, "missing attribute argument");
+    attribute = args.positional[next++];
+  }
+  std::string test_name;
+  if (next < args.positional.size()) {
+    const Value& t = args.positional[next++];
+    if (t.kind != Kind::kString) in.fail(line, "test name must be a string");
+    test_name = t.text;
+    if (!has_test(test_name)) in.fail(line, "no test named '" + test_name + "'", ErrorCategory::kUnsupported);
+  }
+  CallArgs test_args;
+  test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next), args.positional.end());
+  std::vector<Value> out;
+  for (const Value& item : in.iterate(seq, line)) {
+    const Value subject = by_attribute ? follow_attribute(in, item, attribute, line) : item;
+    const bool passed = test_name.empty() ? truthy(subject) : apply_test(in, test_name, subject, test_args, line);
+    if (passed == keep_if) out.push_back(item);
+  }
+  return out;
+}
+
+Value map_items(Interpreter& in, const Value& seq, CallArgs& args, int line) {
+  std::vector<Value> out;
+  // attribute= and default= are keyword-only in jinja2's map.
+  constexpr size_t kKeywordOnly = static_cast<size_t>(-1);
+  const Value* attribute = param(args, kKeywordOnly, "attribute");
+  if (attribute != nullptr) {
+    const Value* fallback = param(args, kKeywordOnly, "default");
+    for (const Value& item : in.iterate(seq, line)) {
+      Value v = follow_attribute(in, item, *attribute, line);
+      out.push_back(v.is_undefined() && fallback ? *fallback : v);
+    }
+    return Value::list(std::move(out));
+  }
+  if (args.positional.empty() || args.positional[0].kind != Kind::kString) in.fail(line, "map() needs a filter name or attribute=");
+  const std::string filter = args.positional[0].text;
+  if (!has_filter(filter)) in.fail(line, "no filter named '" + filter + "'", ErrorCategory::kUnsupported);
+  CallArgs rest;
+  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+  rest.keyword = args.keyword;
+  for (const Value& item : in.iterate(seq, line)) out.push_back(apply_filter(in, filter, item, rest, line));
+  return Value::list(std::move(out));
+}
+
+std::string indent_text(std::string s, const Value& width, bool first, bool blank) {
+  const std::string indention = width.kind == Kind::kString ? width.text : std::string(static_cast<size_t>(std::max<int64_t>(width.integer, 0)), ' ');
+  s += "\n";  // jinja2 appends a newline so splitlines() keeps a trailing empty line
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n') {
+      lines.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  std::string rv;
+  if (blank) {
+    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
+  } else {
+    rv = lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
+  }
+  return first ? indention + rv : rv;
+}
+
+}  // namespace
+
+bool has_filter(const std::string& name) {
+  for (const char* f : kFilters) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+Value apply_filter(Interpreter& in, const std::string& name, const Value& v, CallArgs& args, int line) {
+  if (name == "tojson") return tojson(in, v, args, line);
+  if (name == "length" || name == "count") return Value::from_int(length_of(in, v, line));
+  if (name == "default" || name == "d") {
+    const bool boolean = truthy(param_or(args, 1, "boolean", Value::from_bool(false)));
+    if (v.is_undefined() || (boolean && !truthy(v))) return param_or(args, 0, "default_value", Value::from_string(""));
+    return v;
+  }
+  if (name == "string") return Value::from_string(to_str(v));
+  if (name == "safe") return Value::from_string(to_str(v));
+  if (name == "trim") {
+    const Value chars = param_or(args, 0, "chars", Value::none());
+    return Value::from_string(text::strip(to_str(v), chars.is_none() ? nullptr : &chars.text, true, true));
+  }
+  if (name == "upper") return Value::from_string(text::upper(to_str(v)));
+  if (name == "lower") return Value::from_string(text::lower(to_str(v)));
+  if (name == "capitalize") return Value::from_string(text::capitalize(to_str(v)));
+  if (name == "title") {
+    // jinja2 splits before runs of "-", whitespace and opening brackets, then capitalises each piece.
+    const std::u32string cps = text::decode(to_str(v));
+    std::u32string out;
+    bool at_word_start = true;
+    for (char32_t c : cps) {
+      const bool separator = c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<' || text::is_space(c);
+      const std::string one = text::encode(std::u32string(1, c));
+      out += text::decode(separator ? one : (at_word_start ? text::upper(one) : text::lower(one)));
+      at_word_start = separator;
+    }
+    return Value::from_string(text::encode(out));
+  }
+  if (name == "replace") {
+    const Value count = param_or(args, 2, "count", Value::none());
+    return Value::from_string(text::replace(to_str(v), to_str(param_or(args, 0, "old", Value())),
+                                            to_str(param_or(args, 1, "new", Value())),
+                                            count.is_none() ? -1 : count.integer));
+  }
+  if (name == "escape" || name == "e" || name == "forceescape") return Value::from_string(html_escape(to_str(v)));
+  if (name == "first" || name == "last") {
+    const std::vector<Value> items = in.iterate(v, line);
+    if (items.empty()) return Value::undefined(std::string("No ") + name + " item, sequence was empty.");
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "join") {
+    const std::string separator = to_str(param_or(args, 0, "d", Value::from_string("")));
+    const Value* attribute = param(args, 1, "attribute");
+    std::string out;
+    bool first = true;
+    for (const Value& item : in.iterate(v, line)) {
+      if (!first) out += separator;
+      first = false;
+      out += to_str(attribute ? follow_attribute(in, item, *attribute, line) : item);
+    }
+    return Value::from_string(std::move(out));
+  }
+  if (name == "list") return Value::list(in.iterate(v, line));
+  if (name == "items") {
+    if (v.is_undefined()) return Value::list({});
+    if (v.kind != Kind::kDict) in.fail(line, "Can only get item pairs from a mapping.");
+    std::vector<Value> pairs;
+    for (const auto& [k, item] : v.dict->entries) pairs.push_back(Value::tuple({k, item}));
+    return Value::list(std::move(pairs));
+  }
+  if (name == "int") {
+    in.check_defined(v, line);
+    const Value fallback = param_or(args, 0, "default", Value::from_int(0));
+    const Value base = param_or(args, 1, "base", Value::from_int(10));
+    if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::from_int(v.kind == Kind::kBool ? v.boolean : v.integer);
+    if (v.kind == Kind::kFloat) return std::isfinite(v.number) ? Value::from_int(static_cast<int64_t>(v.number)) : fallback;
+    if (v.kind == Kind::kString) {
+      std::string s = text::strip(v.text, nullptr, true, true);
+      s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
+      try {
+        size_t used = 0;
+        const int64_t parsed = std::stoll(s, &used, static_cast<int>(base.integer));
+        if (used == s.size() && !s.empty()) return Value::from_int(parsed);
+      } catch (const std::exception&) {
+      }
+      try {
+        size_t used = 0;
+        const double parsed = std::stod(s, &used);
+        if (used == s.size() && std::isfinite(parsed)) return Value::from_int(static_cast<int64_t>(parsed));
+      } catch (const std::exception&) {
+      }
+    }
+    return fallback;
+  }
+  if (name == "float") {
+    in.check_defined(v, line);
+    const Value fallback = param_or(args, 0, "default", Value::from_float(0.0));
+    if (v.is_number()) return Value::from_float(v.kind == Kind::kFloat ? v.number : static_cast<double>(v.kind == Kind::kBool ? v.boolean : v.integer));
+    if (v.kind == Kind::kString) {
+      try {
+        const std::string s = text::strip(v.text, nullptr, true, true);
+        size_t used = 0;
+        const double parsed = std::stod(s, &used);
+        if (used == s.size()) return Value::from_float(parsed);
+      } catch (const std::exception&) {
+      }
+    }
+    return fallback;
+  }
+  if (name == "abs") {
+    in.check_defined(v, line);
+    if (v.kind == Kind::kFloat) return Value::from_float(std::fabs(v.number));
+    if (v.kind == Kind::kInt || v.kind == Kind::kBool) {
+      const int64_t x = v.kind == Kind::kBool ? v.boolean : v.integer;
+      return Value::from_int(x < 0 ? -x : x);
+    }
+    in.fail(line, "bad operand type for abs(): '" + type_name(v) + "'");
+  }
+  if (name == "round") {
+    in.check_defined(v, line);
+    const int64_t precision = param_or(args, 0, "precision", Value::from_int(0)).integer;
+    const std::string method = to_str(param_or(args, 1, "method", Value::from_string("common")));
+    const double x = v.kind == Kind::kFloat ? v.number : static_cast<double>(v.integer);
+    const double scale = std::pow(10.0, static_cast<double>(precision));
+    double r = 0.0;
+    if (method == "common" && precision >= 0 && std::isfinite(x)) {
+      // Python's round(x, n) rounds the exact binary value to n decimals, half to even; printf
+      // does the same (round(2.675, 2) == 2.67 because 2.675 is stored as 2.67499...).
+      char buffer[512];
+      std::snprintf(buffer, sizeof(buffer), "%.*f", static_cast<int>(std::min<int64_t>(precision, 300)), x);
+      r = std::strtod(buffer, nullptr);
+    } else if (method == "common") {
+      std::fesetround(FE_TONEAREST);
+      r = std::nearbyint(x * scale) / scale;
+    } else if (method == "ceil") {
+      r = std::ceil(x * scale) / scale;
+    } else if (method == "floor") {
+      r = std::floor(x * scale) / scale;
+    } else {
+      in.fail(line, "method must be common, ceil or floor");
+    }
+    if (v.kind != Kind::kFloat && method == "common") return Value::from_int(static_cast<int64_t>(r));
+    return Value::from_float(r);
+  }
+  if (name == "reverse") {
+    if (v.kind == Kind::kString) {
+      std::u32string cps = text::decode(v.text);
+      std::reverse(cps.begin(), cps.end());
+      return Value::from_string(text::encode(cps));
+    }
+    std::vector<Value> items = in.iterate(v, line);
+    std::reverse(items.begin(), items.end());
+    return Value::list(std::move(items));
+  }
+  if (name == "sort" || name == "unique" || name == "min" || name == "max") {
+    const size_t case_index = name == "sort" ? 1 : 0;
+    const bool case_sensitive = truthy(param_or(args, case_index, "case_sensitive", Value::from_bool(false)));
+    const Value* attribute = param(args, case_index + 1, "attribute");
+    auto key = [&](const Value& item) {
+      return sort_key(attribute ? follow_attribute(in, item, *attribute, line) : item, case_sensitive);
+    };
+    std::vector<Value> items = in.iterate(v, line);
+    if (name == "unique") {
+      std::vector<Value> out;
+      std::vector<Value> seen;
+      for (const Value& item : items) {
+        const Value k = key(item);
+        if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
+          seen.push_back(k);
+          out.push_back(item);
+        }
+      }
+      return Value::list(std::move(out));
+    }
+    if (name == "min" || name == "max") {
+      if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+      size_t best = 0;
+      for (size_t i = 1; i < items.size(); ++i) {
+        const bool better = name == "min" ? compare_keys(in, key(items[i]), key(items[best]), line)
+                                          : compare_keys(in, key(items[best]), key(items[i]), line);
+        if (better) best = i;
+      }
+      return items[best];
+    }
+    const bool reverse = truthy(param_or(args, 0, "reverse", Value::from_bool(false)));
+    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+      return reverse ? compare_keys(in, key(b), key(a), line) : compare_keys(in, key(a), key(b), line);
+    });
+    return Value::list(std::move(items));
+  }
+  if (name == "dictsort") {
+    if (v.kind != Kind::kDict) in.fail(line, "dictsort needs a mapping");
+    const bool case_sensitive = truthy(param_or(args, 0, "case_sensitive", Value::from_bool(false)));
+    const std::string by = to_str(param_or(args, 1, "by", Value::from_string("key")));
+    const bool reverse = truthy(param_or(args, 2, "reverse", Value::from_bool(false)));
+    std::vector<Value> pairs;
+    for (const auto& [k, item] : v.dict->entries) pairs.push_back(Value::tuple({k, item}));
+    const size_t pos = by == "value" ? 1 : 0;
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
+      const Value ka = sort_key((*a.items)[pos], case_sensitive);
+      const Value kb = sort_key((*b.items)[pos], case_sensitive);
+      return reverse ? compare_keys(in, kb, ka, line) : compare_keys(in, ka, kb, line);
+    });
+    return Value::list(std::move(pairs));
+  }
+  if (name == "sum") {
+    const Value* attribute = param(args, 0, "attribute");
+    Value total = param_or(args, 1, "start", Value::from_int(0));
+    for (const Value& item : in.iterate(v, line)) {
+      const Value x = attribute ? follow_attribute(in, item, *attribute, line) : item;
+      in.check_defined(x, line);
+      if (!x.is_number() || !total.is_number()) in.fail(line, "sum() needs numbers");
+      if (total.kind == Kind::kFloat || x.kind == Kind::kFloat) {
+        const double a = total.kind == Kind::kFloat ? total.number : static_cast<double>(total.kind == Kind::kBool ? total.boolean : total.integer);
+        const double b = x.kind == Kind::kFloat ? x.number : static_cast<double>(x.kind == Kind::kBool ? x.boolean : x.integer);
+        total = Value::from_float(a + b);
+      } else {
+        total = Value::from_int((total.kind == Kind::kBool ? total.boolean : total.integer) + (x.kind == Kind::kBool ? x.boolean : x.integer));
+      }
+    }
+    return total;
+  }
+  if (name == "map") return map_items(in, v, args, line);
+  if (name == "select" || name == "reject") return Value::list(select_items(in, v, args, false, name == "select", line));
+  if (name == "selectattr" || name == "rejectattr") {
+    return Value::list(select_items(in, v, args, true, name == "selectattr", line));
+  }
+  if (name == "attr") {
+    // Python getattr only: unlike `obj.name`, no fallback to obj["name"].
+    const std::string attribute = to_str(param_or(args, 0, "name", Value()));
+    if (v.kind == Kind::kObject || v.is_undefined()) return in.get_attr(v, attribute, line);
+    const Value method = find_method(v, attribute);
+    if (!method.is_undefined() || method.unsafe) return method;
+    return Value::undefined("'" + type_name(v) + " object' has no attribute '" + attribute + "'");
+  }
+  if (name == "batch") {
+    const int64_t size = param_or(args, 0, "linecount", Value::from_int(1)).integer;
+    if (size <= 0) in.fail(line, "batch size must be positive");
+    const Value* fill = param(args, 1, "fill_with");
+    std::vector<Value> batches;
+    std::vector<Value> current;
+    for (const Value& item : in.iterate(v, line)) {
+      current.push_back(item);
+      if (static_cast<int64_t>(current.size()) == size) {
+        batches.push_back(Value::list(std::move(current)));
+        current.clear();
+      }
+    }
+    if (!current.empty()) {
+      while (fill && !fill->is_none() && static_cast<int64_t>(current.size()) < size) current.push_back(*fill);
+      batches.push_back(Value::list(std::move(current)));
+    }
+    return Value::list(std::move(batches));
+  }
+  if (name == "indent") {
+    return Value::from_string(indent_text(to_str(v), param_or(args, 0, "width", Value::from_int(4)),
+                                          truthy(param_or(args, 1, "first", Value::from_bool(false))),
+                                          truthy(param_or(args, 2, "blank", Value::from_bool(false)))));
+  }
+  if (name == "center") {
+    const int64_t width = param_or(args, 0, "width", Value::from_int(80)).integer;
+    const std::string s = to_str(v);
+    const auto n = static_cast<int64_t>(text::length(s));
+    if (width <= n) return Value::from_string(s);
+    const int64_t margin = width - n;
+    const int64_t left = margin / 2 + (margin & width & 1);  // CPython's str.center split
+    return Value::from_string(std::string(static_cast<size_t>(left), ' ') + s +
+                              std::string(static_cast<size_t>(margin - left), ' '));
+  }
+  if (name == "wordcount") {
+    int64_t words = 0;
+    bool in_word = false;
+    for (char32_t c : text::decode(to_str(v))) {
+      const std::string one = text::encode(std::u32string(1, c));
+      const bool word_char = c == U'_' || (c >= U'0' && c <= U'9') || text::upper(one) != text::lower(one) ||
+                             (c > 0x7F && text::is_printable(c) && !text::is_space(c));
+      if (word_char && !in_word) ++words;
+      in_word = word_char;
+    }
+    return Value::from_int(words);
+  }
+  in.fail(line, "no filter named '" + name + "'", ErrorCategory::kUnsupported);
+}
+
+}  // namespace qwenrt::chat_template

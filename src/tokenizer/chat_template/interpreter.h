@@ -1,0 +1,92 @@
+// Tree-walking interpreter for a parsed template, with jinja2's runtime semantics as
+// transformers configures them: default Undefined (prints "", falsy, errors when used as a
+// value), for-loop scoping (a `set` inside a loop stays inside the iteration; namespaces
+// carry state out), loop controls, macros, and the sandbox's refusal to mutate lists/dicts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/chat_template/ast.h"
+#include "tokenizer/chat_template/value.h"
+
+namespace qwenrt::chat_template {
+
+struct Scope {
+  std::unordered_map<std::string, Value> vars;
+  std::shared_ptr<Scope> parent;
+};
+
+class Interpreter {
+ public:
+  // `globals` holds the render variables (messages, tools, ...) and builtins (namespace,
+  // range, raise_exception, ...); the template's top-level `set`s go there too.
+  Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  std::string render();
+
+  Value call(const Value& callee, CallArgs& args, int line);
+  Value get_attr(const Value& obj, const std::string& name, int line);
+  Value get_item(const Value& obj, const Value& key, int line);
+  std::vector<Value> iterate(const Value& v, int line);
+
+  [[noreturn]] void fail(int line, const std::string& message,
+                         ErrorCategory category = ErrorCategory::kInvalidArgument) const;
+  // Using an Undefined as a value: jinja2 raises UndefinedError (SecurityError for values
+  // the sandbox refused).
+  [[noreturn]] void fail_undefined(const Value& undefined, int line) const;
+  void check_defined(const Value& v, int line) const {
+    if (v.is_undefined()) fail_undefined(v, line);
+  }
+
+  Value eval(const Expr& e);
+
+  // Namespaces are the one mutable value and can be made to contain themselves; the
+  // interpreter empties them when the render ends so such cycles are not leaked.
+  void adopt_namespace(const Value& ns) { namespaces_.push_back(ns.dict); }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Flow exec_body(const Body& body, std::string& out);
+  Flow exec(const Stmt& s, std::string& out);
+  Flow exec_inner(const Stmt& s, std::string& out);
+  Flow exec_for(const Stmt& s, std::string& out);
+  void exec_set(const Stmt& s);
+  Value make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Value caller);
+  void assign_targets(Scope& scope, const std::vector<std::string>& targets, bool unpack, const Value& v,
+                      int line);
+
+  Value eval_inner(const Expr& e);
+  Value eval_compare(const Expr& e);
+  Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
+  Value eval_slice(const Expr& e);
+  Value eval_call(const Expr& e);
+  CallArgs eval_args(const Expr& e, size_t first_positional);
+  bool contains(const Value& container, const Value& item, int line);
+  Value lookup(const std::string& name) const;
+
+  const Template& template_;
+  std::shared_ptr<Scope> scope_;
+  int eval_depth_ = 0;
+  int call_depth_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
+};
+
+// Filters, tests and methods (builtins.cpp).
+bool has_filter(const std::string& name);
+bool has_test(const std::string& name);
+Value apply_filter(Interpreter& in, const std::string& name, const Value& operand, CallArgs& args, int line);
+bool apply_test(Interpreter& in, const std::string& name, const Value& operand, CallArgs& args, int line);
+// A bound method of a str/list/dict, or an Undefined when there is none (unsafe for the
+// mutating methods the sandbox refuses).
+Value find_method(const Value& obj, const std::string& name);
+// Global functions available to every template (namespace, range, dict, raise_exception, ...).
+void add_builtin_globals(Scope& globals);
+
+}  // namespace qwenrt::chat_template

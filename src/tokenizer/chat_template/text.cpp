@@ -1,0 +1,337 @@
+#include "tokenizer/chat_template/gcc_workarounds.h"  // first: see there
+
+#include "tokenizer/chat_template/text.h"
+
+#include <stdexcept>
+
+#include <utf8proc.h>
+
+namespace qwenrt::chat_template::text {
+
+std::u32string decode(std::string_view utf8) {
+  std::u32string out;
+  out.reserve(utf8.size());
+  size_t i = 0;
+  while (i < utf8.size()) {
+    const auto lead = static_cast<unsigned char>(utf8[i]);
+    int extra = 0;
+    char32_t c = 0;
+    if (lead < 0x80) {
+      c = lead;
+    } else if ((lead & 0xE0) == 0xC0) {
+      c = lead & 0x1F;
+      extra = 1;
+    } else if ((lead & 0xF0) == 0xE0) {
+      c = lead & 0x0F;
+      extra = 2;
+    } else if ((lead & 0xF8) == 0xF0) {
+      c = lead & 0x07;
+      extra = 3;
+    } else {
+      throw std::invalid_argument("invalid UTF-8 byte at offset " + std::to_string(i));
+    }
+    for (int k = 1; k <= extra; ++k) {
+      if (i + k >= utf8.size()) throw std::invalid_argument("truncated UTF-8 sequence at offset " + std::to_string(i));
+      const auto cont = static_cast<unsigned char>(utf8[i + k]);
+      if ((cont & 0xC0) != 0x80) throw std::invalid_argument("invalid UTF-8 sequence at offset " + std::to_string(i));
+      c = (c << 6) | (cont & 0x3F);
+    }
+    out.push_back(c);
+    i += 1 + extra;
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+std::string encode(std::u32string_view code_points) {
+  std::string out;
+  out.reserve(code_points.size());
+  for (char32_t c : code_points) append_utf8(out, c);
+  return out;
+}
+
+size_t length(std::string_view utf8) {
+  size_t n = 0;
+  for (char ch : utf8) {
+    if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+bool is_space(char32_t c) {
+  switch (c) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D:
+    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x20:
+    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
+    case 0x202F: case 0x205F: case 0x3000:
+      return true;
+    default:
+      return c >= 0x2000 && c <= 0x200A;
+  }
+}
+
+bool is_printable(char32_t c) {
+  if (c == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string strip(std::string_view s, const std::string* chars, bool left, bool right) {
+  const std::u32string cps = decode(s);
+  const std::u32string set = chars ? decode(*chars) : std::u32string();
+  auto strippable = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
+  size_t begin = 0;
+  size_t end = cps.size();
+  if (left) {
+    while (begin < end && strippable(cps[begin])) ++begin;
+  }
+  if (right) {
+    while (end > begin && strippable(cps[end - 1])) --end;
+  }
+  return encode(std::u32string_view(cps).substr(begin, end - begin));
+}
+
+std::vector<std::string> split(std::string_view s, const std::string* sep, int64_t maxsplit,
+                               bool from_right) {
+  std::vector<std::string> parts;
+  if (sep != nullptr) {
+    if (sep->empty()) throw std::invalid_argument("empty separator");
+    if (!from_right) {
+      size_t start = 0;
+      while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
+        const size_t at = s.find(*sep, start);
+        if (at == std::string_view::npos) break;
+        parts.emplace_back(s.substr(start, at - start));
+        start = at + sep->size();
+      }
+      parts.emplace_back(s.substr(start));
+      return parts;
+    }
+    size_t end = s.size();
+    std::vector<std::string> reversed;
+    while (maxsplit < 0 || static_cast<int64_t>(reversed.size()) < maxsplit) {
+      if (end < sep->size()) break;
+      const size_t at = s.rfind(*sep, end - sep->size());
+      if (at == std::string_view::npos) break;
+      reversed.emplace_back(s.substr(at + sep->size(), end - at - sep->size()));
+      end = at;
+    }
+    reversed.emplace_back(s.substr(0, end));
+    return {reversed.rbegin(), reversed.rend()};
+  }
+  // Whitespace split: runs of whitespace separate, leading/trailing whitespace is dropped.
+  const std::u32string cps = decode(s);
+  if (!from_right) {
+    size_t i = 0;
+    while (true) {
+      while (i < cps.size() && is_space(cps[i])) ++i;
+      if (i == cps.size()) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
+        size_t end = cps.size();
+        while (end > i && is_space(cps[end - 1])) --end;
+        parts.push_back(encode(std::u32string_view(cps).substr(i, end - i)));
+        break;
+      }
+      size_t j = i;
+      while (j < cps.size() && !is_space(cps[j])) ++j;
+      parts.push_back(encode(std::u32string_view(cps).substr(i, j - i)));
+      i = j;
+    }
+    return parts;
+  }
+  std::vector<std::string> reversed;
+  size_t end = cps.size();
+  while (true) {
+    while (end > 0 && is_space(cps[end - 1])) --end;
+    if (end == 0) break;
+    if (maxsplit >= 0 && static_cast<int64_t>(reversed.size()) == maxsplit) {
+      size_t begin = 0;
+      while (begin < end && is_space(cps[begin])) ++begin;
+      reversed.push_back(encode(std::u32string_view(cps).substr(begin, end - begin)));
+      break;
+    }
+    size_t begin = end;
+    while (begin > 0 && !is_space(cps[begin - 1])) --begin;
+    reversed.push_back(encode(std::u32string_view(cps).substr(begin, end - begin)));
+    end = begin;
+  }
+  return {reversed.rbegin(), reversed.rend()};
+}
+
+std::string replace(std::string_view s, std::string_view old_text, std::string_view new_text,
+                    int64_t count) {
+  std::string out;
+  if (old_text.empty()) {
+    // Python inserts the replacement before every code point and at the end.
+    const std::u32string cps = decode(s);
+    int64_t done = 0;
+    for (char32_t c : cps) {
+      if (count < 0 || done < count) {
+        out += new_text;
+        ++done;
+      }
+      append_utf8(out, c);
+    }
+    if (count < 0 || done < count) out += new_text;
+    return out;
+  }
+  size_t start = 0;
+  int64_t done = 0;
+  while (count < 0 || done < count) {
+    const size_t at = s.find(old_text, start);
+    if (at == std::string_view::npos) break;
+    out += s.substr(start, at - start);
+    out += new_text;
+    start = at + old_text.size();
+    ++done;
+  }
+  out += s.substr(start);
+  return out;
+}
+
+namespace {
+
+bool is_cased(char32_t c) {
+  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+}
+
+char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
+char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
+char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+
+}  // namespace
+
+std::string upper(std::string_view s) {
+  std::u32string cps = decode(s);
+  for (auto& c : cps) c = to_upper(c);
+  return encode(cps);
+}
+
+std::string lower(std::string_view s) {
+  std::u32string cps = decode(s);
+  for (auto& c : cps) c = to_lower(c);
+  return encode(cps);
+}
+
+std::string title(std::string_view s) {
+  std::u32string cps = decode(s);
+  bool previous_cased = false;
+  for (auto& c : cps) {
+    const bool cased = is_cased(c);
+    c = previous_cased ? to_lower(c) : to_title(c);
+    previous_cased = cased;
+  }
+  return encode(cps);
+}
+
+std::string capitalize(std::string_view s) {
+  std::u32string cps = decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) cps[i] = i == 0 ? to_title(cps[i]) : to_lower(cps[i]);
+  return encode(cps);
+}
+
+namespace {
+
+void append_hex(std::string& out, uint32_t value, int digits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int shift = (digits - 1) * 4; shift >= 0; shift -= 4) out.push_back(kHex[(value >> shift) & 0xF]);
+}
+
+}  // namespace
+
+std::string repr(std::string_view s) {
+  const std::u32string cps = decode(s);
+  const bool has_single = cps.find(U'\'') != std::u32string::npos;
+  const bool has_double = cps.find(U'"') != std::u32string::npos;
+  const char32_t quote = has_single && !has_double ? U'"' : U'\'';
+  std::string out;
+  out.push_back(static_cast<char>(quote));
+  for (char32_t c : cps) {
+    if (c == quote || c == U'\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == U'\t') {
+      out += "\\t";
+    } else if (c == U'\n') {
+      out += "\\n";
+    } else if (c == U'\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      append_hex(out, c, 2);
+    } else if (c < 0x7F || is_printable(c)) {
+      append_utf8(out, c);
+    } else if (c <= 0xFF) {
+      out += "\\x";
+      append_hex(out, c, 2);
+    } else if (c <= 0xFFFF) {
+      out += "\\u";
+      append_hex(out, c, 4);
+    } else {
+      out += "\\U";
+      append_hex(out, c, 8);
+    }
+  }
+  out.push_back(static_cast<char>(quote));
+  return out;
+}
+
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out.push_back('"');
+  auto escape_unit = [&out](uint32_t unit) {
+    out += "\\u";
+    append_hex(out, unit, 4);
+  };
+  for (char32_t c : decode(s)) {
+    switch (c) {
+      case U'"': out += "\\\""; break;
+      case U'\\': out += "\\\\"; break;
+      case U'\n': out += "\\n"; break;
+      case U'\r': out += "\\r"; break;
+      case U'\t': out += "\\t"; break;
+      case U'\b': out += "\\b"; break;
+      case U'\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          escape_unit(c);
+        } else if (ensure_ascii && c > 0x7F) {
+          if (c >= 0x10000) {
+            const uint32_t v = c - 0x10000;
+            escape_unit(0xD800 | (v >> 10));
+            escape_unit(0xDC00 | (v & 0x3FF));
+          } else {
+            escape_unit(c);
+          }
+        } else {
+          append_utf8(out, c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace qwenrt::chat_template::text

@@ -1,0 +1,120 @@
+// Values of the chat-template interpreter. They model the Python objects a Jinja2 template
+// sees when transformers renders it (str, int, float, bool, None, list, tuple, dict, jinja2's
+// Undefined and Namespace), because byte-identical output depends on Python's semantics:
+// str()/repr() formatting, truthiness, == between int/float/bool, ordered dicts.
+// Lists and dicts are shared and never mutated after construction (transformers renders in
+// an ImmutableSandboxedEnvironment); namespaces are the one mutable, shared object.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace qwenrt::chat_template {
+
+struct Value;
+class Interpreter;
+
+// Python dict: insertion-ordered (key, value) pairs, looked up linearly (template dicts are small).
+struct Dict {
+  std::vector<std::pair<Value, Value>> entries;
+  const Value* find(const Value& key) const;
+  Value* find(const Value& key);
+  void set(const Value& key, Value value);
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+// A callable: a builtin global, a bound method, a macro or `caller`. `line` is the call site.
+struct Function {
+  std::string name;
+  std::function<Value(Interpreter&, CallArgs&, int line)> call;
+};
+
+enum class Kind {
+  kUndefined,  // jinja2.Undefined: prints as "", falsy, iterates as empty, errors on most use
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kString,  // UTF-8; Python indexes by code point, see text.h
+  kList,
+  kTuple,
+  kDict,
+  kObject,  // attribute-only object: jinja2 Namespace (mutable) or the loop variable
+  kFunction,
+};
+
+struct Value {
+  Kind kind = Kind::kUndefined;
+  bool boolean = false;
+  int64_t integer = 0;
+  double number = 0.0;
+  // kString: the text. kUndefined: why it is undefined, used when it is misused
+  // ("'dict object' has no attribute 'x'"). kObject: the Python type name.
+  std::string text;
+  std::shared_ptr<std::vector<Value>> items;  // kList, kTuple
+  std::shared_ptr<Dict> dict;                 // kDict, kObject
+  std::shared_ptr<Function> function;         // kFunction
+  // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
+  bool unsafe = false;
+  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
+  // destroying a value cannot exhaust the stack.
+  int nesting = 0;
+
+  static Value undefined(std::string reason, bool unsafe = false);
+  static Value none();
+  static Value from_bool(bool b);
+  static Value from_int(int64_t i);
+  static Value from_float(double f);
+  static Value from_string(std::string s);
+  static Value list(std::vector<Value> values);
+  static Value tuple(std::vector<Value> values);
+  static Value dictionary(Dict d = {});
+  static Value object(std::string type_name, Dict attributes = {});
+  static Value callable(std::string name, std::function<Value(Interpreter&, CallArgs&, int)> fn);
+
+  bool is_undefined() const { return kind == Kind::kUndefined; }
+  bool is_none() const { return kind == Kind::kNone; }
+  bool is_string() const { return kind == Kind::kString; }
+  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
+  bool is_sequence() const { return kind == Kind::kList || kind == Kind::kTuple; }
+};
+
+// Python's type(x).__name__, for error messages.
+std::string type_name(const Value& v);
+bool truthy(const Value& v);
+// Python str(v) as Jinja prints it ({{ v }}): Undefined prints as "".
+std::string to_str(const Value& v);
+// Python repr(v).
+std::string repr(const Value& v);
+// Python ==, including 1 == 1.0 == True and element-wise list/dict equality.
+bool equals(const Value& a, const Value& b);
+// Python <, for sorting and comparisons; throws std::invalid_argument on unorderable types.
+bool less_than(const Value& a, const Value& b);
+// Python repr of a float: shortest round-trip digits, exponent outside [1e-4, 1e16).
+std::string float_repr(double f);
+
+// JSON (ordered, so dict key order survives as in Python's json.load) to Value and back.
+Value from_json(const nlohmann::ordered_json& j);
+
+struct JsonOptions {
+  std::string indent;  // empty with has_indent=false: single line
+  bool has_indent = false;
+  std::string item_separator = ", ";
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+  bool ensure_ascii = false;
+};
+// Python json.dumps(v, ...). Throws std::invalid_argument for values JSON cannot represent.
+std::string to_json(const Value& v, const JsonOptions& options);
+
+}  // namespace qwenrt::chat_template

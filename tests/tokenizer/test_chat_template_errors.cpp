@@ -1,0 +1,246 @@
+// Chat-template failure modes: malformed templates, misuse of undefined values, unsupported
+// constructs and hostile input must end in a qwenrt::Error that names the line (and column
+// where the template is at fault), never a crash or unbounded recursion.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/chat_template/chat_template.h"
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using qwenrt::ChatTemplate;
+using qwenrt::Error;
+using qwenrt::ErrorCategory;
+
+const std::filesystem::path kData = QWENRT_TEST_DATA;
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Json user(const std::string& text) { return Json::array({{{"role", "user"}, {"content", text}}}); }
+
+std::string render(const std::string& source, const Json& vars = Json::object()) {
+  return ChatTemplate(source).render(user("hi"), Json(), false, vars);
+}
+
+// The error raised by `fn`, or a failed expectation when none is.
+template <typename Fn>
+Error error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a qwenrt::Error";
+  return Error(ErrorCategory::kInternal, "");
+}
+
+TEST(ChatTemplateErrors, SyntaxErrorNamesLineAndColumn) {
+  const Error e = error_of([] { ChatTemplate("line one\nline two {% if %}x{% endif %}"); });
+  EXPECT_EQ(e.category(), ErrorCategory::kInvalidModel);
+  EXPECT_NE(std::string(e.what()).find("line 2, column 16"), std::string::npos) << e.what();
+}
+
+TEST(ChatTemplateErrors, UnclosedConstructsAreSyntaxErrors) {
+  for (const char* source : {"{% if x %}never closed", "{% for x in y %}", "{{ x ", "{# comment", "{% raw %}x",
+                             "{{ 'unterminated }}", "{{ (1, 2 }}", "{{ [1, 2) }}", "{% endif %}", "{{ 1 + }}",
+                             "{% set %}", "{% macro m( %}{% endmacro %}", "{{ x | }}", "{{ x is }}"}) {
+    const Error e = error_of([&] { ChatTemplate{source}; });
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidModel) << source << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << source << ": " << e.what();
+  }
+}
+
+TEST(ChatTemplateErrors, UnsupportedConstructsAreNamed) {
+  struct Case {
+    const char* source;
+    const char* construct;
+  };
+  for (const Case& c : {Case{"\n{% include 'x.jinja' %}", "'include'"}, Case{"{% extends 'base' %}", "'extends'"},
+                        Case{"{% import 'macros.jinja' as m %}", "'import'"},
+                        Case{"{% for x in y recursive %}{% endfor %}", "recursive"},
+                        Case{"{{ x|wordwrap }}", "filter 'wordwrap'"}, Case{"{{ x is frobnicated }}", "test 'frobnicated'"},
+                        Case{"{{ f(*args) }}", "*args"}}) {
+    const Error e = error_of([&] { ChatTemplate{c.source}; });
+    EXPECT_EQ(e.category(), ErrorCategory::kUnsupported) << c.source << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(c.construct), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line "), std::string::npos) << e.what();
+  }
+  const Error include_line = error_of([] { ChatTemplate("\n{% include 'x.jinja' %}"); });
+  EXPECT_NE(std::string(include_line.what()).find("line 2"), std::string::npos) << include_line.what();
+}
+
+TEST(ChatTemplateErrors, UndefinedMisuseNamesLine) {
+  const Error e = error_of([] { render("ok\n\n{{ messages[0].nope.startswith('a') }}"); });
+  EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
+  // Printing, testing and iterating an undefined value is fine, as in jinja2.
+  EXPECT_EQ(render("[{{ nope }}]{{ nope is defined }}{% for x in nope %}x{% endfor %}{{ nope|length }}"), "[]False0");
+}
+
+TEST(ChatTemplateErrors, RaiseExceptionCarriesTheMessage) {
+  const Error e = error_of([] { render("{{ raise_exception('Conversation roles must alternate') }}"); });
+  EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("Conversation roles must alternate"), std::string::npos) << e.what();
+}
+
+TEST(ChatTemplateErrors, SandboxRefusesMutation) {
+  const Error e = error_of([] { render("{% set l = [] %}{{ l.append(1) }}"); });
+  EXPECT_NE(std::string(e.what()).find("unsafe"), std::string::npos) << e.what();
+}
+
+TEST(ChatTemplateErrors, DeepNestingIsRefusedNotACrash) {
+  const int depth = 20000;
+  for (const auto& [open, close] : {std::pair<std::string, std::string>{"(", ")"}, {"[", "]"}, {"{'a': ", "}"}}) {
+    std::string source = "{{ ";
+    for (int i = 0; i < depth; ++i) source += open;
+    source += "1";
+    for (int i = 0; i < depth; ++i) source += close;
+    source += " }}";
+    EXPECT_THROW(ChatTemplate{source}, Error) << open;
+  }
+  std::string nots = "{{ ";
+  for (int i = 0; i < depth; ++i) nots += "not ";
+  EXPECT_THROW(ChatTemplate{nots + "1 }}"}, Error);
+  std::string minus = "{{ ";
+  for (int i = 0; i < depth; ++i) minus += "-";
+  EXPECT_THROW(ChatTemplate{minus + "1 }}"}, Error);
+  std::string ifs;
+  for (int i = 0; i < depth; ++i) ifs += "{% if 1 %}";
+  for (int i = 0; i < depth; ++i) ifs += "{% endif %}";
+  EXPECT_THROW(ChatTemplate{ifs}, Error);
+  // Operator chains nest leftwards; jinja2 itself fails past ~200 (Python's parenthesis
+  // limit in the code it generates). A long chain is refused, a moderate one renders.
+  std::string chain = "{{ 0";
+  for (int i = 0; i < 150; ++i) chain += " + 1";
+  EXPECT_EQ(render(chain + " }}"), "150");
+  for (int i = 0; i < 20000; ++i) chain += " + 1";
+  EXPECT_THROW(render(chain + " }}"), Error);
+  // Long flat text and many statements are fine.
+  std::string flat;
+  for (int i = 0; i < 20000; ++i) flat += "{{ 'ab' }}{% if 1 %}c{% endif %}\n";
+  EXPECT_EQ(render(flat).size(), 20000u * 3);  // trim_blocks eats each newline
+}
+
+TEST(ChatTemplateErrors, RunawayRecursionAndSizeAreBounded) {
+  EXPECT_THROW(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), Error);
+  EXPECT_THROW(render("{{ range(1000000)|length }}"), Error);
+  EXPECT_THROW(render("{{ 'x' * 1000000000000 }}"), Error);
+  EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), Error);
+}
+
+TEST(ChatTemplateErrors, DeepValuesAreRefusedNotACrash) {
+  // Values growing one level per loop iteration, a namespace that contains itself, and
+  // deeply nested input JSON.
+  EXPECT_THROW(render("{% set ns = namespace(x=none) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}"
+                      "{% endfor %}{{ ns.x }}"),
+               Error);
+  EXPECT_THROW(render("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}"), Error);
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  for (int i = 0; i < 100000; ++i) deep += "]";
+  const Json messages = Json::array({{{"role", "user"}, {"content", Json::parse(deep)}}});
+  EXPECT_THROW(ChatTemplate("{{ messages }}").render(messages, Json(), false), Error);
+}
+
+TEST(ChatTemplateErrors, InvalidUtf8TemplateIsRejected) {
+  EXPECT_THROW(ChatTemplate("{{ 'a' }}\xff\xfe"), Error);
+}
+
+TEST(ChatTemplateErrors, BadRenderArguments) {
+  const ChatTemplate tmpl("{{ messages|length }}");
+  EXPECT_THROW(tmpl.render(Json::object(), Json(), false), Error);
+  EXPECT_THROW(tmpl.render(user("x"), Json::object(), false), Error);
+  EXPECT_THROW(tmpl.render(user("x"), Json(), false, Json::array()), Error);
+  const Error e = error_of([&] { tmpl.render(user("x"), Json(), false, Json{{"messages", 1}}); });
+  EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+}
+
+// Random corruptions of the real Qwen3 template: each must parse and render, or fail with a
+// qwenrt::Error. A crash, hang or other exception fails the test.
+TEST(ChatTemplateErrors, MutatedTemplatesNeverCrash) {
+  const std::string original = read_text(kData / "templates" / "qwen3.jinja");
+  const Json messages = Json::parse(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+      {"role": "assistant", "content": "<think>r</think>a", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+      {"role": "tool", "content": "t"}])");
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  const std::string alphabet = "{}%#-+()[]|.,:~'\"\n abcdefinorstx=<>!0123456789";
+  std::mt19937 rng(12345);
+  int rendered = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string source = original;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t at = rng() % source.size();
+      switch (rng() % 3) {
+        case 0: source.erase(at, 1 + rng() % 8); break;
+        case 1: source.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+        default: source[at] = alphabet[rng() % alphabet.size()];
+      }
+    }
+    try {
+      const ChatTemplate tmpl(source);
+      tmpl.render(messages, trial % 2 ? tools : Json(), trial % 3 == 0);
+      ++rendered;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(rendered, 100);  // many mutations land in text and still render
+}
+
+// Constructs no Qwen template uses and the goldens do not cover; expected strings are
+// jinja2 3.1.6's output in transformers' environment (trim_blocks, lstrip_blocks).
+TEST(ChatTemplateJinja, WithBlockAndLoopChanged) {
+  EXPECT_EQ(render("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]"),
+            "211[]");
+  EXPECT_EQ(render("x\n  {% with v = 'q' %}\n  {{ v }}\n  {% endwith %}\ny"), "x\n  q\ny");
+  EXPECT_EQ(render("{% for i in [1, 1, 2, 2, 1] %}{{ loop.changed(i) }},{% endfor %}"), "True,False,True,False,True,");
+}
+
+TEST(ChatTemplateConfig, StringAndNamedTemplatesAndSpecialTokens) {
+  const Json config = Json::parse(R"({
+    "bos_token": null, "eos_token": {"content": "<|im_end|>", "lstrip": false}, "pad_token": "<|endoftext|>",
+    "chat_template": [{"name": "default", "template": "D{{ bos_token is defined }}{{ eos_token }}"},
+                      {"name": "tool_use", "template": "T{{ tools|length }}"}]})");
+  const ChatTemplate tmpl = ChatTemplate::from_tokenizer_config(config);
+  EXPECT_EQ(tmpl.render(user("x"), Json(), false), "DFalse<|im_end|>");
+  EXPECT_EQ(tmpl.render(user("x"), Json::array({Json::object()}), false), "T1");
+  EXPECT_EQ(tmpl.names(), (std::vector<std::string>{"default", "tool_use"}));
+
+  const ChatTemplate single = ChatTemplate::from_tokenizer_config(Json{{"chat_template", "S{{ tools }}"}});
+  EXPECT_EQ(single.render(user("x"), Json::array(), false), "S[]");
+  EXPECT_EQ(single.render(user("x"), Json(), false), "SNone");
+
+  EXPECT_THROW(ChatTemplate::from_tokenizer_config(Json{{"eos_token", "x"}}), Error);
+  EXPECT_THROW(ChatTemplate::from_tokenizer_config(Json{{"chat_template", 3}}), Error);
+  EXPECT_THROW(ChatTemplate::from_tokenizer_config(Json{{"chat_template", Json::array({{{"name", "x"}}})}}), Error);
+  const ChatTemplate only_tool_use = ChatTemplate::from_tokenizer_config(
+      Json{{"chat_template", Json::array({{{"name", "tool_use"}, {"template", "t"}}})}});
+  EXPECT_THROW(only_tool_use.render(user("x"), Json(), false), Error);
+}
+
+TEST(ChatTemplateConfig, ModelFolderPrefersChatTemplateJinja) {
+  const auto dir = std::filesystem::temp_directory_path() / "qwenrt_chat_template_dir_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "from config", "eos_token": "E"})";
+  EXPECT_EQ(ChatTemplate::load(dir).render(user("x"), Json(), false), "from config");
+  std::ofstream(dir / "chat_template.jinja") << "from file {{ eos_token }}\n";
+  EXPECT_EQ(ChatTemplate::load(dir).render(user("x"), Json(), false), "from file E");
+  std::filesystem::remove_all(dir);
+  EXPECT_THROW(ChatTemplate::load(dir), Error);
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+// The paged KV cache's host bookkeeping: block allocation, exhaustion, reuse, per-sequence
+// reservation and the slot of each position.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "engine/kv_cache.h"
+
+namespace qwenrt {
+namespace {
+
+TEST(BlockAllocator, ExhaustionAndReuse) {
+  BlockAllocator allocator(3);
+  EXPECT_EQ(allocator.num_blocks(), 3);
+  EXPECT_EQ(allocator.free_blocks(), 3);
+  std::set<int> taken;
+  for (int i = 0; i < 3; ++i) {
+    int block = allocator.allocate();
+    EXPECT_GE(block, 0);
+    EXPECT_LT(block, 3);
+    taken.insert(block);
+  }
+  EXPECT_EQ(taken.size(), 3u);  // distinct blocks
+  EXPECT_EQ(allocator.free_blocks(), 0);
+  EXPECT_EQ(allocator.allocate(), -1);
+  EXPECT_EQ(allocator.allocate(), -1);  // stays exhausted, no state change
+  EXPECT_EQ(allocator.free_blocks(), 0);
+  allocator.release(1);
+  EXPECT_EQ(allocator.free_blocks(), 1);
+  EXPECT_EQ(allocator.allocate(), 1);  // the released block is handed out again
+  EXPECT_EQ(allocator.allocate(), -1);
+}
+
+TEST(BlockAllocator, RejectsBadRelease) {
+  BlockAllocator allocator(2);
+  int block = allocator.allocate();
+  EXPECT_THROW(allocator.release(1 - block), Error);  // never allocated
+  EXPECT_THROW(allocator.release(2), Error);          // out of range
+  EXPECT_THROW(allocator.release(-1), Error);
+  allocator.release(block);
+  EXPECT_THROW(allocator.release(block), Error);  // double release
+  EXPECT_EQ(allocator.free_blocks(), 2);
+}
+
+TEST(BlockAllocator, ZeroBlocks) {
+  BlockAllocator allocator(0);
+  EXPECT_EQ(allocator.allocate(), -1);
+}
+
+TEST(SequenceBlocks, ReserveAdvanceAcrossBlockBoundaries) {
+  BlockAllocator allocator(8);
+  SequenceBlocks seq(allocator, 16);
+  EXPECT_EQ(seq.capacity(), 0);
+  EXPECT_TRUE(seq.reserve(0));
+  EXPECT_EQ(seq.block_table().size(), 0u);
+  EXPECT_TRUE(seq.reserve(5));
+  EXPECT_EQ(seq.block_table().size(), 1u);
+  EXPECT_EQ(seq.capacity(), 16);
+  EXPECT_EQ(seq.length(), 0);  // reserved, not yet written
+  seq.advance(5);
+  EXPECT_EQ(seq.length(), 5);
+  EXPECT_TRUE(seq.reserve(11));  // exactly fills the first block
+  EXPECT_EQ(seq.block_table().size(), 1u);
+  seq.advance(11);
+  EXPECT_TRUE(seq.reserve(1));  // position 16 starts block 2
+  EXPECT_EQ(seq.block_table().size(), 2u);
+  seq.advance(1);
+  EXPECT_TRUE(seq.reserve(33));  // positions 17..49: up to block 4
+  EXPECT_EQ(seq.block_table().size(), 4u);
+  EXPECT_EQ(seq.capacity(), 64);
+  EXPECT_EQ(allocator.free_blocks(), 4);
+}
+
+TEST(SequenceBlocks, SlotMappingInterleavedSequences) {
+  BlockAllocator allocator(10);
+  SequenceBlocks a(allocator, 4), b(allocator, 4);
+  // Alternate one-token steps so the two sequences' blocks interleave in the pool.
+  for (int step = 0; step < 18; ++step) {
+    ASSERT_TRUE(a.reserve(1));
+    a.advance(1);
+    if (step % 2 == 0) {
+      ASSERT_TRUE(b.reserve(1));
+      b.advance(1);
+    }
+  }
+  EXPECT_EQ(a.length(), 18);
+  EXPECT_EQ(b.length(), 9);
+  EXPECT_EQ(a.block_table().size(), 5u);
+  EXPECT_EQ(b.block_table().size(), 3u);
+  std::set<int32_t> slots;
+  for (const SequenceBlocks* seq : {&a, &b}) {
+    for (int p = 0; p < seq->length(); ++p) {
+      int32_t expected = seq->block_table()[p / 4] * 4 + p % 4;
+      EXPECT_EQ(seq->slot(p), expected) << p;
+      slots.insert(seq->slot(p));
+      EXPECT_GE(seq->slot(p), 0);
+      EXPECT_LT(seq->slot(p), 40);
+    }
+  }
+  EXPECT_EQ(slots.size(), 27u);  // no two positions share a slot
+}
+
+TEST(SequenceBlocks, FailedReserveLeavesStateUnchanged) {
+  BlockAllocator allocator(4);
+  SequenceBlocks other(allocator, 16);
+  ASSERT_TRUE(other.reserve(20));  // 2 blocks
+  SequenceBlocks seq(allocator, 16);
+  ASSERT_TRUE(seq.reserve(10));  // 1 block, 1 left
+  seq.advance(10);
+  auto table = seq.block_table();
+  EXPECT_FALSE(seq.reserve(40));  // needs 3 more blocks (50 positions), only 1 free
+  EXPECT_EQ(seq.block_table(), table);
+  EXPECT_EQ(seq.length(), 10);
+  EXPECT_EQ(seq.capacity(), 16);
+  EXPECT_EQ(allocator.free_blocks(), 1);
+  EXPECT_TRUE(seq.reserve(22));  // 32 positions: exactly the one free block
+  EXPECT_EQ(allocator.free_blocks(), 0);
+}
+
+TEST(SequenceBlocks, ClearAndDestructionReturnBlocks) {
+  BlockAllocator allocator(4);
+  {
+    SequenceBlocks seq(allocator, 8);
+    ASSERT_TRUE(seq.reserve(17));
+    seq.advance(17);
+    EXPECT_EQ(allocator.free_blocks(), 1);
+    seq.clear();
+    EXPECT_EQ(allocator.free_blocks(), 4);
+    EXPECT_EQ(seq.length(), 0);
+    EXPECT_EQ(seq.capacity(), 0);
+    ASSERT_TRUE(seq.reserve(30));
+    EXPECT_EQ(allocator.free_blocks(), 0);
+  }
+  EXPECT_EQ(allocator.free_blocks(), 4);  // the destructor released them
+}
+
+}  // namespace
+}  // namespace qwenrt

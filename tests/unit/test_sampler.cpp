@@ -1,0 +1,305 @@
+// The sampler against distributions computed here: greedy is argmax with lowest-index ties,
+// draws are reproducible from (seed, step, row), and the empirical frequencies of many draws
+// match the exact probabilities of temperature / top-k / top-p / min-p / penalties
+// (chi-square test at a fixed seed, so the verdict is deterministic).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "engine/sampler.h"
+
+namespace qwenrt {
+namespace {
+
+// Eight logits with a tie (1 and 2) and a spread wide enough for every filter to bite.
+const std::vector<float> kLogits = {2.0f, 1.5f, 1.5f, 0.3f, -0.5f, 1.0f, -2.0f, 0.0f};
+
+// Exact probabilities per QWEN sampler semantics: logits / T, keep the top k (ties: lower
+// index), softmax, keep the shortest prefix with mass >= top_p, keep p >= min_p · p_max,
+// renormalise. Written independently of the sampler.
+std::vector<double> expected_probs(const std::vector<float>& logits, double temperature, int top_k,
+                                   double top_p, double min_p) {
+  const int vocab = static_cast<int>(logits.size());
+  std::vector<int> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  int keep = (top_k > 0 && top_k < vocab) ? top_k : vocab;
+  std::vector<double> p(keep);
+  double total = 0;
+  for (int i = 0; i < keep; ++i) total += (p[i] = std::exp(logits[order[i]] / temperature));
+  for (double& x : p) x /= total;
+  if (top_p < 1.0) {
+    double mass = 0;
+    for (int i = 0; i < keep; ++i) {
+      mass += p[i];
+      if (mass >= top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (min_p > 0) {
+    int cut = 0;
+    while (cut < keep && p[cut] >= min_p * p[0]) ++cut;
+    keep = cut;
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += p[i];
+  std::vector<double> result(vocab, 0.0);
+  for (int i = 0; i < keep; ++i) result[order[i]] = p[i] / kept;
+  return result;
+}
+
+// Upper 0.1% point of chi-square with `df` degrees of freedom (Wilson–Hilferty).
+double chi_square_critical(int df) {
+  const double z = 3.0902;  // standard normal 0.999 quantile
+  double a = 2.0 / (9.0 * df);
+  return df * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+// Draws `draws` tokens at steps 0..draws-1 and checks their frequencies against `probs`:
+// tokens of probability 0 must never appear; the rest pass a chi-square test.
+template <typename Draw>
+void expect_distribution(const std::vector<double>& probs, int draws, Draw draw) {
+  std::vector<int> counts(probs.size(), 0);
+  for (int step = 0; step < draws; ++step) {
+    int32_t token = draw(static_cast<uint64_t>(step));
+    ASSERT_GE(token, 0);
+    ASSERT_LT(token, static_cast<int32_t>(probs.size()));
+    ++counts[token];
+  }
+  double statistic = 0;
+  int categories = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << "token " << i << " is excluded but was drawn";
+      continue;
+    }
+    double expected = probs[i] * draws;
+    statistic += (counts[i] - expected) * (counts[i] - expected) / expected;
+    ++categories;
+  }
+  if (categories > 1) {
+    EXPECT_LT(statistic, chi_square_critical(categories - 1)) << "chi-square over " << categories;
+  }
+}
+
+constexpr int kDraws = 20000;
+
+void expect_params_distribution(const SamplingParams& params) {
+  auto probs =
+      expected_probs(kLogits, params.temperature, params.top_k, params.top_p, params.min_p);
+  // The candidate list the sampler exposes must carry exactly these probabilities.
+  Candidates candidates = sampling_candidates(kLogits.data(), 8, params);
+  double total = 0;
+  for (size_t i = 0; i < candidates.ids.size(); ++i) {
+    EXPECT_NEAR(candidates.probs[i], probs[candidates.ids[i]], 1e-6)
+        << "token " << candidates.ids[i];
+    total += candidates.probs[i];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  size_t nonzero = std::count_if(probs.begin(), probs.end(), [](double p) { return p > 0; });
+  EXPECT_EQ(candidates.ids.size(), nonzero);
+  expect_distribution(
+      probs, kDraws, [&](uint64_t step) { return sample_row(kLogits.data(), 8, params, step, 0); });
+}
+
+SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1.f, float min_p = 0.f) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = top_k;
+  params.top_p = top_p;
+  params.min_p = min_p;
+  params.seed = 20240601;
+  return params;
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIndexTies) {
+  std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+  SamplingParams params;  // temperature 0
+  for (uint64_t step = 0; step < 5; ++step)
+    EXPECT_EQ(sample_row(logits.data(), 5, params, step, 0), 1);
+  params.temperature = -1.f;
+  params.top_k = 2;
+  EXPECT_EQ(sample_row(logits.data(), 5, params, 0, 0), 1);
+  std::vector<float> all_equal(6, -7.f);
+  EXPECT_EQ(sample_row(all_equal.data(), 6, SamplingParams{}, 0, 0), 0);
+  std::vector<float> last = {-3.f, -2.f, -1.f};
+  EXPECT_EQ(sample_row(last.data(), 3, SamplingParams{}, 0, 0), 2);
+}
+
+TEST(Sampler, UniformIsInUnitIntervalAndDeterministic) {
+  for (uint64_t step = 0; step < 1000; ++step) {
+    float u = sample_uniform(7, step, 3);
+    EXPECT_GE(u, 0.f);
+    EXPECT_LT(u, 1.f);
+    EXPECT_EQ(u, sample_uniform(7, step, 3));
+  }
+}
+
+TEST(Sampler, SeedReproducibility) {
+  SamplingParams params = sampling(1.0f);
+  std::vector<int32_t> first, again, other_seed;
+  for (uint64_t step = 0; step < 200; ++step) {
+    first.push_back(sample_row(kLogits.data(), 8, params, step, 0));
+    again.push_back(sample_row(kLogits.data(), 8, params, step, 0));
+  }
+  params.seed += 1;
+  for (uint64_t step = 0; step < 200; ++step) {
+    other_seed.push_back(sample_row(kLogits.data(), 8, params, step, 0));
+  }
+  EXPECT_EQ(first, again);
+  EXPECT_NE(first, other_seed);
+  // Successive steps are not stuck on one token.
+  EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 3u);
+}
+
+TEST(Sampler, BackendRowsDrawIndependently) {
+  auto backend = make_cpu_backend(1);
+  std::vector<float> logits;
+  for (int r = 0; r < 4; ++r) logits.insert(logits.end(), kLogits.begin(), kLogits.end());
+  Tensor view{logits.data(), DType::kF32, 4, 8};
+  SamplingParams params = sampling(1.0f);
+  std::vector<std::vector<int32_t>> per_row(4);
+  for (uint64_t step = 0; step < 100; ++step) {
+    int32_t out[4] = {-1, -1, -1, -1};
+    backend->sample(view, params, step, nullptr, nullptr, 0, out);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(out[r], sample_row(kLogits.data(), 8, params, step, r));
+      per_row[r].push_back(out[r]);
+    }
+  }
+  EXPECT_NE(per_row[0], per_row[1]);  // identical rows of a batch must not draw identically
+}
+
+TEST(Sampler, TemperatureOne) {
+  expect_params_distribution(sampling(1.0f));
+}
+TEST(Sampler, TemperatureLow) {
+  expect_params_distribution(sampling(0.5f));
+}
+TEST(Sampler, TemperatureHigh) {
+  expect_params_distribution(sampling(2.5f));
+}
+TEST(Sampler, TopK) {
+  expect_params_distribution(sampling(1.0f, 3));
+}
+TEST(Sampler, TopKCutsATie) {
+  // k = 2 keeps token 0 and the lower-index of the tied tokens 1 and 2.
+  auto probs = expected_probs(kLogits, 1.0, 2, 1.0, 0.0);
+  EXPECT_GT(probs[1], 0);
+  EXPECT_EQ(probs[2], 0);
+  expect_params_distribution(sampling(1.0f, 2));
+}
+TEST(Sampler, TopP) {
+  expect_params_distribution(sampling(1.0f, 0, 0.7f));
+}
+TEST(Sampler, TopPWithTemperatureAndTopK) {
+  expect_params_distribution(sampling(0.8f, 5, 0.9f));
+}
+TEST(Sampler, MinP) {
+  expect_params_distribution(sampling(1.0f, 0, 1.f, 0.3f));
+}
+TEST(Sampler, AllFilters) {
+  expect_params_distribution(sampling(1.3f, 6, 0.95f, 0.1f));
+}
+
+TEST(Sampler, TopPKeepsAtLeastOneToken) {
+  SamplingParams params = sampling(1.0f, 0, 0.01f);
+  auto probs = expected_probs(kLogits, 1.0, 0, 0.01, 0.0);
+  EXPECT_EQ(probs[0], 1.0);
+  for (uint64_t step = 0; step < 100; ++step)
+    EXPECT_EQ(sample_row(kLogits.data(), 8, params, step, 0), 0);
+}
+
+// Penalties computed independently: distinct token t seen c times in the history;
+// repetition divides positive logits and multiplies negative ones; presence subtracts once,
+// frequency c times.
+std::vector<float> penalised(const std::vector<float>& logits, const std::vector<int32_t>& history,
+                             float repetition, float presence, float frequency) {
+  std::map<int32_t, int> counts;
+  for (int32_t token : history) {
+    if (token >= 0 && token < static_cast<int32_t>(logits.size())) ++counts[token];
+  }
+  std::vector<float> out = logits;
+  for (const auto& [token, count] : counts) {
+    double value = out[token];
+    value = value > 0 ? value / repetition : value * repetition;
+    value -= presence + frequency * count;
+    out[token] = static_cast<float>(value);
+  }
+  return out;
+}
+
+struct PenaltyCase {
+  float repetition, presence, frequency;
+};
+
+TEST(Sampler, Penalties) {
+  // Token 0 (positive) three times, 4 (negative) twice, 7 (zero) once; ids outside the
+  // vocabulary (padding, corrupt history) are ignored.
+  const std::vector<int32_t> history = {0, 4, 0, 7, 4, 0, 99, -1};
+  auto backend = make_cpu_backend(1);
+  for (const auto& c : {PenaltyCase{1.3f, 0.f, 0.f}, PenaltyCase{1.f, 0.8f, 0.f},
+                        PenaltyCase{1.f, 0.f, 0.5f}, PenaltyCase{1.2f, 0.4f, 0.3f}}) {
+    SCOPED_TRACE("repetition " + std::to_string(c.repetition) + " presence " +
+                 std::to_string(c.presence) + " frequency " + std::to_string(c.frequency));
+    SamplingParams params = sampling(1.0f);
+    params.repetition_penalty = c.repetition;
+    params.presence_penalty = c.presence;
+    params.frequency_penalty = c.frequency;
+    auto expected = penalised(kLogits, history, c.repetition, c.presence, c.frequency);
+    std::vector<float> actual = kLogits;
+    apply_penalties(actual.data(), 8, params, history.data(), static_cast<int>(history.size()));
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6) << "token " << i;
+    // Tokens never seen keep their logits exactly.
+    for (int i : {1, 2, 3, 5, 6}) EXPECT_EQ(actual[i], kLogits[i]);
+
+    // Through the backend's sample op, which applies the penalties from the history itself.
+    auto probs = expected_probs(expected, 1.0, 0, 1.0, 0.0);
+    Tensor view{const_cast<float*>(kLogits.data()), DType::kF32, 1, 8};
+    const int32_t history_len = static_cast<int32_t>(history.size());
+    expect_distribution(probs, kDraws, [&](uint64_t step) {
+      int32_t token = -1;
+      backend->sample(view, params, step, history.data(), &history_len,
+                      static_cast<int>(history.size()), &token);
+      return token;
+    });
+  }
+}
+
+TEST(Sampler, PenaltiesChangeGreedyChoice) {
+  // Token 0 leads by 0.5; repeated three times with frequency 0.5 it drops below token 1.
+  SamplingParams params;
+  params.frequency_penalty = 0.5f;
+  std::vector<int32_t> history = {0, 0, 0};
+  std::vector<float> row = kLogits;
+  apply_penalties(row.data(), 8, params, history.data(), 3);
+  EXPECT_EQ(sample_row(row.data(), 8, params, 0, 0), 1);
+}
+
+TEST(Sampler, NoPenaltyWithoutHistory) {
+  SamplingParams params;
+  params.repetition_penalty = 2.f;
+  std::vector<float> row = kLogits;
+  apply_penalties(row.data(), 8, params, nullptr, 0);
+  EXPECT_EQ(row, kLogits);
+}
+
+TEST(Sampler, BackendRejectsNonFiniteLogits) {
+  auto backend = make_cpu_backend(1);
+  std::vector<float> logits = kLogits;
+  logits[3] = NAN;
+  Tensor view{logits.data(), DType::kF32, 1, 8};
+  int32_t token = -1;
+  EXPECT_THROW(backend->sample(view, SamplingParams{}, 0, nullptr, nullptr, 0, &token), Error);
+}
+
+}  // namespace
+}  // namespace qwenrt

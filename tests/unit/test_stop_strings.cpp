@@ -1,0 +1,69 @@
+#include <gtest/gtest.h>
+
+#include "engine/stop_strings.h"
+
+namespace qwenrt {
+namespace {
+
+// Feeds pieces one by one and returns everything emitted.
+std::string feed(StopMatcher& matcher, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& piece : pieces) {
+    out += matcher.push(piece);
+    if (matcher.stopped()) return out;
+  }
+  return out + matcher.flush();
+}
+
+TEST(StopStrings, StopInsideOnePiece) {
+  StopMatcher matcher({"END"});
+  EXPECT_EQ(feed(matcher, {"hello END world"}), "hello ");
+  EXPECT_TRUE(matcher.stopped());
+  EXPECT_EQ(matcher.matched(), "END");
+}
+
+TEST(StopStrings, StopSpanningPieces) {
+  StopMatcher matcher({"\nUser:"});
+  std::vector<std::string> emitted;
+  std::string out;
+  for (const char* piece : {"Sure.", "\n", "Us", "er", ":", " more"}) {
+    std::string part = matcher.push(piece);
+    emitted.push_back(part);
+    out += part;
+    if (matcher.stopped()) break;
+  }
+  EXPECT_TRUE(matcher.stopped());
+  EXPECT_EQ(out, "Sure.");
+  // The newline was held back while it could begin the stop string.
+  EXPECT_EQ(emitted[1], "");
+}
+
+TEST(StopStrings, FalseStartIsReleased) {
+  StopMatcher matcher({"STOP"});
+  EXPECT_EQ(matcher.push("ST"), "");
+  EXPECT_EQ(matcher.push("AR"), "STAR");
+  EXPECT_EQ(matcher.push("S"), "");
+  EXPECT_EQ(matcher.flush(), "S");
+  EXPECT_FALSE(matcher.stopped());
+}
+
+TEST(StopStrings, EarliestOfSeveral) {
+  StopMatcher matcher({"bb", "a b"});
+  EXPECT_EQ(feed(matcher, {"xa", " bb"}), "x");
+  EXPECT_EQ(matcher.matched(), "a b");
+}
+
+TEST(StopStrings, NoStopsPassesThrough) {
+  StopMatcher matcher({});
+  EXPECT_EQ(matcher.push("abc"), "abc");
+  EXPECT_EQ(matcher.flush(), "");
+}
+
+TEST(StopStrings, MultibyteStop) {
+  StopMatcher matcher({"。"});
+  EXPECT_EQ(feed(matcher, {"你好", "\xe3\x80", "\x82", "更多"}), "你好");
+  EXPECT_TRUE(matcher.stopped());
+}
+
+}  // namespace
+}  // namespace qwenrt
