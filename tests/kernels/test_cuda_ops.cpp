@@ -154,6 +154,36 @@ TEST_P(CudaOps, SiluMulEmbedGather) {
   }
 }
 
+// ---------------------------------------------------------------- bench services
+TEST_P(CudaOps, FillRandomAndDeviceTimer) {
+  const int64_t rows = 37, cols = 1001;
+  auto t = DeviceTensor::poisoned(gpu(), dtype(), rows, cols);
+  auto timer = gpu().make_timer();
+  timer->start();
+  gpu().fill_random(t.t, 42, 0.5f, 1.f);
+  timer->stop();
+  EXPECT_GT(timer->seconds(), 0.0);
+  const auto values = download(gpu(), t.t);
+  double sum = 0;
+  float lo = 10.f, hi = -10.f;
+  for (float v : values) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_GE(lo, 0.5f - 1e-2f);
+  EXPECT_LE(hi, 1.5f + 1e-2f);
+  EXPECT_NEAR(sum / static_cast<double>(values.size()), 1.0, 0.01);  // uniform mean
+  EXPECT_GT(hi - lo, 0.9f);                                          // spread over the range
+  // Same seed, same values; another seed, other values.
+  auto again = DeviceTensor(gpu(), dtype(), rows, cols);
+  gpu().fill_random(again.t, 42, 0.5f, 1.f);
+  EXPECT_EQ(download(gpu(), again.t), values);
+  gpu().fill_random(again.t, 43, 0.5f, 1.f);
+  EXPECT_NE(download(gpu(), again.t), values);
+}
+
 // ---------------------------------------------------------------- paged batches
 // A ragged batch over a paged cache with randomly placed physical blocks.
 struct PagedBatch {

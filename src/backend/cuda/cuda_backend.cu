@@ -22,6 +22,54 @@ constexpr size_t kMiB = size_t{1} << 20;
 // Probes whether this binary carries code for the current device.
 __global__ void probe_kernel() {}
 
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Synthetic weights: a counter-based hash of (seed, index), so any element is computed
+// independently (the host default iterates one generator and differs in values, not in
+// distribution). Uniform in [offset - scale, offset + scale].
+template <typename T>
+__global__ void fill_random_kernel(T* data, size_t count, uint64_t seed, float scale, float offset) {
+  const uint64_t key = mix64(seed);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
+    const uint64_t z = mix64(key ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
+    const float unit = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+    data[i] = gpu::from_f32<T>(offset + scale * (2.f * unit - 1.f));
+  }
+}
+
+// Device time between two events recorded on the backend's stream.
+class EventTimer final : public DeviceTimer {
+ public:
+  explicit EventTimer(cudaStream_t stream) : stream_(stream) {
+    QWENRT_CUDA_CALL(cudaEventCreate(&start_), "timer", "");
+    QWENRT_CUDA_CALL(cudaEventCreate(&stop_), "timer", "");
+  }
+  ~EventTimer() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() override { QWENRT_CUDA_CALL(cudaEventRecord(start_, stream_), "timer", "start"); }
+  void stop() override { QWENRT_CUDA_CALL(cudaEventRecord(stop_, stream_), "timer", "stop"); }
+  double seconds() override {
+    QWENRT_CUDA_CALL(cudaEventSynchronize(stop_), "timer", "waiting for the timed work");
+    float ms = 0.f;
+    QWENRT_CUDA_CALL(cudaEventElapsedTime(&ms, start_, stop_), "timer", "");
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
 void release_device_memory(void* p) { cudaFree(p); }
 
 }  // namespace
@@ -160,6 +208,40 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "synchronize",
                      "a kernel issued since the last synchronization failed");
+  }
+
+  DeviceInfo device_info() const override {
+    DeviceInfo info{name(), 0, 0};
+    // Ceilings measured on this card type (docs/PERFORMANCE.md): a large device-to-device
+    // copy and a large random-data bf16 GEMM. Other cards report unknown (0).
+    if (device_name_.find("H200") != std::string::npos) {
+      info.peak_bandwidth = 4.3e12;
+      info.peak_matmul_flops = 790e12;
+    }
+    return info;
+  }
+
+  std::unique_ptr<DeviceTimer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
+
+  void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) override {
+    const size_t count = static_cast<size_t>(tensor.numel());
+    if (count == 0) return;
+    const unsigned blocks = std::min<unsigned>(ceil_div(static_cast<long long>(count), 256), 8192u);
+    switch (tensor.dtype) {
+      case DType::kF32:
+        fill_random_kernel<float><<<blocks, 256, 0, stream_>>>(tensor.as<float>(), count, seed, scale, offset);
+        break;
+      case DType::kBF16:
+        fill_random_kernel<gpu::bf16><<<blocks, 256, 0, stream_>>>(tensor.as<gpu::bf16>(), count, seed, scale, offset);
+        break;
+      case DType::kF16:
+        fill_random_kernel<gpu::f16><<<blocks, 256, 0, stream_>>>(tensor.as<gpu::f16>(), count, seed, scale, offset);
+        break;
+      default:
+        throw Error(ErrorCategory::kUnsupported, "fill_random: int32 tensors");
+    }
+    QWENRT_CUDA_LAUNCHED("fill_random", shape_string(tensor));
+    synchronize();
   }
 
   void embed(const BatchView& batch, const Tensor& table, Tensor out) override {
