@@ -174,6 +174,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   }
   auto* history_device = static_cast<int32_t*>(sampling_buffer_.data());
   int32_t* out_device = history_device + plan_.max_context;
+  int32_t* history_len_device = out_device + 1;  // sample() reads the length in backend memory
   const bool penalties = options.sampling.repetition_penalty != 1.f ||
                          options.sampling.presence_penalty != 0.f ||
                          options.sampling.frequency_penalty != 0.f;
@@ -194,8 +195,9 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   auto decode_start = start;
   for (int step = 0; step < options.max_new_tokens; ++step) {
     int32_t history_len = static_cast<int32_t>(history.size());
+    if (penalties) backend_->copy_to_device(history_len_device, &history_len, sizeof(int32_t));
     backend_->sample(logits, options.sampling, static_cast<uint64_t>(step),
-                     penalties ? history_device : nullptr, penalties ? &history_len : nullptr,
+                     penalties ? history_device : nullptr, penalties ? history_len_device : nullptr,
                      plan_.max_context, out_device);
     int32_t token = 0;
     backend_->copy_to_host(&token, out_device, sizeof(int32_t));

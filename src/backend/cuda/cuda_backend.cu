@@ -1,13 +1,389 @@
-// Placeholder translation unit; the CUDA backend is being written.
-#include "backend/backend.h"
-#include "core/error.h"
+// The CUDA backend: owns the device, one stream, the cuBLASLt handle and the fixed
+// workspaces (cuBLASLt, split-K attention partials, sampling), and routes each op of the
+// Backend interface to its kernel file. Everything runs on the one stream, in order;
+// copies to and from the host wait for it, so host buffers may be reused on return.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/common.h"
+
+#ifndef QWENRT_CUDA_ARCHS
+#define QWENRT_CUDA_ARCHS "unknown"
+#endif
 
 namespace qwenrt {
+namespace cuda {
+namespace {
 
-bool cuda_backend_available() { return false; }
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;     // Hopper's recommendation
+constexpr size_t kAttentionWorkspaceBytes = size_t{32} << 20;  // split-K partials
+constexpr size_t kMiB = size_t{1} << 20;
 
-std::unique_ptr<Backend> make_cuda_backend(DType /*dtype*/, int /*device_index*/) {
-  throw Error(ErrorCategory::kUnsupported, "the CUDA backend is not implemented yet");
+// Probes whether this binary carries code for the current device.
+__global__ void probe_kernel() {}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Synthetic weights: a counter-based hash of (seed, index), so any element is computed
+// independently (the host default iterates one generator and differs in values, not in
+// distribution). Uniform in [offset - scale, offset + scale].
+template <typename T>
+__global__ void fill_random_kernel(T* data, size_t count, uint64_t seed, float scale, float offset) {
+  const uint64_t key = mix64(seed);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
+    const uint64_t z = mix64(key ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
+    const float unit = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+    data[i] = gpu::from_f32<T>(offset + scale * (2.f * unit - 1.f));
+  }
+}
+
+// Device time between two events recorded on the backend's stream.
+class EventTimer final : public DeviceTimer {
+ public:
+  explicit EventTimer(cudaStream_t stream) : stream_(stream) {
+    QWENRT_CUDA_CALL(cudaEventCreate(&start_), "timer", "");
+    QWENRT_CUDA_CALL(cudaEventCreate(&stop_), "timer", "");
+  }
+  ~EventTimer() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() override { QWENRT_CUDA_CALL(cudaEventRecord(start_, stream_), "timer", "start"); }
+  void stop() override { QWENRT_CUDA_CALL(cudaEventRecord(stop_, stream_), "timer", "stop"); }
+  double seconds() override {
+    QWENRT_CUDA_CALL(cudaEventSynchronize(stop_), "timer", "waiting for the timed work");
+    float ms = 0.f;
+    QWENRT_CUDA_CALL(cudaEventElapsedTime(&ms, start_, stop_), "timer", "");
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+void release_device_memory(void* p) { cudaFree(p); }
+
+}  // namespace
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* op,
+                                   const std::string& detail) {
+  const ErrorCategory category =
+      status == cudaErrorMemoryAllocation ? ErrorCategory::kOutOfMemory : ErrorCategory::kDevice;
+  throw Error(category, std::string(op) + ": " + call + " failed: " + cudaGetErrorName(status) +
+                            " (" + cudaGetErrorString(status) + ")" +
+                            (detail.empty() ? "" : " [" + detail + "]"));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(DType dtype, int device_index) : dtype_(dtype), device_index_(device_index) {
+    if (dtype != DType::kBF16 && dtype != DType::kF16) {
+      throw Error(ErrorCategory::kUnsupported,
+                  std::string("the CUDA backend computes in bf16 or fp16, not ") + dtype_name(dtype));
+    }
+    int count = 0;
+    const cudaError_t count_status = cudaGetDeviceCount(&count);
+    if (count_status != cudaSuccess || count == 0) {
+      throw Error(ErrorCategory::kDevice,
+                  std::string("no CUDA device is usable: ") +
+                      (count_status != cudaSuccess ? cudaGetErrorString(count_status)
+                                                   : "none found"));
+    }
+    if (device_index < 0 || device_index >= count) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "CUDA device " + std::to_string(device_index) + " does not exist (" +
+                      std::to_string(count) + " found)");
+    }
+    QWENRT_CUDA_CALL(cudaSetDevice(device_index), "init", "device " + std::to_string(device_index));
+    cudaDeviceProp prop{};
+    QWENRT_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index), "init", "");
+    device_name_ = prop.name;
+    multiprocessors_ = prop.multiProcessorCount;
+    cudaFuncAttributes attributes{};
+    const cudaError_t probe = cudaFuncGetAttributes(&attributes, probe_kernel);
+    if (probe != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls are not confused
+      throw Error(ErrorCategory::kUnsupported,
+                  "GPU " + std::to_string(device_index) + " (" + device_name_ +
+                      ") has compute capability " + std::to_string(prop.major) + "." +
+                      std::to_string(prop.minor) + " but this qwenrt build has kernels for " +
+                      "CUDA architectures " + QWENRT_CUDA_ARCHS + " only (" +
+                      cudaGetErrorString(probe) + "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=" +
+                      std::to_string(prop.major * 10 + prop.minor));
+    }
+    QWENRT_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init", "");
+    cublas_workspace_ = allocate(kCublasWorkspaceBytes, "cuBLASLt workspace");
+    attention_workspace_ = allocate(kAttentionWorkspaceBytes, "attention workspace");
+    status_buffer_ = allocate(sizeof(int32_t), "sampling status");
+    matmul_ = std::make_unique<CublasLtMatmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
+    void* pinned = nullptr;
+    QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, sizeof(int32_t), cudaHostAllocDefault), "init",
+                     "pinned status word");
+    status_host_ = static_cast<int32_t*>(pinned);
+  }
+
+  ~CudaBackend() override {
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    if (status_host_ != nullptr) cudaFreeHost(status_host_);
+  }
+
+  std::string name() const override {
+    return "cuda:" + std::to_string(device_index_) + " (" + device_name_ + ")";
+  }
+  DType activation_dtype() const override { return dtype_; }
+  bool uses_host_memory() const override { return false; }
+
+  DeviceMemoryInfo memory_info() const override {
+    DeviceMemoryInfo info;
+    QWENRT_CUDA_CALL(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "memory_info", "");
+    return info;
+  }
+
+  DeviceBuffer allocate(size_t bytes, const char* what) override {
+    if (bytes == 0) return DeviceBuffer();
+    void* data = nullptr;
+    const cudaError_t status = cudaMalloc(&data, bytes);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      throw Error(status == cudaErrorMemoryAllocation ? ErrorCategory::kOutOfMemory
+                                                      : ErrorCategory::kDevice,
+                  std::string("allocating ") + what + " (" + std::to_string(bytes / kMiB) +
+                      " MiB) on " + name() + " failed: " + cudaGetErrorString(status) + "; " +
+                      std::to_string(free_bytes / kMiB) + " MiB free of " +
+                      std::to_string(total_bytes / kMiB));
+    }
+    return DeviceBuffer(data, bytes, release_device_memory);
+  }
+
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
+                     "copy_to_device", std::to_string(bytes) + " bytes");
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_device", std::to_string(bytes) + " bytes");
+  }
+
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+                     "copy_to_host", std::to_string(bytes) + " bytes");
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_host", std::to_string(bytes) + " bytes");
+  }
+
+  void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                        size_t count) override {
+    if (dst_dtype == src_dtype) {
+      copy_to_device(dst, src, count * dtype_size(dst_dtype));
+      return;
+    }
+    QWENRT_CHECK(dst_dtype != DType::kI32 && src_dtype != DType::kI32,
+                 "upload_converted: int32 converts to nothing else");
+    // Converted on the host in chunks (load time only), staged through one buffer.
+    constexpr size_t kChunk = size_t{1} << 22;
+    std::vector<float> wide(std::min(count, kChunk));
+    std::vector<char> narrow(std::min(count, kChunk) * dtype_size(dst_dtype));
+    for (size_t first = 0; first < count; first += kChunk) {
+      const size_t n = std::min(kChunk, count - first);
+      convert_to_f32(static_cast<const char*>(src) + first * dtype_size(src_dtype), src_dtype,
+                     wide.data(), n);
+      convert_from_f32(wide.data(), narrow.data(), dst_dtype, n);
+      copy_to_device(static_cast<char*>(dst) + first * dtype_size(dst_dtype), narrow.data(),
+                     n * dtype_size(dst_dtype));
+    }
+  }
+
+  void synchronize() override {
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "synchronize",
+                     "a kernel issued since the last synchronization failed");
+  }
+
+  DeviceInfo device_info() const override {
+    DeviceInfo info{name(), 0, 0};
+    // Ceilings measured on this card type (docs/PERFORMANCE.md): a large device-to-device
+    // copy and a large random-data bf16 GEMM. Other cards report unknown (0).
+    if (device_name_.find("H200") != std::string::npos) {
+      info.peak_bandwidth = 4.3e12;
+      info.peak_matmul_flops = 790e12;
+    }
+    return info;
+  }
+
+  std::unique_ptr<DeviceTimer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
+
+  void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) override {
+    const size_t count = static_cast<size_t>(tensor.numel());
+    if (count == 0) return;
+    const unsigned blocks = std::min<unsigned>(ceil_div(static_cast<long long>(count), 256), 8192u);
+    switch (tensor.dtype) {
+      case DType::kF32:
+        fill_random_kernel<float><<<blocks, 256, 0, stream_>>>(tensor.as<float>(), count, seed, scale, offset);
+        break;
+      case DType::kBF16:
+        fill_random_kernel<gpu::bf16><<<blocks, 256, 0, stream_>>>(tensor.as<gpu::bf16>(), count, seed, scale, offset);
+        break;
+      case DType::kF16:
+        fill_random_kernel<gpu::f16><<<blocks, 256, 0, stream_>>>(tensor.as<gpu::f16>(), count, seed, scale, offset);
+        break;
+      default:
+        throw Error(ErrorCategory::kUnsupported, "fill_random: int32 tensors");
+    }
+    QWENRT_CUDA_LAUNCHED("fill_random", shape_string(tensor));
+    synchronize();
+  }
+
+  void embed(const BatchView& batch, const Tensor& table, Tensor out) override {
+    launch_embed(batch, table, out, stream_);
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    launch_rmsnorm(x, weight, eps, out, stream_);
+  }
+
+  void add_rmsnorm(Tensor residual, const Tensor& delta, const Tensor& weight, float eps,
+                   Tensor out) override {
+    launch_add_rmsnorm(residual, delta, weight, eps, out, stream_);
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, Tensor out) override {
+    matmul_->run(x, w, out, stream_);
+  }
+
+  void qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                        const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
+                        const KvGeometry& geometry, KvLayer cache) override {
+    launch_qkv_rope_kvwrite(batch, attn, epilogue, q, k, v, geometry, cache, stream_);
+  }
+
+  void attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
+                 const KvGeometry& geometry, KvLayer cache, Tensor out) override {
+    QWENRT_CHECK(attn.n_kv_heads > 0 && attn.n_heads % attn.n_kv_heads == 0 &&
+                     q.rows == batch.n_tokens && out.rows == batch.n_tokens &&
+                     q.cols == static_cast<int64_t>(attn.n_heads) * attn.head_dim &&
+                     out.cols == q.cols && q.dtype == dtype_ && out.dtype == dtype_ &&
+                     geometry.dtype == dtype_ && geometry.n_kv_heads == attn.n_kv_heads &&
+                     geometry.head_dim == attn.head_dim,
+                 "attention: q " + shape_string(q) + ", out " + shape_string(out) +
+                     " do not match the heads/geometry");
+    // The tiled kernels read 16-byte vectors and have head_dim-specialised code.
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool tiled = aligned(q.data) && aligned(out.data) && aligned(cache.k) &&
+                       aligned(cache.v) &&
+                       (attn.head_dim == 64 || attn.head_dim == 128 || attn.head_dim == 256) &&
+                       attn.n_heads / attn.n_kv_heads <= kMaxTiledGroup;
+    if (!tiled) {
+      launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
+      return;
+    }
+    if (launch_attention_decode(batch, attn, q, geometry, cache, out,
+                                static_cast<float*>(attention_workspace_.data()),
+                                kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
+      return;
+    }
+    launch_attention_prefill(batch, attn, q, geometry, cache, out, stream_);
+  }
+
+  void add_bias(Tensor x, const Tensor& bias) override { launch_add_bias(x, bias, stream_); }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    launch_silu_mul(gate, up, out, stream_);
+  }
+
+  void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) override {
+    launch_gather_rows(x, rows, out, stream_);
+  }
+
+  void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+              const int32_t* history, const int32_t* history_lens, int history_stride,
+              int32_t* out_ids) override {
+    const bool penalties = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
+                           params.frequency_penalty != 0.f;
+    if (penalties && history != nullptr && history_lens != nullptr) {
+      reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
+    }
+    SamplingWorkspace ws;
+    ws.logits = static_cast<float*>(penalty_logits_.data());
+    ws.counts = static_cast<int32_t*>(penalty_counts_.data());
+    ws.status = static_cast<int32_t*>(status_buffer_.data());
+    ws.rows = penalty_rows_;
+    ws.vocab = penalty_vocab_;
+    launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws,
+                  stream_);
+    // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "sample", "status read-back");
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "sample", shape_string(logits));
+    const int32_t status = *status_host_;
+    if (status != 0) {
+      throw Error(ErrorCategory::kDevice,
+                  "non-finite logits (NaN or infinity) in row " + std::to_string(status - 1) +
+                      " of " + std::to_string(logits.rows) +
+                      (dtype_ == DType::kF16
+                           ? ": fp16 activations overflowed; run this model in bf16"
+                           : ": the model produced NaN/inf activations"));
+    }
+  }
+
+ private:
+  // The penalty copy and counts grow to the largest batch seen (the first step at the
+  // planned batch size), then stay: no allocation on later steps.
+  void reserve_penalty_workspace(size_t rows, size_t vocab) {
+    if (rows <= penalty_rows_ && vocab <= penalty_vocab_) return;
+    rows = std::max(rows, penalty_rows_);
+    vocab = std::max(vocab, penalty_vocab_);
+    synchronize();
+    penalty_logits_.reset();
+    penalty_counts_.reset();
+    penalty_logits_ = allocate(rows * vocab * sizeof(float), "sampling penalty logits");
+    penalty_counts_ = allocate(rows * vocab * sizeof(int32_t), "sampling penalty counts");
+    QWENRT_CUDA_CALL(cudaMemsetAsync(penalty_counts_.data(), 0, rows * vocab * sizeof(int32_t), stream_),
+                     "sample", "zeroing penalty counts");
+    penalty_rows_ = rows;
+    penalty_vocab_ = vocab;
+  }
+
+  DType dtype_;
+  int device_index_;
+  std::string device_name_;
+  int multiprocessors_ = 0;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+  DeviceBuffer attention_workspace_;
+  DeviceBuffer status_buffer_;
+  DeviceBuffer penalty_logits_;
+  DeviceBuffer penalty_counts_;
+  size_t penalty_rows_ = 0;
+  size_t penalty_vocab_ = 0;
+  int32_t* status_host_ = nullptr;  // pinned
+  std::unique_ptr<CublasLtMatmul> matmul_;
+};
+
+}  // namespace cuda
+
+bool cuda_backend_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device_index) {
+  return std::make_unique<cuda::CudaBackend>(dtype, device_index);
 }
 
 }  // namespace qwenrt

@@ -1,0 +1,116 @@
+// Host-side helpers shared by the CUDA backend's translation units: checked runtime
+// calls (a failure names the op and the sizes), dtype dispatch to kernel templates, and
+// the launch functions each .cu file exports to cuda_backend.cu.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/compat.h"
+#include "core/error.h"
+
+namespace qwenrt::cuda {
+
+using gpu::Stream;
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* op,
+                                   const std::string& detail);
+
+// Checks a runtime call. `op` names the backend op, `detail` (built only on failure)
+// its sizes.
+#define QWENRT_CUDA_CALL(call, op, detail)                                          \
+  do {                                                                              \
+    cudaError_t qwenrt_status_ = (call);                                            \
+    if (qwenrt_status_ != cudaSuccess)                                              \
+      ::qwenrt::cuda::throw_cuda_error(qwenrt_status_, #call, (op), (detail));      \
+  } while (0)
+
+// Checks the launch of the kernel just issued (configuration errors surface here;
+// faults inside the kernel surface at the next synchronizing call).
+#define QWENRT_CUDA_LAUNCHED(op, detail) QWENRT_CUDA_CALL(cudaGetLastError(), (op), (detail))
+
+// Calls fn(T{}) with T the storage type of `dtype` (bf16 or fp16).
+template <typename Fn>
+void dispatch_half(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBF16: fn(gpu::bf16{}); return;
+    case DType::kF16: fn(gpu::f16{}); return;
+    default:
+      throw Error(ErrorCategory::kUnsupported,
+                  std::string(op) + ": the CUDA backend takes bf16 or fp16 tensors, got " +
+                      dtype_name(dtype));
+  }
+}
+
+inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+std::string shape_string(const Tensor& t);
+
+// matmul_cublaslt.cu: out[n, m] = x[n, k] · w[m, k]ᵀ through cuBLASLt, with one
+// descriptor set and heuristic algorithm per (shape, dtypes, alignments), cached.
+class CublasLtMatmul {
+ public:
+  CublasLtMatmul(void* workspace, size_t workspace_bytes);
+  ~CublasLtMatmul();
+  CublasLtMatmul(const CublasLtMatmul&) = delete;
+  CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
+  void run(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- launchers (one group per .cu file) ----
+// elementwise.cu
+void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Stream stream);
+void launch_silu_mul(const Tensor& gate, const Tensor& up, Tensor out, Stream stream);
+void launch_add_bias(Tensor x, const Tensor& bias, Stream stream);
+void launch_gather_rows(const Tensor& x, const int32_t* rows, Tensor out, Stream stream);
+
+// norm.cu
+void launch_rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out, Stream stream);
+void launch_add_rmsnorm(Tensor residual, const Tensor& delta, const Tensor& weight, float eps,
+                        Tensor out, Stream stream);
+
+// rope_kv.cu
+void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                             const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
+                             const KvGeometry& geometry, KvLayer cache, Stream stream);
+
+// attention_prefill.cu: any batch (prompt chunks, decode tokens, mixed).
+void launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
+                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
+                              Tensor out, Stream stream);
+
+// attention_generic.cu: any head_dim up to 256, any group, no alignment needs.
+void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,
+                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
+                              Tensor out, Stream stream);
+// Query heads per kv head the tiled kernels (prefill, decode) take.
+constexpr int kMaxTiledGroup = 64;
+
+// attention_decode.cu: batches of one new token per sequence. Returns false when the
+// shape has no decode kernel (the caller falls back to the prefill kernel).
+// `workspace` holds the split-K partial results (`workspace_bytes` of them).
+bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
+                             const Tensor& q, const KvGeometry& geometry, KvLayer cache,
+                             Tensor out, float* workspace, size_t workspace_bytes,
+                             int multiprocessors, Stream stream);
+
+// sampling.cu
+struct SamplingWorkspace {
+  float* logits = nullptr;      // [rows, vocab] penalised copy of the logits
+  int32_t* counts = nullptr;    // [rows, vocab] token counts, all zero between calls
+  int32_t* status = nullptr;    // [1] device flag: row + 1 of a non-finite logit, else 0
+  size_t rows = 0;              // capacity in rows
+  size_t vocab = 0;             // capacity in columns
+};
+// Samples out_ids[n] from logits [n, vocab]; leaves the non-finite flag in ws.status.
+void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                   const int32_t* history, const int32_t* history_lens, int history_stride,
+                   int32_t* out_ids, const SamplingWorkspace& ws, Stream stream);
+
+}  // namespace qwenrt::cuda

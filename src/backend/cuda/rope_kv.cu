@@ -1,0 +1,173 @@
+// The fused attention-input epilogue: q/k/v bias → per-head q/k RMSNorm (Qwen3) →
+// rotate-half RoPE on q and k → k and v written into the paged cache at slot_mapping.
+// Work split: one warp per (token, head) job, the jobs being n_heads q heads, then
+// n_kv_heads k heads, then n_kv_heads v heads; lane l owns the RoPE pairs (i, i + d/2)
+// for i = l, l + kWarpSize, ... Layout: q [n_tokens, n_heads*d], k/v [n_tokens,
+// n_kv_heads*d], cache [num_blocks, block_size, n_kv_heads, d]. Bound: memory (one read
+// and one or two writes of q, k, v); angles in fp32 with accurate cosf/sinf.
+#include "backend/cuda/common.h"
+
+namespace qwenrt::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxHeadDim = 512;
+constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / gpu::kWarpSize;
+
+struct EpilogueArgs {
+  const int32_t* positions;
+  const int32_t* slot_mapping;
+  const float* inv_freq;
+  float rope_scaling;
+  float norm_eps;
+  int n_tokens;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
+    qkv_epilogue_kernel(EpilogueArgs args, T* __restrict__ q, T* __restrict__ k,
+                        T* __restrict__ v, const T* __restrict__ q_bias,
+                        const T* __restrict__ k_bias, const T* __restrict__ v_bias,
+                        const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                        T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  const int token = blockIdx.x;
+  const int job = blockIdx.y * kWarpsPerBlock + threadIdx.x / gpu::kWarpSize;
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int d = args.head_dim;
+  const int half = d / 2;
+  if (job >= args.n_heads + 2 * args.n_kv_heads) return;
+
+  // Which tensor this warp works on, and the head within it.
+  int kind;  // 0 q, 1 k, 2 v
+  int head;
+  if (job < args.n_heads) {
+    kind = 0;
+    head = job;
+  } else if (job < args.n_heads + args.n_kv_heads) {
+    kind = 1;
+    head = job - args.n_heads;
+  } else {
+    kind = 2;
+    head = job - args.n_heads - args.n_kv_heads;
+  }
+  const int width = (kind == 0 ? args.n_heads : args.n_kv_heads) * d;
+  T* base = (kind == 0 ? q : kind == 1 ? k : v) + static_cast<int64_t>(token) * width + head * d;
+  const T* bias = kind == 0 ? q_bias : kind == 1 ? k_bias : v_bias;
+  const T* norm = kind == 0 ? q_norm : kind == 1 ? k_norm : nullptr;
+
+  float lo[kMaxPairsPerLane];
+  float hi[kMaxPairsPerLane];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + j * gpu::kWarpSize;
+    lo[j] = hi[j] = 0.f;
+    if (i < half) {
+      lo[j] = gpu::to_f32(base[i]);
+      hi[j] = gpu::to_f32(base[i + half]);
+      if (bias != nullptr) {
+        lo[j] += gpu::to_f32(bias[head * d + i]);
+        hi[j] += gpu::to_f32(bias[head * d + i + half]);
+      }
+      sum_sq += lo[j] * lo[j] + hi[j] * hi[j];
+    }
+  }
+  if (norm != nullptr) {
+    const float inv_rms = rsqrtf(gpu::warp_sum(sum_sq) / static_cast<float>(d) + args.norm_eps);
+#pragma unroll
+    for (int j = 0; j < kMaxPairsPerLane; ++j) {
+      const int i = lane + j * gpu::kWarpSize;
+      if (i < half) {
+        lo[j] = lo[j] * inv_rms * gpu::to_f32(norm[i]);
+        hi[j] = hi[j] * inv_rms * gpu::to_f32(norm[i + half]);
+      }
+    }
+  }
+  if (kind != 2) {
+    const float position = static_cast<float>(args.positions[token]);
+#pragma unroll
+    for (int j = 0; j < kMaxPairsPerLane; ++j) {
+      const int i = lane + j * gpu::kWarpSize;
+      if (i < half) {
+        const float angle = position * args.inv_freq[i];
+        const float c = cosf(angle) * args.rope_scaling;
+        const float s = sinf(angle) * args.rope_scaling;
+        const float x1 = lo[j];
+        const float x2 = hi[j];
+        lo[j] = x1 * c - x2 * s;
+        hi[j] = x2 * c + x1 * s;
+      }
+    }
+  }
+  const int64_t slot = args.slot_mapping[token];
+  T* cache_row = nullptr;
+  if (kind != 0 && slot >= 0) {
+    cache_row = (kind == 1 ? k_cache : v_cache) + (slot * args.n_kv_heads + head) * d;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + j * gpu::kWarpSize;
+    if (i < half) {
+      const T a = gpu::from_f32<T>(lo[j]);
+      const T b = gpu::from_f32<T>(hi[j]);
+      base[i] = a;
+      base[i + half] = b;
+      if (cache_row != nullptr) {
+        cache_row[i] = a;
+        cache_row[i + half] = b;
+      }
+    }
+  }
+}
+
+const void* data_or_null(const Tensor& t) { return t.data; }
+
+}  // namespace
+
+void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                             const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
+                             const KvGeometry& geometry, KvLayer cache, Stream stream) {
+  const int d = attn.head_dim;
+  const auto sizes = [&] {
+    return "q " + shape_string(q) + ", k " + shape_string(k) + ", heads " +
+           std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) + ", head_dim " +
+           std::to_string(d);
+  };
+  QWENRT_CHECK(d > 0 && d % 2 == 0 && d <= kMaxHeadDim,
+               "qkv_rope_kvwrite: unsupported head_dim (" + sizes() + ")");
+  QWENRT_CHECK(q.rows == batch.n_tokens && k.rows == batch.n_tokens && v.rows == batch.n_tokens &&
+                   q.cols == static_cast<int64_t>(attn.n_heads) * d &&
+                   k.cols == static_cast<int64_t>(attn.n_kv_heads) * d && v.cols == k.cols &&
+                   q.dtype == k.dtype && v.dtype == k.dtype && geometry.dtype == q.dtype &&
+                   geometry.n_kv_heads == attn.n_kv_heads && geometry.head_dim == d,
+               "qkv_rope_kvwrite: inconsistent shapes (" + sizes() + ")");
+  QWENRT_CHECK(epilogue.inv_freq != nullptr, "qkv_rope_kvwrite: inv_freq is null");
+  for (const Tensor* t : {&epilogue.q_bias, &epilogue.k_bias, &epilogue.v_bias,
+                          &epilogue.q_norm, &epilogue.k_norm}) {
+    QWENRT_CHECK(t->data == nullptr || t->dtype == q.dtype,
+                 "qkv_rope_kvwrite: bias/norm weights must be in the activation dtype");
+  }
+  if (batch.n_tokens == 0) return;
+
+  EpilogueArgs args{batch.positions, batch.slot_mapping, epilogue.inv_freq, epilogue.rope_scaling,
+                    epilogue.norm_eps, batch.n_tokens, attn.n_heads, attn.n_kv_heads, d};
+  const int jobs = attn.n_heads + 2 * attn.n_kv_heads;
+  const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
+  dispatch_half(q.dtype, "qkv_rope_kvwrite", [&](auto tag) {
+    using T = decltype(tag);
+    qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::kWarpSize, 0, stream>>>(
+        args, q.as<T>(), k.as<T>(), v.as<T>(),
+        static_cast<const T*>(data_or_null(epilogue.q_bias)),
+        static_cast<const T*>(data_or_null(epilogue.k_bias)),
+        static_cast<const T*>(data_or_null(epilogue.v_bias)),
+        static_cast<const T*>(data_or_null(epilogue.q_norm)),
+        static_cast<const T*>(data_or_null(epilogue.k_norm)), static_cast<T*>(cache.k),
+        static_cast<T*>(cache.v));
+  });
+  QWENRT_CUDA_LAUNCHED("qkv_rope_kvwrite", sizes());
+}
+
+}  // namespace qwenrt::cuda

@@ -1,0 +1,446 @@
+// Token sampling on the device, the CPU sampler's semantics (engine/sampler.cpp):
+// penalties → greedy argmax, or temperature → top_k → softmax → top_p → min_p → draw.
+// Work split: one block per row. Every filter keeps a prefix of the candidates sorted by
+// (logit descending, index ascending), so instead of sorting the vocabulary each cut is a
+// radix select over the 64-bit key (order-preserving bits of the logit, index) that finds the
+// first candidate where a running count or probability mass crosses a target, 8 key
+// bits per pass with per-warp shared-memory histograms. Bound: ~7 passes over the fp32
+// row (L2-resident) per cut; greedy is one pass. With top_k <= kCompactMax (the usual
+// configurations) only the count select runs over the row; the kept candidates are then
+// sorted in shared memory and finished in the CPU sampler's exact double arithmetic.
+// Non-finite logits raise a flag.
+#include <cfloat>
+
+#include "backend/cuda/common.h"
+
+namespace qwenrt::cuda {
+namespace {
+
+constexpr int kSampleThreads = 1024;
+constexpr int kSampleWarps = kSampleThreads / gpu::kWarpSize;
+constexpr int kBuckets = 256;
+constexpr int kCacheSlots = 4;
+constexpr int kCompactMax = 1024;  // top_k up to this takes the exact sorted path
+static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
+              "the probabilities reuse the histogram memory");
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Maps a float to 32 bits whose ascending order is the float's descending order.
+__device__ __forceinline__ uint32_t descending_bits(float value) {
+  if (value == 0.f) value = 0.f;  // -0 and +0 are a tie, ordered by index like any other
+  const uint32_t u = __float_as_uint(value);
+  const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ~ascending;
+}
+
+struct RowView {
+  const float* x;
+  int vocab;
+  float temperature;
+  float x_max;       // max logit
+  float min_p;       // 0: off
+  uint64_t limit;    // candidates have key <= limit
+};
+
+struct Candidate {
+  uint64_t key;
+  float mass;  // exp((x - x_max) / temperature): probability up to the normalisation
+  bool kept;
+};
+
+// Ordered by the logit itself (temperature > 0 keeps the order; dividing first could
+// merge distinct logits into ties).
+__device__ __forceinline__ uint64_t candidate_key(float x, int i) {
+  return (static_cast<uint64_t>(descending_bits(x)) << 32) | static_cast<uint32_t>(i);
+}
+
+// The logit a key was made from (-0 comes back as +0, the same value).
+__device__ __forceinline__ float key_logit(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
+  const uint32_t bits = (ascending & 0x80000000u) ? (ascending & 0x7fffffffu) : ~ascending;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
+  const float x = row.x[i];
+  Candidate c;
+  c.key = candidate_key(x, i);
+  c.mass = need_mass ? expf((x - row.x_max) / row.temperature) : 0.f;
+  c.kept = c.key <= row.limit && (row.min_p <= 0.f || c.mass >= row.min_p);
+  return c;
+}
+
+struct SelectSmem {
+  float hist[kSampleWarps][kBuckets];
+  uint64_t prefix;
+  int found;
+};
+
+// Finds the first kept candidate (in key order) at which the running total of
+// `by_mass ? mass : 1` reaches `target` (>= when !strict, > when strict). Returns false
+// when no candidate does. Must be called by the whole block.
+__device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, float target,
+                                int index_bits, SelectSmem& sm, uint64_t* key_out) {
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  uint64_t prefix = 0;
+  uint64_t mask = 0;
+  float before = 0.f;  // meaningful in thread 0 only
+  __syncthreads();      // every thread has read the previous call's sm.found / sm.prefix
+  if (threadIdx.x == 0) sm.found = 1;
+  const int index_passes = (index_bits + 7) / 8;
+  const int n_passes = 4 + index_passes;
+  for (int pass = 0; pass < n_passes; ++pass) {
+    const int shift = pass < 4 ? 56 - 8 * pass : 8 * (index_passes - 1 - (pass - 4));
+    for (int b = threadIdx.x; b < kSampleWarps * kBuckets; b += blockDim.x)
+      (&sm.hist[0][0])[b] = 0.f;
+    __syncthreads();
+    // Shared-memory float atomics are compare-and-swap loops, so lanes hitting one bucket
+    // serialise: counts are combined per warp first (match + popcount), masses in a
+    // 4-entry per-thread cache of (bucket, partial sum) flushed on eviction.
+    int cached_bucket[kCacheSlots];
+    float cached_mass[kCacheSlots];
+#pragma unroll
+    for (int j = 0; j < kCacheSlots; ++j) {
+      cached_bucket[j] = -1;
+      cached_mass[j] = 0.f;
+    }
+    int victim = 0;
+    for (int base = 0; base < row.vocab; base += blockDim.x) {  // uniform trip count
+      const int i = base + threadIdx.x;
+      int bucket = -1;
+      float mass = 0.f;
+      if (i < row.vocab) {
+        const Candidate c = candidate(row, i, by_mass || row.min_p > 0.f);
+        if (c.kept && (c.key & mask) == prefix) {
+          bucket = static_cast<int>((c.key >> shift) & 0xff);
+          mass = c.mass;
+        }
+      }
+      if (!by_mass) {
+        const unsigned peers = __match_any_sync(gpu::kFullWarpMask, bucket);
+        if (bucket >= 0 && lane == __ffs(peers) - 1)
+          atomicAdd(&sm.hist[warp][bucket], static_cast<float>(__popc(peers)));
+        continue;
+      }
+      if (bucket < 0) continue;
+      bool hit = false;
+#pragma unroll
+      for (int j = 0; j < kCacheSlots; ++j) {
+        if (cached_bucket[j] == bucket) {
+          cached_mass[j] += mass;
+          hit = true;
+        }
+      }
+      if (!hit) {
+#pragma unroll
+        for (int j = 0; j < kCacheSlots; ++j) {
+          if (j == victim) {
+            if (cached_bucket[j] >= 0) atomicAdd(&sm.hist[warp][cached_bucket[j]], cached_mass[j]);
+            cached_bucket[j] = bucket;
+            cached_mass[j] = mass;
+          }
+        }
+        victim = (victim + 1) % kCacheSlots;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kCacheSlots; ++j)
+      if (cached_bucket[j] >= 0) atomicAdd(&sm.hist[warp][cached_bucket[j]], cached_mass[j]);
+    __syncthreads();
+    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
+      float total = 0.f;
+      for (int w = 0; w < kSampleWarps; ++w) total += sm.hist[w][b];
+      sm.hist[0][b] = total;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1;
+      int last_nonempty = -1;
+      float before_last = before;
+      for (int b = 0; b < kBuckets; ++b) {
+        const float w = sm.hist[0][b];
+        if (w <= 0.f) continue;
+        const float cum = before + w;
+        if (strict ? cum > target : cum >= target) {
+          chosen = b;
+          break;
+        }
+        last_nonempty = b;
+        before_last = before;
+        before = cum;
+      }
+      if (chosen < 0 && pass > 0 && last_nonempty >= 0) {
+        // The coarser pass said the crossing is in this bucket; rounding of the finer
+        // sums missed it: it is at the bucket's last candidate.
+        chosen = last_nonempty;
+        before = before_last;
+      }
+      if (chosen < 0) sm.found = 0;
+      sm.prefix = prefix | (static_cast<uint64_t>(chosen < 0 ? 0 : chosen) << shift);
+    }
+    __syncthreads();
+    if (!sm.found) return false;
+    prefix = sm.prefix;
+    mask |= static_cast<uint64_t>(0xff) << shift;
+  }
+  *key_out = prefix;
+  return true;
+}
+
+// Penalties on a copy of the row: repetition (divide positive / multiply negative),
+// presence and frequency, once per distinct history token with its count.
+__global__ void penalty_kernel(const float* __restrict__ logits, float* __restrict__ penalised,
+                               int32_t* __restrict__ counts, int vocab,
+                               const int32_t* __restrict__ history,
+                               const int32_t* __restrict__ history_lens, int history_stride,
+                               SamplingParams params) {
+  const int row = blockIdx.x;
+  const float* src = logits + static_cast<int64_t>(row) * vocab;
+  float* dst = penalised + static_cast<int64_t>(row) * vocab;
+  int32_t* row_counts = counts + static_cast<int64_t>(row) * vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) dst[i] = src[i];
+  if (history == nullptr || history_lens == nullptr) return;
+  const int n = history_lens[row];
+  const int32_t* hist = history + static_cast<int64_t>(row) * history_stride;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int t = hist[i];
+    if (t >= 0 && t < vocab) atomicAdd(&row_counts[t], 1);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int t = hist[i];
+    if (t < 0 || t >= vocab) continue;
+    // The first thread to take the count applies the penalty; counts return to zero.
+    const int c = atomicExch(&row_counts[t], 0);
+    if (c <= 0) continue;
+    // Explicit roundings (no fused multiply-add), as the host computes it.
+    float v = dst[t];
+    if (params.repetition_penalty != 1.f)
+      v = v > 0.f ? __fdiv_rn(v, params.repetition_penalty) : __fmul_rn(v, params.repetition_penalty);
+    v = __fsub_rn(v, __fadd_rn(params.presence_penalty,
+                               __fmul_rn(params.frequency_penalty, static_cast<float>(c))));
+    dst[t] = v;
+  }
+}
+
+// The ≤ kCompactMax kept candidates of a top_k draw, sorted in shared memory, then the CPU
+// sampler's arithmetic: probabilities exp(l·(1/T) − top) in double, normalised, top_p and
+// min_p cuts, renormalised, first cumulative > u.
+__device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
+                               uint64_t step, int row, SelectSmem& sm, int32_t* out_ids) {
+  __shared__ uint64_t keys[kCompactMax];
+  __shared__ int count;
+  if (threadIdx.x == 0) count = 0;
+  for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) keys[i] = ~0ull;
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const uint64_t key = candidate_key(view.x[i], i);
+    if (key <= view.limit) {
+      const int slot = atomicAdd(&count, 1);
+      if (slot < kCompactMax) keys[slot] = key;
+    }
+  }
+  __syncthreads();
+  // Bitonic sort, ascending key = logit descending, index ascending.
+  for (int k = 2; k <= kCompactMax; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) {
+        const int partner = i ^ j;
+        if (partner > i) {
+          const uint64_t a = keys[i], b = keys[partner];
+          if ((a > b) == ((i & k) == 0)) {
+            keys[i] = b;
+            keys[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  keep = min(keep, count);
+  // The selection histograms are done with: their memory holds the probabilities.
+  double* probs = reinterpret_cast<double*>(&sm.hist[0][0]);
+  const double inv_temperature = 1.0 / static_cast<double>(params.temperature);
+  const double top = __dmul_rn(static_cast<double>(key_logit(keys[0])), inv_temperature);
+  for (int i = threadIdx.x; i < keep; i += blockDim.x)
+    probs[i] = exp(__dsub_rn(__dmul_rn(static_cast<double>(key_logit(keys[i])), inv_temperature), top));
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double sum = 0;
+  for (int i = 0; i < keep; ++i) sum += probs[i];
+  for (int i = 0; i < keep; ++i) probs[i] /= sum;
+  if (params.top_p < 1.f) {
+    double cumulative = 0;
+    for (int i = 0; i < keep; ++i) {
+      cumulative += probs[i];
+      if (cumulative >= params.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (params.min_p > 0.f) {
+    const double threshold = __dmul_rn(static_cast<double>(params.min_p), probs[0]);
+    int cut = 1;
+    while (cut < keep && probs[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_sum = 0;
+  for (int i = 0; i < keep; ++i) kept_sum += probs[i];
+  const uint64_t z = splitmix64(splitmix64(params.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
+                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
+  const double u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  int pick = keep - 1;
+  double cumulative = 0;
+  for (int i = 0; i < keep; ++i) {
+    cumulative += probs[i] / kept_sum;
+    if (cumulative > u) {
+      pick = i;
+      break;
+    }
+  }
+  out_ids[row] = static_cast<int32_t>(keys[pick] & 0xffffffffu);
+}
+
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_kernel(const float* __restrict__ logits, int vocab, SamplingParams params,
+                  uint64_t step, int32_t* __restrict__ out_ids, int32_t* __restrict__ status) {
+  __shared__ SelectSmem sm;
+  __shared__ float best_value_s[kSampleWarps];
+  __shared__ int best_index_s[kSampleWarps];
+  __shared__ float sum_s[kSampleWarps];
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+
+  // Pass 1: argmax (lowest index on ties) and the non-finite check.
+  float best = -FLT_MAX;
+  int best_index = INT_MAX;
+  bool bad = false;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = x[i];
+    if (!isfinite(v)) bad = true;
+    if (v > best) {  // i ascends per thread: ties keep the lower index
+      best = v;
+      best_index = i;
+    }
+  }
+  if (bad) atomicCAS(status, 0, row + 1);
+#pragma unroll
+  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) {
+    const float other = gpu::shfl_xor(best, offset);
+    const int other_index = gpu::shfl_xor(best_index, offset);
+    if (other > best || (other == best && other_index < best_index)) {
+      best = other;
+      best_index = other_index;
+    }
+  }
+  if (lane == 0) {
+    best_value_s[warp] = best;
+    best_index_s[warp] = best_index;
+  }
+  __syncthreads();
+  best = best_value_s[0];
+  best_index = best_index_s[0];
+  for (int w = 1; w < kSampleWarps; ++w) {
+    if (best_value_s[w] > best || (best_value_s[w] == best && best_index_s[w] < best_index)) {
+      best = best_value_s[w];
+      best_index = best_index_s[w];
+    }
+  }
+  if (best_index == INT_MAX) best_index = 0;  // all -FLT_MAX or NaN: flagged above
+  if (params.temperature <= 0.f) {
+    if (threadIdx.x == 0) out_ids[row] = best_index;
+    return;
+  }
+
+  int index_bits = 1;
+  while ((1 << index_bits) < vocab) ++index_bits;
+  RowView view{x, vocab, params.temperature, best, 0.f, ~0ull};
+  uint64_t key = 0;
+
+  // top_k: the k-th candidate bounds the kept prefix.
+  if (params.top_k > 0 && params.top_k < vocab) {
+    if (select_crossing(view, false, false, static_cast<float>(params.top_k), index_bits, sm, &key))
+      view.limit = key;
+  }
+  if (params.top_k > 0 && min(params.top_k, vocab) <= kCompactMax) {
+    // Few candidates: gather them, sort them, and finish exactly as the CPU sampler does
+    // (double precision, same summation order), so same-seed draws are identical.
+    sample_compact(view, min(params.top_k, vocab), params, step, row, sm, out_ids);
+    return;
+  }
+  // top_p: smallest prefix whose probability (over the top_k prefix) reaches top_p.
+  if (params.top_p < 1.f) {
+    float mass = 0.f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const Candidate c = candidate(view, i);
+      if (c.kept) mass += c.mass;
+    }
+    mass = gpu::block_sum(mass, sum_s);
+    if (select_crossing(view, true, false, params.top_p * mass, index_bits, sm, &key))
+      view.limit = min(view.limit, key);
+  }
+  // min_p: p >= min_p · p_max  ⇔  mass >= min_p.
+  view.min_p = params.min_p;
+
+  // The draw: first kept candidate whose running mass exceeds u · (kept mass).
+  float kept_mass = 0.f;
+  float kept_count = 0.f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const Candidate c = candidate(view, i);
+    if (c.kept) {
+      kept_mass += c.mass;
+      kept_count += 1.f;
+    }
+  }
+  kept_mass = gpu::block_sum(kept_mass, sum_s);
+  kept_count = gpu::block_sum(kept_count, sum_s);
+  const uint64_t z = splitmix64(splitmix64(params.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
+                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
+  const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  if (!select_crossing(view, true, true, u * kept_mass, index_bits, sm, &key)) {
+    // None exceeded u (rounding): the last kept candidate.
+    if (!select_crossing(view, false, false, kept_count, index_bits, sm, &key))
+      key = static_cast<uint64_t>(best_index);
+  }
+  if (threadIdx.x == 0) out_ids[row] = static_cast<int32_t>(key & 0xffffffffu);
+}
+
+}  // namespace
+
+void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                   const int32_t* history, const int32_t* history_lens, int history_stride,
+                   int32_t* out_ids, const SamplingWorkspace& ws, Stream stream) {
+  const int rows = static_cast<int>(logits.rows);
+  const int vocab = static_cast<int>(logits.cols);
+  const std::string sizes = "logits " + shape_string(logits);
+  QWENRT_CHECK(logits.dtype == DType::kF32, "sample: logits must be fp32 (" + sizes + ")");
+  if (rows == 0) return;
+  const bool penalties = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
+                         params.frequency_penalty != 0.f;
+  QWENRT_CUDA_CALL(cudaMemsetAsync(ws.status, 0, sizeof(int32_t), stream), "sample", sizes);
+  const float* source = logits.as<const float>();
+  if (penalties && history != nullptr && history_lens != nullptr) {
+    QWENRT_CHECK(ws.rows >= static_cast<size_t>(rows) && ws.vocab >= static_cast<size_t>(vocab),
+                 "sample: penalty workspace too small (" + sizes + ")");
+    penalty_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
+        source, ws.logits, ws.counts, vocab, history, history_lens, history_stride, params);
+    QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes);
+    source = ws.logits;
+  }
+  sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(
+      source, vocab, params, step, out_ids, ws.status);
+  QWENRT_CUDA_LAUNCHED("sample", sizes);
+}
+
+}  // namespace qwenrt::cuda
