@@ -85,6 +85,7 @@ struct BenchResult {
 
 struct ScoreResult {
   std::vector<double> logprobs;  // log p(ids[i] | ids[:i]) for i = 1..n-1
+  std::vector<int32_t> argmax;   // the most likely token at each of those positions
   double nll_mean = 0;
   double perplexity = 0;
   double seconds = 0;

@@ -23,6 +23,7 @@ int run_score(const ScoreArgs& args) {
   if (args.format == "json") {
     nlohmann::ordered_json out;
     out["logprobs"] = result.logprobs;
+    out["argmax"] = result.argmax;
     out["nll_mean"] = result.nll_mean;
     out["ppl"] = result.perplexity;
     out["tokens"] = ids.size();
@@ -47,7 +48,8 @@ void add_score_command(CLI::App& root, int& exit_code) {
       "score", "Log-probability of each token given the ones before it, mean NLL and perplexity");
   add_model_options(cmd, args->model);
   cmd->add_option("--ids", args->ids, "token ids to score, e.g. \"1 2 3 4\" (at least two)")->required();
-  cmd->add_option("--format", args->format, "text: a table; json: {\"logprobs\", \"nll_mean\", \"ppl\"}")
+  cmd->add_option("--format", args->format,
+                  "text: a table; json: {\"logprobs\", \"argmax\" (most likely token per position), \"nll_mean\", \"ppl\"}")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->callback([args, &exit_code]() { exit_code = run_score(*args); });

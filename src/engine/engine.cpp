@@ -261,8 +261,12 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids) {
     backend_->copy_to_host(host_logits.data(), logits.data, count * vocab * sizeof(float));
     for (size_t r = 0; r < count; ++r) {
       const float* row = host_logits.data() + r * vocab;
-      double max_logit = row[0];
-      for (int j = 1; j < vocab; ++j) max_logit = std::max(max_logit, static_cast<double>(row[j]));
+      int32_t best = 0;
+      for (int j = 1; j < vocab; ++j) {
+        if (row[j] > row[best]) best = j;
+      }
+      result.argmax.push_back(best);
+      double max_logit = row[best];
       double sum = 0;
       for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max_logit);
       if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
