@@ -26,9 +26,9 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   if (have_model && !args.synthetic.empty()) {
     throw Error(ErrorCategory::kInvalidArgument, "give either -m DIR or --synthetic NAME, not both");
   }
+  if (args.model.device == "auto") args.model.device = cuda_backend_available() ? "cuda" : "cpu";
   // No model named: the synthetic preset that suits this machine.
   if (!have_model && args.synthetic.empty()) {
-    if (cmd.count("--device") == 0) args.model.device = cuda_backend_available() ? "cuda" : "cpu";
     if (args.model.device == "cpu") {
       args.synthetic = "qwen3-0.6b";
       if (cmd.count("--prompt") == 0) args.prompt = 64;
@@ -123,7 +123,8 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   for (const auto& name : synthetic_names()) names += (names.empty() ? "" : ", ") + name;
   cmd->add_option("--synthetic", args->synthetic, "random weights of a released model's shape: " + names)
       ->check(CLI::IsMember(synthetic_names()));
-  cmd->add_option("--device", args->model.device, "cpu, cuda or cuda:N (default: cuda when available)");
+  cmd->add_option("--device", args->model.device, "auto (a usable GPU, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_option("--dtype", args->model.dtype, "GPU weight/activation type: bf16 or f16")
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
       ->capture_default_str();

@@ -13,7 +13,7 @@ namespace qwenrt::cli {
 struct ModelArgs {
   std::string model_dir;
   bool memory_report = false;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string dtype = "bf16";
   int threads = 0;
   int max_context = 0;

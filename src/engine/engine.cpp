@@ -27,6 +27,7 @@ std::string gib(size_t bytes) {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
+  if (device == "auto") return make_backend(cuda_backend_available() ? "cuda" : "cpu", dtype, threads);
   if (device == "cpu") return make_cpu_backend(threads);
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
     int index = 0;
@@ -40,7 +41,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, in
     return make_cuda_backend(dtype, index);
   }
   throw Error(ErrorCategory::kInvalidArgument,
-              "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+              "unknown device '" + device + "' (expected auto, cpu, cuda or cuda:N)");
 }
 
 Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options) {

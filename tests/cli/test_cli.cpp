@@ -68,7 +68,7 @@ TEST(Cli, HelpListsCommandsAndExitCodes) {
 TEST(Cli, GenerateJsonMatchesTransformersGreedy) {
   auto ref = reference("qwen2_tied");
   const auto& item = ref["greedy"][0];
-  RunResult result = run_qwenrt("generate -m '" + fixture("qwen2_tied") + "' --format json -n " +
+  RunResult result = run_qwenrt("generate --device cpu -m '" + fixture("qwen2_tied") + "' --format json -n " +
                                 std::to_string(item["max_new_tokens"].get<int>()) + " --ids '" +
                                 join_ids(item["prompt"].get<std::vector<int>>()) + "'");
   ASSERT_EQ(result.exit_code, 0) << result.err;
@@ -80,7 +80,7 @@ TEST(Cli, GenerateJsonMatchesTransformersGreedy) {
 
 TEST(Cli, ScoreJsonMatchesTransformers) {
   auto ref = reference("qwen3_qknorm");
-  RunResult result = run_qwenrt("score -m '" + fixture("qwen3_qknorm") + "' --format json --ids '" +
+  RunResult result = run_qwenrt("score --device cpu -m '" + fixture("qwen3_qknorm") + "' --format json --ids '" +
                                 join_ids(ref["score_ids"].get<std::vector<int>>()) + "'");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto out = nlohmann::json::parse(result.out);
@@ -157,6 +157,39 @@ TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
     EXPECT_EQ(result.exit_code, 1);
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CliBench, JsonReportOnAFixture) {
+  RunResult result = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") +
+                                "' --prompt 20 --gen 5 --repeat 2 --format json");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto out = nlohmann::json::parse(result.out);
+  EXPECT_EQ(out["prompt_tokens"], 20);
+  EXPECT_EQ(out["gen_tokens"], 5);
+  EXPECT_GT(out["prompt_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(out["decode_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(out["memory"]["kv_cache"].get<double>(), 0);
+}
+
+TEST(CliBench, RejectsUnknownPresetAndBothSources) {
+  RunResult unknown = run_qwenrt("bench --synthetic qwen9-1t");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("qwen9-1t"), std::string::npos) << unknown.err;
+  RunResult both = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") + "' --synthetic qwen3-0.6b");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("not both"), std::string::npos) << both.err;
+}
+
+TEST(CliDoctor, ReportsBuildAndModelFit) {
+  RunResult result = run_qwenrt("doctor -m '" + fixture("qwen2_gqa") + "'");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("cpu"), std::string::npos);
+  EXPECT_NE(result.out.find("Qwen2ForCausalLM"), std::string::npos);
+  EXPECT_NE(result.out.find("KV cache"), std::string::npos);
 }
 
 }  // namespace
