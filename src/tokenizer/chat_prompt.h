@@ -1,0 +1,22 @@
+// Chat prompts as token ids: the template's own scaffolding (<|im_start|>, <|im_end|>, ...)
+// becomes control tokens, while message content is always plain text — a user who types
+// "<|im_start|>" gets the characters, not the control token (QWEN.md §Tokenizer).
+// When no message contains a special-token string, the ids equal transformers'
+// apply_chat_template(..., tokenize=True).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt {
+
+std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                        const nlohmann::ordered_json& messages,
+                                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json());
+
+}  // namespace qwenrt
