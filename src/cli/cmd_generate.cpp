@@ -1,11 +1,17 @@
-// qwenrt generate: continue a prompt of token ids.
+// qwenrt generate: continue a prompt given as token ids, as text, or as a chat message
+// rendered with the model's own chat template.
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "engine/stop_strings.h"
 #include "model/config.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -13,6 +19,12 @@ namespace {
 struct GenerateArgs {
   ModelArgs model;
   std::string ids;
+  std::string prompt;
+  std::string chat;
+  std::string system;
+  bool think = false;
+  bool no_think = false;
+  std::vector<std::string> stop;
   int max_new_tokens = 32;
   float temperature = 0.f;
   int top_k = 0;
@@ -50,8 +62,34 @@ SamplingParams effective_sampling(const GenerateArgs& args, const CLI::App& cmd,
 }
 
 int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
-  std::vector<int32_t> prompt = parse_ids(args.ids);
-  if (prompt.empty()) throw Error(ErrorCategory::kInvalidArgument, "--ids: no token ids given");
+  const int sources = (cmd.count("--ids") > 0) + (cmd.count("--prompt") > 0) + (cmd.count("--chat") > 0);
+  if (sources != 1) {
+    throw Error(ErrorCategory::kInvalidArgument, "give exactly one of --ids, -p/--prompt or --chat");
+  }
+  // Text in and out needs the model folder's tokenizer.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> prompt;
+  if (cmd.count("--ids")) {
+    prompt = parse_ids(args.ids);
+    if (prompt.empty()) throw Error(ErrorCategory::kInvalidArgument, "--ids: no token ids given");
+  } else {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.model_dir));
+    if (cmd.count("--prompt")) {
+      prompt = tokenizer->encode(args.prompt, /*allow_special=*/true);
+    } else {
+      ChatTemplate chat_template = ChatTemplate::load(args.model.model_dir);
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (cmd.count("--system")) messages.push_back({{"role", "system"}, {"content", args.system}});
+      messages.push_back({{"role", "user"}, {"content", args.chat}});
+      nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+      if (args.think || args.no_think) vars["enable_thinking"] = args.think;
+      prompt = encode_chat_prompt(*tokenizer, chat_template, messages, nullptr, true, vars);
+    }
+    if (prompt.empty()) throw Error(ErrorCategory::kInvalidArgument, "the prompt encodes to no tokens");
+  }
+  if (!args.stop.empty() && !tokenizer) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.model_dir));
+  }
   if (cmd.count("--top-p") && (args.top_p <= 0.f || args.top_p > 1.f)) {
     throw Error(ErrorCategory::kInvalidArgument, "--top-p must be in (0, 1]");
   }
@@ -59,6 +97,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.stop_at_eos = !args.ignore_eos;
+  if (tokenizer && tokenizer->eos_id() && !args.ignore_eos) options.extra_stop_ids.push_back(*tokenizer->eos_id());
   options.sampling = effective_sampling(args, cmd, engine.config());
   if (args.verbose) {
     const SamplingParams& p = options.sampling;
@@ -71,15 +110,37 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     print_memory_report(engine);
   }
   const bool text = args.format == "text";
+  const bool print_ids = text && !tokenizer;
   bool first = true;
+  // Streamed text: never a broken UTF-8 character, never text past a stop string.
+  std::unique_ptr<StreamDecoder> decoder;
+  if (tokenizer) decoder = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special=*/true);
+  StopMatcher stops(args.stop);
+  std::string generated_text;
+  auto emit = [&](const std::string& piece) {
+    generated_text += piece;
+    if (text && !piece.empty()) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
   GenerateResult result = engine.generate(prompt, options, [&](int32_t id) {
-    if (text) {
+    if (print_ids) {
       std::printf(first ? "%d" : " %d", id);
       std::fflush(stdout);
       first = false;
     }
+    if (decoder) {
+      emit(stops.push(decoder->push(id)));
+      if (stops.stopped()) return false;
+    }
     return true;
   });
+  if (decoder && !stops.stopped()) {
+    emit(stops.push(decoder->flush()));
+    emit(stops.flush());
+  }
+  if (stops.stopped()) result.finish_reason = "stop";
   if (args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   if (text) {
     std::printf("\n");
@@ -87,6 +148,8 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   }
   nlohmann::ordered_json out;
   out["ids"] = result.ids;
+  if (tokenizer) out["text"] = generated_text;
+  if (stops.stopped()) out["stop"] = stops.matched();
   out["finish_reason"] = result.finish_reason;
   out["prompt_tokens"] = result.prompt_tokens;
   out["generated_tokens"] = result.ids.size();
@@ -96,7 +159,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   double decoded = result.ids.size() > 1 ? static_cast<double>(result.ids.size() - 1) : 0.0;
   out["decode_tokens_per_s"] = result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0;
   out["device"] = engine.backend().name();
-  std::printf("%s\n", out.dump().c_str());
+  // Invalid UTF-8 cannot occur in decoded text, but ids-only prompts may still decode into
+  // replacement characters; never let the report fail on encoding.
+  std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return kExitOk;
 }
 
@@ -104,9 +169,18 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
 
 void add_generate_command(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = root.add_subcommand("generate", "Continue a prompt given as token ids");
+  CLI::App* cmd = root.add_subcommand(
+      "generate", "Continue a prompt: token ids (--ids), raw text (-p) or one chat message (--chat)");
   add_model_options(cmd, args->model);
-  cmd->add_option("--ids", args->ids, "prompt token ids, e.g. \"151644 872 198\"")->required();
+  cmd->add_option("--ids", args->ids, "prompt token ids, e.g. \"151644 872 198\"");
+  cmd->add_option("-p,--prompt", args->prompt,
+                  "prompt text, encoded as is (special-token strings become control tokens, as in transformers)");
+  cmd->add_option("--chat", args->chat,
+                  "one user message, wrapped in the model's chat template (its text stays plain text)");
+  cmd->add_option("--system", args->system, "system prompt for --chat (default: the template's own)");
+  cmd->add_flag("--think", args->think, "Qwen3: let the model think first (enable_thinking=true)");
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
+  cmd->add_option("--stop", args->stop, "stop when this text appears (repeatable); it is not printed");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -126,7 +200,8 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("-v,--verbose", args->verbose, "print the sampling settings in effect and the memory plan");
   cmd->add_option("--seed", args->seed, "random seed; same seed and settings give the same output");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
-  cmd->add_option("--format", args->format, "text: ids as they are generated; json: ids and timings")
+  cmd->add_option("--format", args->format,
+                  "text: the generated text as it is produced (ids for --ids); json: ids, text and timings")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_generate(*args, *cmd); });
