@@ -33,6 +33,54 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
                     "print where the memory goes: weights, KV cache, workspace, runtime, measured peak");
 }
 
+void add_sampling_options(CLI::App* command, SamplingArgs& args) {
+  command->add_option("--temperature", args.temperature,
+                      "sampling temperature; 0 = greedy (default: greedy, or generation_config.json's "
+                      "settings when it sets do_sample)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
+  command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")
+      ->check(CLI::Range(0.0, 1.0) & !CLI::IsMember({0.0f}));
+  command->add_option("--min-p", args.min_p, "drop tokens below min_p × the top probability, in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_option("--repetition-penalty", args.repetition_penalty,
+                      "penalise tokens already in the context (1: off)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--presence-penalty", args.presence_penalty, "subtract this from tokens already present (0: off)");
+  command->add_option("--frequency-penalty", args.frequency_penalty,
+                      "subtract this × count for tokens already present (0: off)");
+  command->add_option("--seed", args.seed, "random seed; same seed and settings give the same output");
+}
+
+SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config) {
+  SamplingParams params;
+  if (config.default_do_sample) {
+    params.temperature = config.default_temperature.value_or(1.f);
+    params.top_p = config.default_top_p.value_or(1.f);
+    params.top_k = config.default_top_k.value_or(0);
+    params.min_p = config.default_min_p.value_or(0.f);
+    params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
+  }
+  if (command.count("--temperature")) params.temperature = args.temperature;
+  if (command.count("--top-k")) params.top_k = args.top_k;
+  if (command.count("--top-p")) params.top_p = args.top_p;
+  if (command.count("--min-p")) params.min_p = args.min_p;
+  if (command.count("--repetition-penalty")) params.repetition_penalty = args.repetition_penalty;
+  if (command.count("--presence-penalty")) params.presence_penalty = args.presence_penalty;
+  if (command.count("--frequency-penalty")) params.frequency_penalty = args.frequency_penalty;
+  params.seed = args.seed;
+  return params;
+}
+
+void print_sampling(const SamplingParams& p, const ModelConfig& config) {
+  std::fprintf(stderr,
+               "sampling: temperature %g, top_k %d, top_p %g, min_p %g, repetition %g, presence %g, "
+               "frequency %g, seed %llu%s\n",
+               p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
+               p.frequency_penalty, static_cast<unsigned long long>(p.seed),
+               config.default_do_sample ? " (defaults from generation_config.json)" : "");
+}
+
 std::string format_bytes(double bytes) {
   char text[32];
   if (bytes >= (1ull << 30)) {

@@ -20,6 +20,24 @@ struct ModelArgs {
   double kv_cache_gb = 0;
 };
 
+struct SamplingArgs {
+  float temperature = 0.f;
+  int top_k = 0;
+  float top_p = 1.f;
+  float min_p = 0.f;
+  float repetition_penalty = 1.f;
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  uint64_t seed = 0;
+};
+
+// Adds --temperature, --top-k, --top-p, --min-p, the penalties and --seed, validated.
+void add_sampling_options(CLI::App* command, SamplingArgs& args);
+// The model's recommended defaults (generation_config.json, when it asks for sampling) under
+// the options given on the command line.
+SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config);
+void print_sampling(const SamplingParams& params, const ModelConfig& config);
+
 // Adds -m/--model, --device, --dtype, --threads, --max-context, --kv-cache-gb.
 void add_model_options(CLI::App* command, ModelArgs& args);
 // Turns the parsed options into EngineOptions (with a load progress bar on a terminal).

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
 #ifdef QWENRT_HAVE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
   cli::add_template_command(app, exit_code);
+  cli::add_chat_command(app, exit_code);
 #endif
   std::string known;
   bool is_known = false;

@@ -1,0 +1,204 @@
+// qwenrt chat: interactive multi-turn chat with the model's own chat template, streamed.
+// Ctrl-C stops the answer being written (not the program); at the prompt it exits. Works
+// with piped stdin: prompts and decorations are shown only on a terminal.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};  // set by SIGINT; the only global, as signals need one
+
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+struct ChatArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string system;
+  bool think = false;
+  bool no_think = false;
+  bool hide_thinking = false;
+  int max_new_tokens = 2048;
+};
+
+const char* kHelp =
+    "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset),\n"
+    "          /stats (speed and context of the last answer), /exit (or Ctrl-D)\n";
+
+class ChatSession {
+ public:
+  ChatSession(const ChatArgs& args, const CLI::App& cmd)
+      : args_(args),
+        engine_(args.model.model_dir, engine_options(args.model)),
+        tokenizer_(Tokenizer::load(args.model.model_dir)),
+        template_(ChatTemplate::load(args.model.model_dir)),
+        interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)),
+        system_(args.system),
+        has_system_(cmd.count("--system") > 0) {
+    options_.max_new_tokens = args.max_new_tokens;
+    options_.sampling = effective_sampling(args.sampling, cmd, engine_.config());
+    if (auto eos = tokenizer_.eos_id()) options_.extra_stop_ids.push_back(*eos);
+    think_open_ = tokenizer_.token_to_id("<think>").value_or(-1);
+    think_close_ = tokenizer_.token_to_id("</think>").value_or(-1);
+  }
+
+  int run() {
+    if (interactive_) {
+      std::printf("qwenrt chat: %s on %s. Type /help for commands, Ctrl-C stops an answer.\n",
+                  engine_.config().architecture_name.c_str(), engine_.backend().name().c_str());
+    }
+    std::string line;
+    while (true) {
+      if (interactive_) {
+        std::printf("\n> ");
+        std::fflush(stdout);
+      }
+      g_interrupted.store(false);
+      if (!std::getline(std::cin, line)) {
+        if (interactive_) std::printf("\n");
+        return kExitOk;  // Ctrl-D, end of piped input, or Ctrl-C at the prompt
+      }
+      if (line.empty()) continue;
+      if (line[0] == '/') {
+        if (!command(line)) return kExitOk;
+        continue;
+      }
+      answer(line);
+    }
+  }
+
+ private:
+  // Returns false to leave the chat.
+  bool command(const std::string& line) {
+    std::string name = line.substr(0, line.find(' '));
+    std::string rest = line.size() > name.size() ? line.substr(name.size() + 1) : "";
+    if (name == "/exit" || name == "/quit") return false;
+    if (name == "/reset") {
+      messages_ = nlohmann::ordered_json::array();
+      note("conversation cleared");
+    } else if (name == "/system") {
+      system_ = rest;
+      has_system_ = !rest.empty();
+      messages_ = nlohmann::ordered_json::array();
+      note(has_system_ ? "system prompt set; conversation cleared" : "system prompt removed; conversation cleared");
+    } else if (name == "/stats") {
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "last answer: %zu tokens, %.1f tokens/s, first token after %.1f ms; context %d of %d tokens",
+                    last_.ids.size(), last_.decode_seconds > 0 ? (last_.ids.size() - 1) / last_.decode_seconds : 0.0,
+                    last_.time_to_first_token * 1e3, last_context_, engine_.memory_plan().max_context);
+      note(text);
+    } else if (name == "/help") {
+      std::printf("%s", kHelp);
+    } else {
+      note("unknown command " + name + "; /help lists them");
+    }
+    return true;
+  }
+
+  void note(const std::string& text) { std::fprintf(interactive_ ? stdout : stderr, "[%s]\n", text.c_str()); }
+
+  void answer(const std::string& user_text) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (has_system_) messages.push_back({{"role", "system"}, {"content", system_}});
+    for (const auto& message : messages_) messages.push_back(message);
+    messages.push_back({{"role", "user"}, {"content", user_text}});
+    nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+    if (args_.think || args_.no_think) vars["enable_thinking"] = args_.think;
+    std::vector<int32_t> prompt = encode_chat_prompt(tokenizer_, template_, messages, nullptr, true, vars);
+    if (static_cast<int>(prompt.size()) >= engine_.memory_plan().max_context) {
+      note("the conversation (" + std::to_string(prompt.size()) + " tokens) no longer fits the context of " +
+           std::to_string(engine_.memory_plan().max_context) + " tokens: /reset, or restart with a larger --max-context");
+      return;
+    }
+    GenerateOptions options = options_;
+    options.max_new_tokens = std::min(options.max_new_tokens,
+                                      engine_.memory_plan().max_context - static_cast<int>(prompt.size()));
+    StreamDecoder decoder(tokenizer_, /*skip_special=*/true);
+    std::string reply;
+    bool thinking = false;
+    const bool dim = interactive_;
+    last_ = engine_.generate(prompt, options, [&](int32_t id) {
+      if (g_interrupted.load()) return false;
+      if (id == think_open_) {
+        thinking = true;
+        if (dim && !args_.hide_thinking) std::printf("\x1b[2m");
+      }
+      std::string piece = decoder.push(id);
+      reply += piece;
+      if (!(thinking && args_.hide_thinking)) std::fwrite(piece.data(), 1, piece.size(), stdout);
+      if (id == think_close_) {
+        thinking = false;
+        if (dim && !args_.hide_thinking) std::printf("\x1b[0m");
+      }
+      std::fflush(stdout);
+      return true;
+    });
+    std::string rest = decoder.flush();
+    reply += rest;
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    if (dim && thinking) std::printf("\x1b[0m");
+    std::printf("\n");
+    if (g_interrupted.load()) note("stopped");
+    std::fflush(stdout);
+    last_context_ = static_cast<int>(prompt.size() + last_.ids.size());
+    messages_.push_back({{"role", "user"}, {"content", user_text}});
+    messages_.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+
+  const ChatArgs& args_;
+  Engine engine_;
+  Tokenizer tokenizer_;
+  ChatTemplate template_;
+  bool interactive_;
+  std::string system_;
+  bool has_system_;
+  GenerateOptions options_;
+  nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
+  GenerateResult last_;
+  int last_context_ = 0;
+  int32_t think_open_ = -1, think_close_ = -1;
+};
+
+int run_chat(const ChatArgs& args, const CLI::App& cmd) {
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: Ctrl-C at the prompt ends the read
+  sigaction(SIGINT, &action, nullptr);
+  ChatSession session(args, cmd);
+  return session.run();
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& root, int& exit_code) {
+  auto args = std::make_shared<ChatArgs>();
+  CLI::App* cmd = root.add_subcommand("chat", "Interactive chat with the model's own chat template, streamed");
+  cmd->footer(kHelp);
+  add_model_options(cmd, args->model);
+  add_sampling_options(cmd, args->sampling);
+  cmd->add_option("--system", args->system, "system prompt (default: the template's own)");
+  cmd->add_flag("--think", args->think, "Qwen3: think before answering (enable_thinking=true)");
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
+  cmd->add_flag("--hide-thinking", args->hide_thinking, "do not print the <think> part (on a terminal it is shown dimmed)");
+  cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "tokens per answer at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->callback([args, cmd, &exit_code]() { exit_code = run_chat(*args, *cmd); });
+}
+
+}  // namespace qwenrt::cli

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
+read the streamed reply, /stats, /reset, Ctrl-C during an answer (the answer stops, the
+program stays), then /exit. Also checks piped stdin. The model is a 1-layer Qwen3 with
+Qwen's vocabulary and random weights, written here, next to Qwen's real tokenizer.
+
+    chat_pty_test.py QWENRT_BINARY FETCH_SCRIPT CACHE_DIR
+"""
+import array
+import json
+import os
+import pty
+import random
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def write_model(folder, tokenizer_dir):
+    hidden, inter, heads, kv_heads, head_dim, vocab = 8, 16, 2, 1, 8, 151936
+    config = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
+              "num_hidden_layers": 1, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+              "head_dim": head_dim, "vocab_size": vocab, "rms_norm_eps": 1e-6,
+              "max_position_embeddings": 16384, "rope_theta": 1e6, "tie_word_embeddings": True,
+              "eos_token_id": 151645}
+    shapes = {"model.embed_tokens.weight": [vocab, hidden], "model.norm.weight": [hidden]}
+    p = "model.layers.0."
+    shapes.update({p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden],
+                   p + "self_attn.q_proj.weight": [heads * head_dim, hidden],
+                   p + "self_attn.k_proj.weight": [kv_heads * head_dim, hidden],
+                   p + "self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
+                   p + "self_attn.o_proj.weight": [hidden, heads * head_dim],
+                   p + "self_attn.q_norm.weight": [head_dim], p + "self_attn.k_norm.weight": [head_dim],
+                   p + "mlp.gate_proj.weight": [inter, hidden], p + "mlp.up_proj.weight": [inter, hidden],
+                   p + "mlp.down_proj.weight": [hidden, inter]})
+    rng = random.Random(3)
+    header, blobs, offset = {}, [], 0
+    for name, shape in shapes.items():
+        count = 1
+        for dim in shape:
+            count *= dim
+        data = array.array("f", (rng.gauss(0, 1) for _ in range(count))).tobytes()
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for blob in blobs:
+            f.write(blob)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, name), folder)
+
+
+class Terminal:
+    def __init__(self, argv):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execv(argv[0], argv)
+        self.buffer = b""
+
+    def read_until(self, needle, timeout=30.0):
+        deadline = time.time() + timeout
+        while needle not in self.buffer:
+            left = deadline - time.time()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {needle!r}; got {self.buffer[-400:]!r}")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError(f"chat ended while waiting for {needle!r}; got {self.buffer[-400:]!r}")
+                self.buffer += chunk
+        at = self.buffer.index(needle) + len(needle)
+        seen, self.buffer = self.buffer[:at], self.buffer[at:]
+        return seen
+
+    def send(self, data):
+        os.write(self.fd, data)
+
+    def wait(self, timeout=30.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            try:
+                os.read(self.fd, 4096)
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("chat did not exit")
+
+
+def main():
+    binary, fetch_script, cache = sys.argv[1], sys.argv[2], sys.argv[3]
+    fetched = subprocess.run([fetch_script, cache], capture_output=True, text=True, check=True)
+    tokenizer_dir = fetched.stdout.strip().splitlines()[-1]
+    folder = tempfile.mkdtemp()
+    try:
+        write_model(folder, tokenizer_dir)
+        argv = [binary, "chat", "-m", folder, "--device", "cpu", "-n", "12000", "--max-context", "16384"]
+        term = Terminal(argv)
+        term.read_until(b"> ")
+        # 1. A message gets a streamed reply and a new prompt.
+        term.send(b"Hello!\r")
+        reply = term.read_until(b"\r\n> ", timeout=120)
+        assert len(reply.strip()) > len(b"Hello!"), reply
+        # 2. /stats reports the last answer.
+        term.send(b"/stats\r")
+        stats = term.read_until(b"> ")
+        assert b"tokens/s" in stats and b"context" in stats, stats
+        # 3. /reset clears the conversation.
+        term.send(b"/reset\r")
+        assert b"cleared" in term.read_until(b"> ")
+        # 4. Ctrl-C while answering stops the answer but not the program.
+        term.send(b"Tell me a long story\r")
+        time.sleep(0.5)
+        term.read_until(b"Tell me a long story")
+        time.sleep(0.3)
+        term.send(b"\x03")
+        stopped = term.read_until(b"> ", timeout=30)
+        assert b"stopped" in stopped, stopped
+        term.send(b"/exit\r")
+        assert term.wait() == 0
+        # 5. Piped stdin: answers only, one per line of input.
+        piped = subprocess.run([binary, "chat", "-m", folder, "--device", "cpu", "-n", "8"],
+                               input=b"first\n/reset\nsecond\n", capture_output=True, timeout=120)
+        assert piped.returncode == 0, piped.stderr
+        assert piped.stdout.count(b"\n") == 2, piped.stdout
+        assert b"> " not in piped.stdout, piped.stdout
+        assert b"cleared" in piped.stderr, piped.stderr
+        print("chat pty test: message, /stats, /reset, Ctrl-C during an answer, /exit, piped stdin: ok")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
