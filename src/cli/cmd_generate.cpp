@@ -28,6 +28,7 @@ struct GenerateArgs {
   int max_new_tokens = 32;
   SamplingArgs sampling;
   bool verbose = false;
+  bool stats = false;
   bool ignore_eos = false;
   std::string format = "text";
 };
@@ -104,10 +105,18 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   }
   if (stops.stopped()) result.finish_reason = "stop";
   if (args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
-  if (text) {
-    std::printf("\n");
-    return kExitOk;
+  if (text) std::printf("\n");
+  if (args.stats) {
+    double decoded = result.ids.size() > 1 ? static_cast<double>(result.ids.size() - 1) : 0.0;
+    std::fprintf(stderr, "prompt  %d tokens in %.1f ms (%.1f tokens/s)\n", result.prompt_tokens,
+                 result.prompt_seconds * 1e3,
+                 result.prompt_seconds > 0 ? result.prompt_tokens / result.prompt_seconds : 0.0);
+    std::fprintf(stderr, "first token after %.1f ms\n", result.time_to_first_token * 1e3);
+    std::fprintf(stderr, "decode  %zu tokens, %.1f tokens/s (%s)\n", result.ids.size(),
+                 result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0, result.finish_reason.c_str());
+    if (!args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   }
+  if (text) return kExitOk;
   nlohmann::ordered_json out;
   out["ids"] = result.ids;
   if (tokenizer) out["text"] = generated_text;
@@ -148,6 +157,7 @@ void add_generate_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   add_sampling_options(cmd, args->sampling);
   cmd->add_flag("-v,--verbose", args->verbose, "print the sampling settings in effect and the memory plan");
+  cmd->add_flag("--stats", args->stats, "print prompt and decode speed, time to first token and memory (stderr)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--format", args->format,
                   "text: the generated text as it is produced (ids for --ids); json: ids, text and timings")

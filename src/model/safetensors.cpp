@@ -190,12 +190,17 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
       }
     }
     if (shard_names.empty()) fail(index_path, "weight_map is empty");
+    std::vector<std::string> missing;
     for (const auto& shard : shard_names) {
-      if (!std::filesystem::exists(model_dir / shard)) {
-        throw Error(ErrorCategory::kInvalidModel,
-                    index_path.string() + ": names shard '" + shard +
-                        "', which is missing from the model folder (incomplete download?)");
-      }
+      if (!std::filesystem::exists(model_dir / shard)) missing.push_back(shard);
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (const auto& shard : missing) list += (list.empty() ? "'" : ", '") + shard + "'";
+      throw Error(ErrorCategory::kInvalidModel,
+                  index_path.string() + (missing.size() == 1 ? ": names shard " : ": names shards ") + list +
+                      (missing.size() == 1 ? ", which is" : ", which are") +
+                      " missing from the model folder (incomplete download?)");
     }
   } else if (std::filesystem::exists(single_path)) {
     listing_path_ = single_path;

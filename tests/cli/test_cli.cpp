@@ -137,6 +137,11 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --device tpu", 2, "tpu"},
                       BadArgs{"generate -m MODEL --ids '1 2 3 4 5' --max-context 3", 2, "context limit is 3"},
                       BadArgs{"score -m MODEL --ids 1", 2, "at least two"},
+                      BadArgs{"generate -m MODEL --ids 1 --top-k -1", 2, "--top-k"},
+                      BadArgs{"generate -m MODEL --ids 1 --min-p 2", 2, "--min-p"},
+                      BadArgs{"generate -m MODEL --ids 1 --repetition-penalty 0", 2, "--repetition-penalty"},
+                      BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb"},
+                      BadArgs{"generate -m MODEL -p hi", 1, "tokenizer.json"},
                       BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 
@@ -147,6 +152,29 @@ TEST(Cli, MissingConfigNamesTheFile) {
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("config.json"), std::string::npos) << result.err;
   fs::remove_all(dir);
+}
+
+TEST(Cli, PartialModelFolderNamesTheMissingShard) {
+  fs::path dir = fs::temp_directory_path() / ("qwenrt_partial_model_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path source = fixture("qwen2_gqa");
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors.index.json",
+                           "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors"}) {
+    fs::copy_file(source / name, dir / name, fs::copy_options::overwrite_existing);
+  }
+  RunResult result = run_qwenrt("score --device cpu -m '" + dir.string() + "' --ids '1 2'");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("model-00003-of-00004.safetensors"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("missing"), std::string::npos) << result.err;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, StatsReportSpeedAndMemory) {
+  RunResult result = run_qwenrt("generate --device cpu -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 4 --stats");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("tokens/s"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("first token"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("KV cache"), std::string::npos) << result.err;
 }
 
 TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
