@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // The key range the tile's rows need.
-  if (static_cast<int>(threadIdx.x) < tok_end - tok_begin) {
+  if (threadIdx.x < static_cast<unsigned>(tok_end - tok_begin)) {
     const int pos = args.positions[tok_begin + threadIdx.x];
     const int lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
     atomicMin(&key_lo_s, lo);

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#if defined(__HIP__) || defined(__HIP_PLATFORM_AMD__)
 #define QWENRT_GPU_HIP 1
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
