@@ -9,3 +9,6 @@ export PATH="/usr/local/cuda/bin:$PATH"
 cmake --preset default
 cmake --build --preset default -j "$(nproc)"
 ctest --preset default -j "$(nproc)"
+# AMD GPUs: the GPU backend's kernels compile with HIP for a wave64 and a wave32 target.
+# A compile check only: nothing runs on an AMD GPU here (docs/AMD.md).
+scripts/hip-compile-check.sh

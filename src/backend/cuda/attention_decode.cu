@@ -13,10 +13,12 @@
 namespace qwenrt::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * gpu::kWarpSize;
+// Fixed in threads (the host launches it without knowing the warp width): 4 warps on
+// NVIDIA and RDNA, 2 on CDNA, so the key groups and their shared memory stay the same.
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
-constexpr int kMaxSplits = 2 * gpu::kWarpSize;  // the combine kernel's warp holds two per lane
+constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
 constexpr int kMinKeysPerSplit = 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -194,11 +196,12 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   if (args.seq_starts[seq + 1] <= token) return;
   const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
   if (threadIdx.x < gpu::kWarpSize) {
-    // One warp: kMaxSplits <= 2 · kWarpSize partials, two per lane.
-    float m[2], l[2];
+    // One warp: kMaxSplits partials, kPerLane per lane (two on NVIDIA).
+    constexpr int kPerLane = kMaxSplits / gpu::kWarpSize;
+    float m[kPerLane], l[kPerLane];
     float local_max = -FLT_MAX;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kPerLane; ++j) {
       const int s = threadIdx.x + j * gpu::kWarpSize;
       m[j] = -FLT_MAX;
       l[j] = 0.f;
@@ -211,7 +214,7 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
     const float global_max = gpu::warp_max(local_max);
     float local_sum = 0.f;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kPerLane; ++j) {
       const int s = threadIdx.x + j * gpu::kWarpSize;
       const float w = l[j] > 0.f ? exp2f(m[j] - global_max) : 0.f;  // empty split: 0
       if (s < args.n_splits) weight_s[s] = w;

@@ -108,7 +108,7 @@ void launch_attention_generic(const BatchView& batch, const AttentionParams& att
   const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(attn.n_heads, kWarpsPerBlock));
   dispatch_half(q.dtype, "attention", [&](auto tag) {
     using T = decltype(tag);
-    attention_generic_kernel<T><<<grid, kWarpsPerBlock * gpu::kWarpSize, 0, stream>>>(
+    attention_generic_kernel<T><<<grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream>>>(
         args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v),
         out.as<T>());
   });

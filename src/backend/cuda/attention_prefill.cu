@@ -14,11 +14,15 @@
 namespace qwenrt::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * gpu::kWarpSize;
-constexpr int kRowsPerWarp = 8;
-constexpr int kRows = kWarps * kRowsPerWarp;  // query rows per block
-constexpr int kKeys = gpu::kWarpSize;         // keys per tile: one per lane in S
+// The block shape is fixed in threads and rows, so the host (which serves wave32 and
+// wave64 devices from one binary on HIP) knows it; warps and rows per warp follow from the
+// warp width (8 and 8 on NVIDIA).
+constexpr int kThreads = 256;
+constexpr int kRows = 64;  // query rows per block
+constexpr int kWarps = kThreads / gpu::kWarpSize;
+constexpr int kRowsPerWarp = kRows / kWarps;
+constexpr int kKeys = gpu::kWarpSize;  // keys per tile: one per lane in S
+static_assert(kRowsPerWarp * kWarps == kRows, "rows split evenly over the warps");
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows >= kMaxTiledGroup, "a block must hold one token's whole q-head group");
 
@@ -62,12 +66,18 @@ __device__ __forceinline__ void load_floats(const float* src, float* dst) {
   }
 }
 
+// Shared memory of a block: Q rows, a K tile (padded), a V tile, P; `keys` is the
+// warp width (the device's kKeys; the host passes the current device's width).
+constexpr size_t prefill_smem_bytes(int head_dim, int keys) {
+  const size_t floats = static_cast<size_t>(kRows) * head_dim +
+                        static_cast<size_t>(keys) * (head_dim + 1) +
+                        static_cast<size_t>(keys) * head_dim + static_cast<size_t>(kRows) * keys;
+  return floats * sizeof(float);
+}
+
 template <int kHeadDim>
 struct PrefillSmem {
   static constexpr int kKStride = kHeadDim + 1;  // padding: lane j reads row j conflict-free
-  static constexpr size_t kFloats =
-      static_cast<size_t>(kRows) * kHeadDim + kKeys * kKStride + kKeys * kHeadDim + kRows * kKeys;
-  static constexpr size_t kBytes = kFloats * sizeof(float);
 };
 
 template <typename T, int kHeadDim>
@@ -122,7 +132,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // The key range the tile's rows need.
-  if (threadIdx.x < tok_end - tok_begin) {
+  if (threadIdx.x < static_cast<unsigned>(tok_end - tok_begin)) {
     const int pos = args.positions[tok_begin + threadIdx.x];
     const int lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
     atomicMin(&key_lo_s, lo);
@@ -212,7 +222,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < kDimsPerLane; ++c) acc[r][c] *= alpha;
       p_s[(warp * kRowsPerWarp + r) * kKeys + lane] = p;
     }
-    __syncwarp();
+    gpu::sync_warp();
 
     // O += P·V: lane owns dims [lane·kDimsPerLane, +kDimsPerLane).
     const float* v_col = v_s + lane * kDimsPerLane;
@@ -247,23 +257,22 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, int kHeadDim>
 void launch_typed(const BatchView& batch, const PrefillArgs& args, const Tensor& q,
-                  KvLayer cache, Tensor out, Stream stream) {
-  constexpr size_t kSmem = PrefillSmem<kHeadDim>::kBytes;
+                  KvLayer cache, Tensor out, size_t smem_bytes, Stream stream) {
   auto kernel = attention_prefill_kernel<T, kHeadDim>;
-  QWENRT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kSmem)),
-                   "attention", "prefill kernel shared memory " + std::to_string(kSmem) + " B");
+  QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(kernel, static_cast<int>(smem_bytes)),
+                   "attention", "prefill kernel shared memory " + std::to_string(smem_bytes) + " B");
   const dim3 grid(static_cast<unsigned>(batch.n_seqs * args.tiles_per_seq),
                   static_cast<unsigned>(args.n_kv_heads));
-  kernel<<<grid, kThreads, kSmem, stream>>>(args, q.as<const T>(), static_cast<const T*>(cache.k),
-                                            static_cast<const T*>(cache.v), out.as<T>());
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(args, q.as<const T>(),
+                                                 static_cast<const T*>(cache.k),
+                                                 static_cast<const T*>(cache.v), out.as<T>());
 }
 
 }  // namespace
 
-void launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
+bool launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
-                              Tensor out, Stream stream) {
+                              Tensor out, size_t max_shared_bytes, Stream stream) {
   const int group = attn.n_kv_heads > 0 ? attn.n_heads / attn.n_kv_heads : 0;
   const auto sizes = [&] {
     return "tokens " + std::to_string(batch.n_tokens) + ", seqs " +
@@ -292,14 +301,18 @@ void launch_attention_prefill(const BatchView& batch, const AttentionParams& att
       static_cast<int>(ceil_div(std::max(batch.max_new_tokens, 1), args.tokens_per_tile));
   args.sliding_window = attn.sliding_window;
   args.scale_log2 = attn.scale * kLog2e;
-  if (batch.n_tokens == 0 || batch.n_seqs == 0) return;
+  // The tiles need more shared memory than some GPUs give a block (64 KiB on AMD, 99 KiB
+  // on sm_86/89 for head_dim 256): the caller then takes the generic kernel.
+  const size_t smem_bytes = prefill_smem_bytes(attn.head_dim, gpu::launch_warp_size());
+  if (smem_bytes > max_shared_bytes) return false;
+  if (batch.n_tokens == 0 || batch.n_seqs == 0) return true;
 
   dispatch_half(q.dtype, "attention", [&](auto tag) {
     using T = decltype(tag);
     switch (attn.head_dim) {
-      case 64: launch_typed<T, 64>(batch, args, q, cache, out, stream); break;
-      case 128: launch_typed<T, 128>(batch, args, q, cache, out, stream); break;
-      case 256: launch_typed<T, 256>(batch, args, q, cache, out, stream); break;
+      case 64: launch_typed<T, 64>(batch, args, q, cache, out, smem_bytes, stream); break;
+      case 128: launch_typed<T, 128>(batch, args, q, cache, out, smem_bytes, stream); break;
+      case 256: launch_typed<T, 256>(batch, args, q, cache, out, smem_bytes, stream); break;
       default:
         throw Error(ErrorCategory::kUnsupported,
                     "attention: head_dim " + std::to_string(attn.head_dim) +
@@ -307,6 +320,7 @@ void launch_attention_prefill(const BatchView& batch, const AttentionParams& att
     }
   });
   QWENRT_CUDA_LAUNCHED("attention (prefill)", sizes());
+  return true;
 }
 
 }  // namespace qwenrt::cuda

@@ -48,14 +48,16 @@ inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned
 
 std::string shape_string(const Tensor& t);
 
-// matmul_cublaslt.cu: out[n, m] = x[n, k] · w[m, k]ᵀ through cuBLASLt, with one
-// descriptor set and heuristic algorithm per (shape, dtypes, alignments), cached.
-class CublasLtMatmul {
+// out[n, m] = x[n, k] · w[m, k]ᵀ, fp32 accumulation. CUDA: cuBLASLt (matmul_cublaslt.cu),
+// one descriptor set and heuristic algorithm per (shape, dtypes, alignments), cached. HIP:
+// hipBLASLt where the build found it (matmul_hipblaslt.cu), else a portable tiled kernel
+// (matmul_tiled.cu). One implementation is compiled into a build.
+class Matmul {
  public:
-  CublasLtMatmul(void* workspace, size_t workspace_bytes);
-  ~CublasLtMatmul();
-  CublasLtMatmul(const CublasLtMatmul&) = delete;
-  CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
+  Matmul(void* workspace, size_t workspace_bytes);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
   void run(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
 
  private:
@@ -80,10 +82,12 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
                              const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
                              const KvGeometry& geometry, KvLayer cache, Stream stream);
 
-// attention_prefill.cu: any batch (prompt chunks, decode tokens, mixed).
-void launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
+// attention_prefill.cu: any batch (prompt chunks, decode tokens, mixed). Returns false
+// when its tiles need more than `max_shared_bytes` of shared memory per block (the caller
+// falls back to the generic kernel).
+bool launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
-                              Tensor out, Stream stream);
+                              Tensor out, size_t max_shared_bytes, Stream stream);
 
 // attention_generic.cu: any head_dim up to 256, any group, no alignment needs.
 void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,

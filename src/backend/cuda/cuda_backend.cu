@@ -52,8 +52,8 @@ class EventTimer final : public DeviceTimer {
     QWENRT_CUDA_CALL(cudaEventCreate(&stop_), "timer", "");
   }
   ~EventTimer() override {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
+    (void)cudaEventDestroy(start_);
+    (void)cudaEventDestroy(stop_);
   }
   void start() override { QWENRT_CUDA_CALL(cudaEventRecord(start_, stream_), "timer", "start"); }
   void stop() override { QWENRT_CUDA_CALL(cudaEventRecord(stop_, stream_), "timer", "stop"); }
@@ -70,7 +70,7 @@ class EventTimer final : public DeviceTimer {
   cudaEvent_t stop_ = nullptr;
 };
 
-void release_device_memory(void* p) { cudaFree(p); }
+void release_device_memory(void* p) { (void)cudaFree(p); }
 
 }  // namespace
 
@@ -108,10 +108,17 @@ class CudaBackend final : public Backend {
     QWENRT_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index), "init", "");
     device_name_ = prop.name;
     multiprocessors_ = prop.multiProcessorCount;
-    cudaFuncAttributes attributes{};
-    const cudaError_t probe = cudaFuncGetAttributes(&attributes, probe_kernel);
+    const cudaError_t probe = gpu::probe_kernel_image(probe_kernel);
     if (probe != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error so later calls are not confused
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls are not confused
+#if defined(QWENRT_GPU_HIP)
+      const std::string arch = prop.gcnArchName;
+      throw Error(ErrorCategory::kUnsupported,
+                  "GPU " + std::to_string(device_index) + " (" + device_name_ + ") is " + arch +
+                      " but this qwenrt build has kernels for " + QWENRT_CUDA_ARCHS + " only (" +
+                      cudaGetErrorString(probe) + "); rebuild with -DQWENRT_HIP_ARCHITECTURES=" +
+                      arch.substr(0, arch.find(':')));
+#else
       throw Error(ErrorCategory::kUnsupported,
                   "GPU " + std::to_string(device_index) + " (" + device_name_ +
                       ") has compute capability " + std::to_string(prop.major) + "." +
@@ -119,12 +126,21 @@ class CudaBackend final : public Backend {
                       "CUDA architectures " + QWENRT_CUDA_ARCHS + " only (" +
                       cudaGetErrorString(probe) + "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=" +
                       std::to_string(prop.major * 10 + prop.minor));
+#endif
     }
+    // The opt-in limit where the device has one (NVIDIA), else the plain per-block limit.
+    int optin_shared = 0;
+    if (cudaDeviceGetAttribute(&optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device_index) != cudaSuccess) {
+      (void)cudaGetLastError();
+      optin_shared = 0;
+    }
+    max_shared_bytes_ = std::max(static_cast<size_t>(std::max(optin_shared, 0)), prop.sharedMemPerBlock);
     QWENRT_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "init", "");
-    cublas_workspace_ = allocate(kCublasWorkspaceBytes, "cuBLASLt workspace");
+    cublas_workspace_ = allocate(kCublasWorkspaceBytes, "matmul workspace");
     attention_workspace_ = allocate(kAttentionWorkspaceBytes, "attention workspace");
     status_buffer_ = allocate(sizeof(int32_t), "sampling status");
-    matmul_ = std::make_unique<CublasLtMatmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
+    matmul_ = std::make_unique<Matmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
     void* pinned = nullptr;
     QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, sizeof(int32_t), cudaHostAllocDefault), "init",
                      "pinned status word");
@@ -133,10 +149,10 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     if (stream_ != nullptr) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
     }
-    if (status_host_ != nullptr) cudaFreeHost(status_host_);
+    if (status_host_ != nullptr) (void)cudaFreeHost(status_host_);
   }
 
   std::string name() const override {
@@ -156,9 +172,9 @@ class CudaBackend final : public Backend {
     void* data = nullptr;
     const cudaError_t status = cudaMalloc(&data, bytes);
     if (status != cudaSuccess) {
-      cudaGetLastError();
+      (void)cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
+      (void)cudaMemGetInfo(&free_bytes, &total_bytes);
       throw Error(status == cudaErrorMemoryAllocation ? ErrorCategory::kOutOfMemory
                                                       : ErrorCategory::kDevice,
                   std::string("allocating ") + what + " (" + std::to_string(bytes / kMiB) +
@@ -292,7 +308,8 @@ class CudaBackend final : public Backend {
                                 kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
       return;
     }
-    launch_attention_prefill(batch, attn, q, geometry, cache, out, stream_);
+    if (!launch_attention_prefill(batch, attn, q, geometry, cache, out, max_shared_bytes_, stream_))
+      launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
   }
 
   void add_bias(Tensor x, const Tensor& bias) override { launch_add_bias(x, bias, stream_); }
@@ -359,6 +376,7 @@ class CudaBackend final : public Backend {
   int device_index_;
   std::string device_name_;
   int multiprocessors_ = 0;
+  size_t max_shared_bytes_ = 0;  // per block
   cudaStream_t stream_ = nullptr;
   DeviceBuffer cublas_workspace_;
   DeviceBuffer attention_workspace_;
@@ -368,7 +386,7 @@ class CudaBackend final : public Backend {
   size_t penalty_rows_ = 0;
   size_t penalty_vocab_ = 0;
   int32_t* status_host_ = nullptr;  // pinned
-  std::unique_ptr<CublasLtMatmul> matmul_;
+  std::unique_ptr<Matmul> matmul_;
 };
 
 }  // namespace cuda
@@ -376,7 +394,7 @@ class CudaBackend final : public Backend {
 bool cuda_backend_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return false;
   }
   return count > 0;

@@ -1,12 +1,11 @@
 // Device and runtime facts for `qwenrt doctor` and for picking a default device: driver and
 // runtime versions, each GPU's compute capability and memory, and whether this build has
 // machine code (or PTX that the driver can compile) for it.
-#include <cuda_runtime.h>
-
 #include <sstream>
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/compat.h"
 
 #ifndef QWENRT_CUDA_ARCHS
 #define QWENRT_CUDA_ARCHS ""
@@ -22,7 +21,7 @@ std::string version_string(int version) {
 // True when one of the build's architectures ("90", "90a", "80-real", "86-virtual") runs on
 // compute capability major.minor: same major and not newer minor for machine code; any
 // older-or-equal target for PTX.
-bool build_supports(const std::string& archs, int major, int minor) {
+[[maybe_unused]] bool build_supports(const std::string& archs, int major, int minor) {
   std::istringstream stream(archs);
   std::string arch;
   const int device = major * 10 + minor;
@@ -40,6 +39,17 @@ bool build_supports(const std::string& archs, int major, int minor) {
   return false;
 }
 
+// HIP: whether the device's architecture ("gfx90a:sramecc+:xnack-") is one of the
+// build's targets ("gfx1100 gfx90a gfx942"); AMD code objects run only on their target.
+[[maybe_unused]] bool build_supports_gfx(const std::string& archs, const std::string& device_arch) {
+  const std::string base = device_arch.substr(0, device_arch.find(':'));
+  std::istringstream stream(archs);
+  std::string arch;
+  while (stream >> arch)
+    if (arch.substr(0, arch.find(':')) == base) return true;
+  return false;
+}
+
 }  // namespace
 
 GpuRuntimeInfo query_gpus() {
@@ -50,14 +60,18 @@ GpuRuntimeInfo query_gpus() {
   if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) info.driver_version = version_string(driver);
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) info.runtime_version = version_string(runtime);
   if (info.driver_version.empty()) {
+#if defined(QWENRT_GPU_HIP)
+    info.error = "no ROCm driver found (no GPU, or amdgpu/ROCm is not installed): use --device cpu";
+#else
     info.error = "no NVIDIA driver found (no GPU, or the driver is not installed): use --device cpu";
+#endif
     return info;
   }
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     info.error = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return info;
   }
   for (int index = 0; index < count; ++index) {
@@ -75,7 +89,11 @@ GpuRuntimeInfo query_gpus() {
         cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, index) == cudaSuccess) {
       device.memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
     }
+#if defined(QWENRT_GPU_HIP)
+    device.supported_by_build = build_supports_gfx(info.build_architectures, props.gcnArchName);
+#else
     device.supported_by_build = build_supports(info.build_architectures, props.major, props.minor);
+#endif
     if (cudaSetDevice(index) == cudaSuccess) {
       size_t free_bytes = 0, total_bytes = 0;
       if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {

@@ -42,7 +42,7 @@ uint32_t alignment_of(const void* p) {
                                               ") for " + (detail));                      \
   } while (0)
 
-struct CublasLtMatmul::Impl {
+struct Matmul::Impl {
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, DType, uint32_t, uint32_t, uint32_t>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -113,16 +113,16 @@ struct CublasLtMatmul::Impl {
   }
 };
 
-CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes)
+Matmul::Matmul(void* workspace, size_t workspace_bytes)
     : impl_(std::make_unique<Impl>()) {
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace_bytes;
   QWENRT_CUBLAS_CALL(cublasLtCreate(&impl_->handle), std::string("handle creation"));
 }
 
-CublasLtMatmul::~CublasLtMatmul() = default;
+Matmul::~Matmul() = default;
 
-void CublasLtMatmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
+void Matmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int64_t n = x.rows, k = x.cols, m = w.rows;
   // Built only on the error paths: this runs ~200 times per decoded token.
   const auto sizes = [&] {

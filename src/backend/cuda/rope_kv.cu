@@ -158,7 +158,7 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
   const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
   dispatch_half(q.dtype, "qkv_rope_kvwrite", [&](auto tag) {
     using T = decltype(tag);
-    qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::kWarpSize, 0, stream>>>(
+    qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream>>>(
         args, q.as<T>(), k.as<T>(), v.as<T>(),
         static_cast<const T*>(data_or_null(epilogue.q_bias)),
         static_cast<const T*>(data_or_null(epilogue.k_bias)),

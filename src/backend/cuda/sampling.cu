@@ -125,9 +125,10 @@ __device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, f
         }
       }
       if (!by_mass) {
-        const unsigned peers = __match_any_sync(gpu::kFullWarpMask, bucket);
-        if (bucket >= 0 && lane == __ffs(peers) - 1)
-          atomicAdd(&sm.hist[warp][bucket], static_cast<float>(__popc(peers)));
+        // bucket is in [-1, 255]: its low nine bits tell the values apart.
+        const gpu::LaneMask peers = gpu::match_any<9>(bucket);
+        if (bucket >= 0 && lane == gpu::lowest_lane(peers))
+          atomicAdd(&sm.hist[warp][bucket], static_cast<float>(gpu::lane_count(peers)));
         continue;
       }
       if (bucket < 0) continue;
