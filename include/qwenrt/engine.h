@@ -119,6 +119,8 @@ class Engine {
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
   Tensor prefill(class SequenceBlocks& sequence, const std::vector<int32_t>& prompt);
+  // Appends one token (its blocks reserved) and returns the logits that follow it.
+  Tensor decode_step(SequenceBlocks& sequence, int32_t token);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<class ModelFiles> files_;

@@ -190,8 +190,8 @@ class Backend {
   // Default: a host clock around synchronize().
   virtual std::unique_ptr<DeviceTimer> make_timer();
   // Fills a tensor with uniform values in [offset - scale, offset + scale] from `seed`
-  // (synthetic benchmark weights). Default: generated on the host and uploaded in chunks.
-  virtual void fill_random(Tensor tensor, uint64_t seed, float scale, float offset);
+  // (synthetic benchmark weights).
+  virtual void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) = 0;
 
   // ---- ops ----
   // out[t, :] = table[batch.token_ids[t], :]        table [vocab, hidden]; out [n_tokens, hidden]

@@ -161,6 +161,14 @@ Tensor Engine::prefill(SequenceBlocks& sequence, const std::vector<int32_t>& pro
   return logits;
 }
 
+Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token) {
+  const int32_t row = 0;
+  SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1)};
+  Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
+  sequence.advance(1);
+  return logits;
+}
+
 GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                 const std::function<bool(int32_t)>& on_token) {
   check_prompt(prompt, "the prompt");
@@ -225,10 +233,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
       backend_->copy_to_device(history_device + history.size(), &token, sizeof(int32_t));
     }
     history.push_back(token);
-    int32_t row = 0;
-    SequenceChunk chunk{&sequence, std::span<const int32_t>(&result.ids.back(), 1)};
-    logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
-    sequence.advance(1);
+    logits = decode_step(sequence, result.ids.back());
   }
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);
@@ -336,10 +341,7 @@ BenchResult Engine::bench(const BenchOptions& options) {
     double prompt_time = timer->seconds();
     timer->start();
     for (int step = 0; step < options.gen_tokens; ++step) {
-      int32_t row = 0;
-      SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1)};
-      logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
-      sequence.advance(1);
+      logits = decode_step(sequence, token);
       backend_->sample(logits, greedy, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
       backend_->copy_to_host(&token, out_device, sizeof(int32_t));
     }

@@ -18,7 +18,7 @@ uint64_t splitmix64(uint64_t x) {
 float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
   uint64_t z = splitmix64(splitmix64(seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
                           (row * 0xD1B54A32D192ED03ull));
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+  return unit_float(z);
 }
 
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,

@@ -90,7 +90,7 @@ class CpuBackend final : public Backend {
         uint64_t state = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(chunk)));
         for (int64_t i = 0; i < count; ++i) {
           state = splitmix64(state);
-          values[i] = offset + scale * (2.0f * static_cast<float>(state >> 40) * (1.0f / 16777216.0f) - 1.0f);
+          values[i] = offset + scale * (2.0f * unit_float(state) - 1.0f);
         }
         convert_from_f32(values.data(), static_cast<char*>(tensor.data) + begin * dtype_size(tensor.dtype),
                          tensor.dtype, static_cast<size_t>(count));
