@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,9 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<int32_t> ids;         // generated ids (the stop token included, as transformers)
-  std::string finish_reason;        // "stop" (EOS), "length" (max_new_tokens or context)
+  std::string finish_reason;        // "stop" (EOS), "length" (max_new_tokens or context), "cancelled"
   int prompt_tokens = 0;
+  int reused_tokens = 0;            // prompt tokens whose KV a Session already held (not prefilled)
   double prompt_seconds = 0;        // prefill wall time
   double time_to_first_token = 0;   // prefill + first sample
   double decode_seconds = 0;        // wall time of the tokens after the first
@@ -91,6 +93,28 @@ struct ScoreResult {
   double seconds = 0;
 };
 
+class SequenceBlocks;
+
+// A conversation whose KV cache outlives one generate() call. Each prompt given with the
+// session reuses the cached positions it shares as a prefix with what the session has seen
+// (the earlier turns of a chat), and only the rest is prefilled. Destroy it before its Engine.
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  // Tokens whose keys and values the cache holds.
+  int cached_tokens() const { return static_cast<int>(ids_.size()); }
+  // Forgets the conversation and gives its KV blocks back.
+  void reset();
+
+ private:
+  friend class Engine;
+  explicit Session(std::unique_ptr<SequenceBlocks> sequence);
+  std::unique_ptr<SequenceBlocks> sequence_;
+  std::vector<int32_t> ids_;  // the tokens whose KV sequence_ holds, in order
+};
+
 class Engine {
  public:
   Engine(const std::filesystem::path& model_dir, const EngineOptions& options);
@@ -107,6 +131,10 @@ class Engine {
   // on_token(id) is called as each token is generated; return false to stop early.
   GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                           const std::function<bool(int32_t)>& on_token = {});
+  // The same, keeping the KV cache in `session` for the next call (prefix reuse).
+  GenerateResult generate(Session& session, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                          const std::function<bool(int32_t)>& on_token = {});
+  std::unique_ptr<Session> new_session();
   ScoreResult score(const std::vector<int32_t>& ids);
   BenchResult bench(const BenchOptions& options);
 
@@ -118,7 +146,7 @@ class Engine {
   void init(const ModelConfig& config, const EngineOptions& options,
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
-  Tensor prefill(class SequenceBlocks& sequence, const std::vector<int32_t>& prompt);
+  Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
   Tensor decode_step(SequenceBlocks& sequence, int32_t token);
 

@@ -45,6 +45,7 @@ class ChatSession {
         engine_(args.model.model_dir, engine_options(args.model)),
         tokenizer_(Tokenizer::load(args.model.model_dir)),
         template_(ChatTemplate::load(args.model.model_dir)),
+        session_(engine_.new_session()),
         interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)),
         system_(args.system),
         has_system_(cmd.count("--system") > 0) {
@@ -88,18 +89,22 @@ class ChatSession {
     if (name == "/exit" || name == "/quit") return false;
     if (name == "/reset") {
       messages_ = nlohmann::ordered_json::array();
+      session_->reset();
       note("conversation cleared");
     } else if (name == "/system") {
       system_ = rest;
       has_system_ = !rest.empty();
       messages_ = nlohmann::ordered_json::array();
+      session_->reset();
       note(has_system_ ? "system prompt set; conversation cleared" : "system prompt removed; conversation cleared");
     } else if (name == "/stats") {
-      char text[256];
+      char text[320];
       std::snprintf(text, sizeof(text),
-                    "last answer: %zu tokens, %.1f tokens/s, first token after %.1f ms; context %d of %d tokens",
+                    "last answer: %zu tokens, %.1f tokens/s, first token after %.1f ms; prompt %d tokens, "
+                    "%d of them cached from earlier turns; context %d of %d tokens",
                     last_.ids.size(), last_.decode_seconds > 0 ? (last_.ids.size() - 1) / last_.decode_seconds : 0.0,
-                    last_.time_to_first_token * 1e3, last_context_, engine_.memory_plan().max_context);
+                    last_.time_to_first_token * 1e3, last_.prompt_tokens, last_.reused_tokens, last_context_,
+                    engine_.memory_plan().max_context);
       note(text);
     } else if (name == "/help") {
       std::printf("%s", kHelp);
@@ -131,7 +136,8 @@ class ChatSession {
     std::string reply;
     bool thinking = false;
     const bool dim = interactive_;
-    last_ = engine_.generate(prompt, options, [&](int32_t id) {
+    // The session keeps the KV cache of earlier turns: only the new part of the prompt runs.
+    last_ = engine_.generate(*session_, prompt, options, [&](int32_t id) {
       if (g_interrupted.load()) return false;
       if (id == think_open_) {
         thinking = true;
@@ -163,6 +169,7 @@ class ChatSession {
   Engine engine_;
   Tokenizer tokenizer_;
   ChatTemplate template_;
+  std::unique_ptr<Session> session_;  // after engine_: destroyed first
   bool interactive_;
   std::string system_;
   bool has_system_;

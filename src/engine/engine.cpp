@@ -146,7 +146,7 @@ void Engine::check_prompt(const std::vector<int32_t>& ids, const char* what) con
   }
 }
 
-Tensor Engine::prefill(SequenceBlocks& sequence, const std::vector<int32_t>& prompt) {
+Tensor Engine::prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt) {
   const int chunk_size = model_->limits().max_batch_tokens;
   Tensor logits;
   for (size_t begin = 0; begin < prompt.size(); begin += chunk_size) {
@@ -169,16 +169,44 @@ Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token) {
   return logits;
 }
 
+Session::Session(std::unique_ptr<SequenceBlocks> sequence) : sequence_(std::move(sequence)) {}
+
+Session::~Session() = default;
+
+void Session::reset() {
+  sequence_->clear();
+  ids_.clear();
+}
+
+std::unique_ptr<Session> Engine::new_session() {
+  return std::unique_ptr<Session>(new Session(std::make_unique<SequenceBlocks>(*blocks_, plan_.kv_block_size)));
+}
+
 GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                 const std::function<bool(int32_t)>& on_token) {
+  std::unique_ptr<Session> session = new_session();
+  return generate(*session, prompt, options, on_token);
+}
+
+GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
   check_prompt(prompt, "the prompt");
   if (options.max_new_tokens < 0) {
     throw Error(ErrorCategory::kInvalidArgument, "the number of new tokens must not be negative");
   }
   GenerateResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
-  SequenceBlocks sequence(*blocks_, plan_.kv_block_size);
-  if (!sequence.reserve(static_cast<int>(prompt.size()))) {
+  SequenceBlocks& sequence = *session.sequence_;
+  // Keys and values depend only on the tokens before them, so the cached positions that
+  // match the new prompt's prefix stay valid. At least the last prompt token is run again:
+  // its logits choose the first new token.
+  size_t reused = 0;
+  const size_t shared = std::min(session.ids_.size(), prompt.size() - 1);
+  while (reused < shared && session.ids_[reused] == prompt[reused]) ++reused;
+  sequence.truncate(static_cast<int>(reused));
+  session.ids_.resize(reused);
+  result.reused_tokens = static_cast<int>(reused);
+  if (!sequence.reserve(static_cast<int>(prompt.size() - reused))) {
     throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the prompt: raise --kv-cache-gb");
   }
   auto* history_device = static_cast<int32_t*>(sampling_buffer_.data());
@@ -192,7 +220,14 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   if (penalties) backend_->copy_to_device(history_device, prompt.data(), prompt.size() * sizeof(int32_t));
 
   auto start = std::chrono::steady_clock::now();
-  Tensor logits = prefill(sequence, prompt);
+  Tensor logits;
+  try {
+    logits = prefill(sequence, std::span<const int32_t>(prompt).subspan(reused));
+  } catch (...) {
+    session.reset();  // a part-written prompt leaves nothing worth keeping
+    throw;
+  }
+  session.ids_ = prompt;
   backend_->synchronize();
   result.prompt_seconds = seconds_since(start);
 
@@ -233,7 +268,8 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
       backend_->copy_to_device(history_device + history.size(), &token, sizeof(int32_t));
     }
     history.push_back(token);
-    logits = decode_step(sequence, result.ids.back());
+    logits = decode_step(sequence, token);
+    session.ids_.push_back(token);
   }
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);

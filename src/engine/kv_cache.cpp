@@ -37,6 +37,16 @@ bool SequenceBlocks::reserve(int count) {
   return true;
 }
 
+void SequenceBlocks::truncate(int length) {
+  QWENRT_CHECK(length >= 0 && length <= length_, "truncating a sequence past its end");
+  const size_t keep = static_cast<size_t>((length + block_size_ - 1) / block_size_);
+  while (blocks_.size() > keep) {
+    allocator_.release(blocks_.back());
+    blocks_.pop_back();
+  }
+  length_ = length;
+}
+
 void SequenceBlocks::clear() {
   for (int32_t block : blocks_) allocator_.release(block);
   blocks_.clear();

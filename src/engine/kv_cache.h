@@ -44,6 +44,8 @@ class SequenceBlocks {
   int32_t slot(int position) const {
     return blocks_[position / block_size_] * block_size_ + position % block_size_;
   }
+  // Keeps the first `length` positions (length <= length()) and gives back the blocks past them.
+  void truncate(int length);
   void clear();
 
  private:

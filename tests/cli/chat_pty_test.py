@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
-read the streamed reply, /stats, /reset, Ctrl-C during an answer (the answer stops, the
-program stays), then /exit. Also checks piped stdin. The model is a 1-layer Qwen3 with
+read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
+Ctrl-C during an answer (the answer stops, the program stays), then /exit. Also checks piped stdin. The model is a 1-layer Qwen3 with
 Qwen's vocabulary and random weights, written here, next to Qwen's real tokenizer.
 
     chat_pty_test.py QWENRT_BINARY FETCH_SCRIPT CACHE_DIR
@@ -9,6 +9,7 @@ Qwen's vocabulary and random weights, written here, next to Qwen's real tokenize
 import array
 import json
 import os
+import re
 import pty
 import random
 import select
@@ -119,6 +120,13 @@ def main():
         term.send(b"/stats\r")
         stats = term.read_until(b"> ")
         assert b"tokens/s" in stats and b"context" in stats, stats
+        # 2b. The next turn reuses the cached conversation: only the new part is prefilled.
+        term.send(b"And again?\r")
+        term.read_until(b"\r\n> ", timeout=120)
+        term.send(b"/stats\r")
+        stats = term.read_until(b"> ")
+        found = re.search(rb"prompt (\d+) tokens, (\d+) of them cached", stats)
+        assert found and 0 < int(found.group(2)) < int(found.group(1)), stats
         # 3. /reset clears the conversation.
         term.send(b"/reset\r")
         assert b"cleared" in term.read_until(b"> ")

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "qwenrt/engine.h"
@@ -77,6 +78,56 @@ TEST_P(ReferenceModel, ChunkedPrefillMatchesSinglePass) {
   ScoreResult b = whole.score(ids);
   ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
   for (size_t i = 0; i < a.logprobs.size(); ++i) EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-4);
+}
+
+// A Session keeps the KV cache between calls: a prompt that extends or partly repeats an
+// earlier one prefills only what is new, and gives the same tokens as a run from scratch.
+TEST_P(ReferenceModel, SessionReusesCachedPrefix) {
+  auto reference = load_reference(dir());
+  Engine engine(dir(), options());
+  std::unique_ptr<Session> session = engine.new_session();
+  const auto& item = reference["greedy"][0];
+  auto prompt = item["prompt"].get<std::vector<int32_t>>();
+  auto expected = item["generated"].get<std::vector<int32_t>>();
+  ASSERT_GE(prompt.size(), 4u);
+  GenerateOptions one;
+  one.max_new_tokens = 1;
+  const size_t head = prompt.size() / 2;
+  GenerateResult first = engine.generate(*session, {prompt.begin(), prompt.begin() + head}, one);
+  EXPECT_EQ(first.reused_tokens, 0);
+  EXPECT_EQ(session->cached_tokens(), static_cast<int>(head));  // the sampled token was never run
+
+  // The whole prompt: its first half comes from the cache; transformers' greedy tokens.
+  GenerateOptions generate;
+  generate.max_new_tokens = static_cast<int>(expected.size());
+  GenerateResult second = engine.generate(*session, prompt, generate);
+  EXPECT_EQ(second.reused_tokens, static_cast<int>(head));
+  EXPECT_EQ(second.ids, expected);
+
+  // A follow-up turn: the prompt, the answer and more text.
+  std::vector<int32_t> follow = prompt;
+  follow.insert(follow.end(), second.ids.begin(), second.ids.end());
+  follow.insert(follow.end(), prompt.begin(), prompt.begin() + 3);
+  GenerateResult third = engine.generate(*session, follow, generate);
+  EXPECT_EQ(third.reused_tokens, static_cast<int>(prompt.size() + second.ids.size() - 1));
+  EXPECT_EQ(third.ids, engine.generate(follow, generate).ids);
+
+  // A prompt that leaves the cached path part-way (an edited turn) keeps only the shared part.
+  std::vector<int32_t> edited(follow.begin(), follow.begin() + head + 1);
+  edited.back() = (edited.back() + 1) % engine.config().vocab_size;
+  edited.insert(edited.end(), prompt.begin(), prompt.end());
+  GenerateResult fourth = engine.generate(*session, edited, generate);
+  EXPECT_EQ(fourth.reused_tokens, static_cast<int>(head));
+  EXPECT_EQ(fourth.ids, engine.generate(edited, generate).ids);
+
+  // The same prompt again runs its last token only.
+  GenerateResult again = engine.generate(*session, edited, generate);
+  EXPECT_EQ(again.reused_tokens, static_cast<int>(edited.size() - 1));
+  EXPECT_EQ(again.ids, fourth.ids);
+
+  session->reset();
+  EXPECT_EQ(session->cached_tokens(), 0);
+  EXPECT_EQ(engine.generate(*session, prompt, generate).reused_tokens, 0);
 }
 
 std::vector<std::string> fixture_names() {

@@ -135,5 +135,30 @@ TEST(SequenceBlocks, ClearAndDestructionReturnBlocks) {
   EXPECT_EQ(allocator.free_blocks(), 4);  // the destructor released them
 }
 
+TEST(SequenceBlocks, TruncateKeepsThePrefixAndReturnsTheRest) {
+  BlockAllocator allocator(6);
+  SequenceBlocks seq(allocator, 8);
+  ASSERT_TRUE(seq.reserve(40));  // 5 blocks
+  seq.advance(37);
+  const std::vector<int32_t> table = seq.block_table();
+  const int32_t slot_9 = seq.slot(9);
+  seq.truncate(17);  // positions 0..16 live in blocks 0..2
+  EXPECT_EQ(seq.length(), 17);
+  EXPECT_EQ(seq.block_table(), std::vector<int32_t>(table.begin(), table.begin() + 3));
+  EXPECT_EQ(seq.slot(9), slot_9);
+  EXPECT_EQ(allocator.free_blocks(), 3);
+  seq.truncate(16);  // exactly two blocks
+  EXPECT_EQ(seq.block_table().size(), 2u);
+  EXPECT_EQ(allocator.free_blocks(), 4);
+  seq.truncate(16);  // no-op
+  EXPECT_EQ(allocator.free_blocks(), 4);
+  ASSERT_TRUE(seq.reserve(5));  // writing continues after the kept prefix
+  EXPECT_EQ(seq.block_table().size(), 3u);
+  seq.truncate(0);
+  EXPECT_EQ(seq.capacity(), 0);
+  EXPECT_EQ(allocator.free_blocks(), 6);
+  EXPECT_THROW(seq.truncate(1), Error);
+}
+
 }  // namespace
 }  // namespace qwenrt
