@@ -146,6 +146,7 @@ class Engine {
   void init(const ModelConfig& config, const EngineOptions& options,
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
+  void warm_up();
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
   Tensor decode_step(SequenceBlocks& sequence, int32_t token);

@@ -106,6 +106,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   if (stops.stopped()) result.finish_reason = "stop";
   if (args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   if (text) std::printf("\n");
+  std::fflush(stdout);  // the text before the statistics on stderr
   if (args.stats) {
     double decoded = result.ids.size() > 1 ? static_cast<double>(result.ids.size() - 1) : 0.0;
     std::fprintf(stderr, "prompt  %d tokens in %.1f ms (%.1f tokens/s)\n", result.prompt_tokens,
