@@ -36,7 +36,10 @@ struct ChatArgs {
 
 const char* kHelp =
     "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset),\n"
-    "          /stats (speed and context of the last answer), /exit (or Ctrl-D)\n";
+    "          /stats (speed and context of the last answer), /exit (or Ctrl-D)\n"
+    "Earlier turns stay in the KV cache, so only each new message is prefilled. When the\n"
+    "conversation outgrows --max-context, its oldest turns are dropped so the answer keeps\n"
+    "room (the smaller of -n and a quarter of the context).\n";
 
 class ChatSession {
  public:
@@ -116,17 +119,40 @@ class ChatSession {
 
   void note(const std::string& text) { std::fprintf(interactive_ ? stdout : stderr, "[%s]\n", text.c_str()); }
 
-  void answer(const std::string& user_text) {
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    if (has_system_) messages.push_back({{"role", "system"}, {"content", system_}});
-    for (const auto& message : messages_) messages.push_back(message);
-    messages.push_back({{"role", "user"}, {"content", user_text}});
+  // The prompt for `user_text` after the conversation so far. When that would leave the
+  // answer less than -n tokens or a quarter of the context (the smaller), the oldest turns
+  // are dropped, a user message and its answer at a time, and the user is told.
+  std::vector<int32_t> build_prompt(const std::string& user_text) {
+    const int context = engine_.memory_plan().max_context;
+    const size_t room = static_cast<size_t>(std::min(options_.max_new_tokens, std::max(1, context / 4)));
     nlohmann::ordered_json vars = nlohmann::ordered_json::object();
     if (args_.think || args_.no_think) vars["enable_thinking"] = args_.think;
-    std::vector<int32_t> prompt = encode_chat_prompt(tokenizer_, template_, messages, nullptr, true, vars);
+    size_t dropped = 0;
+    std::vector<int32_t> prompt;
+    while (true) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (has_system_) messages.push_back({{"role", "system"}, {"content", system_}});
+      for (size_t i = dropped; i < messages_.size(); ++i) messages.push_back(messages_[i]);
+      messages.push_back({{"role", "user"}, {"content", user_text}});
+      prompt = encode_chat_prompt(tokenizer_, template_, messages, nullptr, true, vars);
+      if (prompt.size() + room <= static_cast<size_t>(context) || dropped >= messages_.size()) break;
+      dropped += 2;
+    }
+    if (dropped > 0) {
+      messages_.erase(messages_.begin(), messages_.begin() + static_cast<std::ptrdiff_t>(dropped));
+      note((dropped == 2 ? std::string("dropped the oldest turn")
+                         : "dropped the " + std::to_string(dropped / 2) + " oldest turns") +
+           " to keep the conversation within the " + std::to_string(context) + "-token context");
+    }
+    return prompt;
+  }
+
+  void answer(const std::string& user_text) {
+    std::vector<int32_t> prompt = build_prompt(user_text);
     if (static_cast<int>(prompt.size()) >= engine_.memory_plan().max_context) {
-      note("the conversation (" + std::to_string(prompt.size()) + " tokens) no longer fits the context of " +
-           std::to_string(engine_.memory_plan().max_context) + " tokens: /reset, or restart with a larger --max-context");
+      note("this message (" + std::to_string(prompt.size()) + " tokens with the chat template) does not fit the " +
+           std::to_string(engine_.memory_plan().max_context) +
+           "-token context: shorten it, or restart with a larger --max-context");
       return;
     }
     GenerateOptions options = options_;

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
 read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
-Ctrl-C during an answer (the answer stops, the program stays), then /exit. Also checks piped stdin. The model is a 1-layer Qwen3 with
-Qwen's vocabulary and random weights, written here, next to Qwen's real tokenizer.
+Ctrl-C during an answer (the answer stops, the program stays), then /exit. Also checks
+piped stdin, a long conversation in a small context (the oldest turns are dropped) and a
+message too long for the context. The model is a 1-layer Qwen3 with Qwen's vocabulary and
+random weights, written here, next to Qwen's real tokenizer.
 
     chat_pty_test.py QWENRT_BINARY FETCH_SCRIPT CACHE_DIR
 """
@@ -147,7 +149,23 @@ def main():
         assert piped.stdout.count(b"\n") == 2, piped.stdout
         assert b"> " not in piped.stdout, piped.stdout
         assert b"cleared" in piped.stderr, piped.stderr
-        print("chat pty test: message, /stats, /reset, Ctrl-C during an answer, /exit, piped stdin: ok")
+        # 6. A long conversation in a small context drops its oldest turns and goes on.
+        many = b"".join(b"message number %d, a few words long\n/stats\n" % i for i in range(8))
+        small = subprocess.run([binary, "chat", "-m", folder, "--device", "cpu", "-n", "16",
+                                "--max-context", "96"], input=many, capture_output=True, timeout=120)
+        assert small.returncode == 0, small.stderr
+        contexts = [int(c) for c in re.findall(rb"context (\d+) of 96 tokens", small.stderr)]
+        assert len(contexts) == 8 and max(contexts) <= 96, small.stderr
+        assert b"oldest turn" in small.stderr, small.stderr
+        # 7. A message too long for the context on its own is refused; the chat goes on.
+        huge = b"word " * 200 + b"\nshort\n/stats\n"
+        refused = subprocess.run([binary, "chat", "-m", folder, "--device", "cpu", "-n", "8",
+                                  "--max-context", "96"], input=huge, capture_output=True, timeout=120)
+        assert refused.returncode == 0, refused.stderr
+        assert b"does not fit" in refused.stderr, refused.stderr
+        assert re.search(rb"last answer: [1-8] tokens", refused.stderr), refused.stderr
+        print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
+              "piped stdin, oldest turns dropped, an oversized message refused: ok")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
