@@ -105,6 +105,10 @@ struct SamplingParams {
   float presence_penalty = 0.f;
   float frequency_penalty = 0.f;
   uint64_t seed = 0;
+
+  bool has_penalties() const {
+    return repetition_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f;
+  }
 };
 
 // Owning handle to a backend allocation; frees on destruction.

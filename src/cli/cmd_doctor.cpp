@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/config.h"
+#include "model/qwen.h"
 #include "model/safetensors.h"
 
 namespace qwenrt::cli {
@@ -58,7 +59,7 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   ModelFiles files(args.model_dir);
   const size_t element = 2;  // bf16 or fp16 on the GPU
   double weights = weight_bytes(files, element);
-  double kv_per_token = 2.0 * config.num_layers * config.kv_dim() * element;
+  double kv_per_token = static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kBF16));
   std::printf("\nmodel %s\n", args.model_dir.c_str());
   std::printf("  %s, %d layers, hidden %d, heads %d/%d, head_dim %d, vocab %d, max context %d\n",
               config.architecture_name.c_str(), config.num_layers, config.hidden_size, config.num_heads,

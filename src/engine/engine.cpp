@@ -76,7 +76,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
   limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
   limits.max_seqs = 8;
-  const size_t kv_bytes_per_token = 2ull * config.num_layers * config.kv_dim() * dtype_size(dtype);
+  const size_t kv_bytes_per_token = QwenModel::kv_bytes_per_token(config, dtype);
   const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
   if (options.kv_cache_gb > 0) {
     limits.num_blocks = static_cast<int>(options.kv_cache_gb * (1ull << 30) / kv_bytes_per_block);
@@ -250,11 +250,9 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   auto* history_device = static_cast<int32_t*>(sampling_buffer_.data());
   int32_t* out_device = history_device + plan_.max_context;
   int32_t* history_len_device = out_device + 1;  // sample() reads the length in backend memory
-  const bool penalties = options.sampling.repetition_penalty != 1.f ||
-                         options.sampling.presence_penalty != 0.f ||
-                         options.sampling.frequency_penalty != 0.f;
-  // Penalties look at the whole context (prompt and generated), as transformers does.
-  std::vector<int32_t> history(prompt);
+  const bool penalties = options.sampling.has_penalties();
+  // Penalties look at the whole context (prompt and generated), as transformers does: the
+  // session's ids, which the device history mirrors.
   if (penalties) backend_->copy_to_device(history_device, prompt.data(), prompt.size() * sizeof(int32_t));
 
   auto start = std::chrono::steady_clock::now();
@@ -276,7 +274,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   result.finish_reason = "length";
   auto decode_start = start;
   for (int step = 0; step < options.max_new_tokens; ++step) {
-    int32_t history_len = static_cast<int32_t>(history.size());
+    int32_t history_len = static_cast<int32_t>(session.ids_.size());
     if (penalties) backend_->copy_to_device(history_len_device, &history_len, sizeof(int32_t));
     backend_->sample(logits, options.sampling, static_cast<uint64_t>(step),
                      penalties ? history_device : nullptr, penalties ? history_len_device : nullptr,
@@ -303,9 +301,8 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
       break;
     }
     if (penalties) {
-      backend_->copy_to_device(history_device + history.size(), &token, sizeof(int32_t));
+      backend_->copy_to_device(history_device + session.ids_.size(), &token, sizeof(int32_t));
     }
-    history.push_back(token);
     logits = decode_step(sequence, token);
     session.ids_.push_back(token);
   }

@@ -7,25 +7,9 @@
 
 namespace qwenrt {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  uint64_t z = x;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
-  uint64_t z = splitmix64(splitmix64(seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
-                          (row * 0xD1B54A32D192ED03ull));
-  return unit_float(z);
-}
-
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,
                      const int32_t* history, int history_len) {
-  bool any = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
-             params.frequency_penalty != 0.f;
-  if (!any || history == nullptr || history_len <= 0) return;
+  if (!params.has_penalties() || history == nullptr || history_len <= 0) return;
   std::unordered_map<int32_t, int> counts;
   for (int i = 0; i < history_len; ++i) {
     if (history[i] >= 0 && history[i] < vocab) ++counts[history[i]];

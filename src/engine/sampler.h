@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/random_bits.h"
 
 namespace qwenrt {
 
-uint64_t splitmix64(uint64_t x);
-// The top 24 bits of a 64-bit random word as a float in [0, 1) (exact in fp32).
-inline float unit_float(uint64_t bits) { return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f); }
 // Uniform in [0, 1) with 24 bits, a pure function of (seed, step, row).
-float sample_uniform(uint64_t seed, uint64_t step, uint64_t row);
+inline float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
+  return unit_float(sample_bits(seed, step, row));
+}
 
 // Applies the penalties of `params` to `logits` [vocab] in place.
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,

@@ -1,6 +1,6 @@
 // ModelConfig: the immutable description of a Qwen checkpoint, read from a Hugging Face
 // model folder's config.json (+ generation_config.json). Every field is validated on load;
-// runtime choices (device, dtype, context) live in RuntimeConfig, not here.
+// runtime choices (device, dtype, context) live in EngineOptions (qwenrt/engine.h), not here.
 #pragma once
 
 #include <filesystem>

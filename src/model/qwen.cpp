@@ -18,23 +18,41 @@ size_t batch_ints(const ForwardLimits& limits) {
 
 }  // namespace
 
+size_t QwenModel::kv_bytes_per_token(const ModelConfig& config, DType dtype) {
+  return 2 * static_cast<size_t>(config.num_layers) * config.kv_dim() * dtype_size(dtype);
+}
+
 size_t QwenModel::kv_pool_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits) {
-  return 2 * static_cast<size_t>(config.num_layers) * limits.num_blocks * limits.block_size *
-         config.kv_dim() * dtype_size(dtype);
+  return kv_bytes_per_token(config, dtype) * limits.num_blocks * limits.block_size;
+}
+
+// One layout serves both sizing (base nullptr: only the end offset counts) and carving.
+QwenModel::Workspace QwenModel::lay_out(char* base, const ModelConfig& config, DType dtype,
+                                        const ForwardLimits& limits) {
+  Workspace ws;
+  auto carve = [&](int64_t rows, int64_t cols, DType type) {
+    Tensor tensor{base != nullptr ? base + ws.bytes : nullptr, type, rows, cols};
+    ws.bytes += aligned(static_cast<size_t>(rows * cols) * dtype_size(type));
+    return tensor;
+  };
+  const int64_t tokens = limits.max_batch_tokens;
+  ws.x = carve(tokens, config.hidden_size, dtype);
+  ws.h = carve(tokens, config.hidden_size, dtype);
+  ws.o = carve(tokens, config.hidden_size, dtype);
+  ws.q = carve(tokens, config.q_dim(), dtype);
+  ws.attn = carve(tokens, config.q_dim(), dtype);
+  ws.k = carve(tokens, config.kv_dim(), dtype);
+  ws.v = carve(tokens, config.kv_dim(), dtype);
+  ws.gate = carve(tokens, config.intermediate_size, dtype);
+  ws.up = carve(tokens, config.intermediate_size, dtype);
+  ws.gathered = carve(limits.max_logit_rows, config.hidden_size, dtype);
+  ws.logits = carve(limits.max_logit_rows, config.vocab_size, DType::kF32);
+  ws.batch = static_cast<int32_t*>(carve(static_cast<int64_t>(batch_ints(limits)), 1, DType::kI32).data);
+  return ws;
 }
 
 size_t QwenModel::workspace_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits) {
-  const size_t tokens = limits.max_batch_tokens;
-  const size_t elem = dtype_size(dtype);
-  size_t total = 0;
-  total += 3 * aligned(tokens * config.hidden_size * elem);                      // x, h, o
-  total += 2 * aligned(tokens * config.q_dim() * elem);                          // q, attn
-  total += 2 * aligned(tokens * config.kv_dim() * elem);                         // k, v
-  total += 2 * aligned(tokens * config.intermediate_size * elem);                // gate, up
-  total += aligned(static_cast<size_t>(limits.max_logit_rows) * config.hidden_size * elem);
-  total += aligned(static_cast<size_t>(limits.max_logit_rows) * config.vocab_size * 4);
-  total += aligned(batch_ints(limits) * 4);
-  return total;
+  return lay_out(nullptr, config, dtype, limits).bytes;
 }
 
 QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backend,
@@ -50,25 +68,7 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
   }
 
   workspace_ = backend_.allocate(workspace_bytes(config, dtype, limits), "activation workspace");
-  char* cursor = static_cast<char*>(workspace_.data());
-  auto carve = [&](int64_t rows, int64_t cols, DType type) {
-    Tensor tensor{cursor, type, rows, cols};
-    cursor += aligned(static_cast<size_t>(rows * cols) * dtype_size(type));
-    return tensor;
-  };
-  const int64_t tokens = limits.max_batch_tokens;
-  x_ = carve(tokens, config.hidden_size, dtype);
-  h_ = carve(tokens, config.hidden_size, dtype);
-  o_ = carve(tokens, config.hidden_size, dtype);
-  q_ = carve(tokens, config.q_dim(), dtype);
-  attn_ = carve(tokens, config.q_dim(), dtype);
-  k_ = carve(tokens, config.kv_dim(), dtype);
-  v_ = carve(tokens, config.kv_dim(), dtype);
-  gate_ = carve(tokens, config.intermediate_size, dtype);
-  up_ = carve(tokens, config.intermediate_size, dtype);
-  gathered_ = carve(limits.max_logit_rows, config.hidden_size, dtype);
-  logits_ = carve(limits.max_logit_rows, config.vocab_size, DType::kF32);
-  batch_device_ = reinterpret_cast<int32_t*>(cursor);
+  ws_ = lay_out(static_cast<char*>(workspace_.data()), config, dtype, limits);
   batch_host_.resize(batch_ints(limits));
 
   RopeTables rope = compute_rope_tables(config);
@@ -144,8 +144,8 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     QWENRT_CHECK(logit_rows[r] >= 0 && logit_rows[r] < n_tokens, "logit row out of range");
     rows[r] = logit_rows[r];
   }
-  backend_.copy_to_device(batch_device_, host, batch_host_.size() * sizeof(int32_t));
-  const int32_t* device = batch_device_;
+  backend_.copy_to_device(ws_.batch, host, batch_host_.size() * sizeof(int32_t));
+  const int32_t* device = ws_.batch;
   view.token_ids = device;
   view.positions = device + (positions - host);
   view.slot_mapping = device + (slots - host);
@@ -161,9 +161,9 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
   BatchView batch = stage_batch(chunks, logit_rows);
   const int64_t n = batch.n_tokens;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  Tensor x = x_.row_slice(0, n), h = h_.row_slice(0, n), o = o_.row_slice(0, n);
-  Tensor q = q_.row_slice(0, n), k = k_.row_slice(0, n), v = v_.row_slice(0, n);
-  Tensor attn = attn_.row_slice(0, n), gate = gate_.row_slice(0, n), up = up_.row_slice(0, n);
+  Tensor x = ws_.x.row_slice(0, n), h = ws_.h.row_slice(0, n), o = ws_.o.row_slice(0, n);
+  Tensor q = ws_.q.row_slice(0, n), k = ws_.k.row_slice(0, n), v = ws_.v.row_slice(0, n);
+  Tensor attn = ws_.attn.row_slice(0, n), gate = ws_.gate.row_slice(0, n), up = ws_.up.row_slice(0, n);
 
   AttentionParams attention;
   attention.n_heads = config_.num_heads;
@@ -199,8 +199,8 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
   const int64_t n_rows = static_cast<int64_t>(logit_rows.size());
-  Tensor gathered = gathered_.row_slice(0, n_rows);
-  Tensor logits = logits_.row_slice(0, n_rows);
+  Tensor gathered = ws_.gathered.row_slice(0, n_rows);
+  Tensor logits = ws_.logits.row_slice(0, n_rows);
   backend_.gather_rows(h, logit_rows_device_, gathered);
   backend_.matmul(gathered, weights_.lm_head, logits);
   return logits;

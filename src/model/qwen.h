@@ -35,7 +35,9 @@ class QwenModel {
   QwenModel(const ModelConfig& config, Weights weights, Backend& backend,
             const ForwardLimits& limits);
 
-  // Bytes of the KV pool and of the activation workspace for these limits.
+  // Bytes of one token's keys and values over all layers, of the KV pool and of the
+  // activation workspace for these limits.
+  static size_t kv_bytes_per_token(const ModelConfig& config, DType dtype);
   static size_t kv_pool_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits);
   static size_t workspace_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits);
 
@@ -47,11 +49,17 @@ class QwenModel {
   const ModelConfig& config() const { return config_; }
   const ForwardLimits& limits() const { return limits_; }
   const Weights& weights() const { return weights_; }
-  Backend& backend() { return backend_; }
-  size_t kv_bytes() const { return kv_storage_.bytes(); }
-  size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
+  // Activation buffers carved from the workspace ([max_batch_tokens, width] unless noted),
+  // then the staging area for the batch arrays.
+  struct Workspace {
+    Tensor x, h, o, q, attn, k, v, gate, up;
+    Tensor gathered, logits;  // [max_logit_rows, hidden] and fp32 [max_logit_rows, vocab]
+    int32_t* batch = nullptr;
+    size_t bytes = 0;
+  };
+  static Workspace lay_out(char* base, const ModelConfig& config, DType dtype, const ForwardLimits& limits);
   BatchView stage_batch(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows);
 
   ModelConfig config_;
@@ -64,9 +72,7 @@ class QwenModel {
   DeviceBuffer workspace_;
   DeviceBuffer rope_storage_;
   float rope_scaling_ = 1.f;
-  // Activation buffers carved from workspace_: [max_batch_tokens, width].
-  Tensor x_, h_, q_, k_, v_, attn_, o_, gate_, up_, gathered_, logits_;
-  int32_t* batch_device_ = nullptr;  // staging area for the batch arrays
+  Workspace ws_;
   const int32_t* logit_rows_device_ = nullptr;
   std::vector<int32_t> batch_host_;
 };

@@ -126,8 +126,8 @@ size_t planned_weight_bytes(const ModelConfig& config, const Backend& backend, b
 Weights make_synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
   Weights weights;
   weights.layers.resize(config.num_layers);
-  weights.device_bytes = planned_weight_bytes(config, backend, /*matrices_in_place=*/false);
-  weights.storage = backend.allocate(weights.device_bytes, "synthetic weights");
+  weights.storage = backend.allocate(planned_weight_bytes(config, backend, /*matrices_in_place=*/false),
+                                     "synthetic weights");
   char* cursor = static_cast<char*>(weights.storage.data());
   uint64_t index = 0;
   for_each_expected(config, &weights, [&](const std::string& name, std::vector<int64_t> shape, Tensor* dest) {
@@ -161,7 +161,6 @@ Weights load_weights(const ModelConfig& config, const ModelFiles& files, Backend
   const DType target = backend.activation_dtype();
   size_t storage_bytes = planned_weight_bytes(config, backend);
   if (storage_bytes > 0) weights.storage = backend.allocate(storage_bytes, "weights");
-  weights.device_bytes = storage_bytes;
   char* cursor = static_cast<char*>(weights.storage.data());
   // Progress counts the tensors actually loaded (not rotary buffers or a tied lm_head).
   uint64_t total_bytes = 0;

@@ -31,7 +31,6 @@ struct Weights {
   Tensor final_norm;    // [1, hidden]
   Tensor lm_head;       // [vocab, hidden]; the embedding itself when tied
   DeviceBuffer storage; // owns converted/uploaded tensors (empty when all are in place)
-  size_t device_bytes = 0;
 
   // Element type of the layer matrices as stored (what a decode step streams).
   DType q_proj_dtype() const { return layers.empty() ? embed_tokens.dtype : layers[0].q_proj.dtype; }

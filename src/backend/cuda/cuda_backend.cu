@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/common.h"
+#include "core/random_bits.h"
 
 #ifndef QWENRT_CUDA_ARCHS
 #define QWENRT_CUDA_ARCHS "unknown"
@@ -22,24 +23,15 @@ constexpr size_t kMiB = size_t{1} << 20;
 // Probes whether this binary carries code for the current device.
 __global__ void probe_kernel() {}
 
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  uint64_t z = x;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Synthetic weights: a counter-based hash of (seed, index), so any element is computed
 // independently (the host default iterates one generator and differs in values, not in
 // distribution). Uniform in [offset - scale, offset + scale].
 template <typename T>
 __global__ void fill_random_kernel(T* data, size_t count, uint64_t seed, float scale, float offset) {
-  const uint64_t key = mix64(seed);
+  const uint64_t key = splitmix64(seed);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
-    const uint64_t z = mix64(key ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
-    const float unit = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+    const float unit = unit_float(splitmix64(key ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull)));
     data[i] = gpu::from_f32<T>(offset + scale * (2.f * unit - 1.f));
   }
 }
@@ -325,9 +317,7 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
               int32_t* out_ids) override {
-    const bool penalties = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
-                           params.frequency_penalty != 0.f;
-    if (penalties && history != nullptr && history_lens != nullptr) {
+    if (params.has_penalties() && history != nullptr && history_lens != nullptr) {
       reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
     }
     SamplingWorkspace ws;

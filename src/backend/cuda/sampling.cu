@@ -12,6 +12,7 @@
 #include <cfloat>
 
 #include "backend/cuda/common.h"
+#include "core/random_bits.h"
 
 namespace qwenrt::cuda {
 namespace {
@@ -23,14 +24,6 @@ constexpr int kCacheSlots = 4;
 constexpr int kCompactMax = 1024;  // top_k up to this takes the exact sorted path
 static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
               "the probabilities reuse the histogram memory");
-
-__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  uint64_t z = x;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Maps a float to 32 bits whose ascending order is the float's descending order.
 __device__ __forceinline__ uint32_t descending_bits(float value) {
@@ -296,9 +289,7 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
   }
   double kept_sum = 0;
   for (int i = 0; i < keep; ++i) kept_sum += probs[i];
-  const uint64_t z = splitmix64(splitmix64(params.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
-                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
-  const double u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  const double u = unit_float(sample_bits(params.seed, step, static_cast<uint64_t>(row)));
   int pick = keep - 1;
   double cumulative = 0;
   for (int i = 0; i < keep; ++i) {
@@ -406,9 +397,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   kept_mass = gpu::block_sum(kept_mass, sum_s);
   kept_count = gpu::block_sum(kept_count, sum_s);
-  const uint64_t z = splitmix64(splitmix64(params.seed) ^ (step * 0x9E3779B97F4A7C15ull) ^
-                                (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull));
-  const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);
+  const float u = unit_float(sample_bits(params.seed, step, static_cast<uint64_t>(row)));
   if (!select_crossing(view, true, true, u * kept_mass, index_bits, sm, &key)) {
     // None exceeded u (rounding): the last kept candidate.
     if (!select_crossing(view, false, false, kept_count, index_bits, sm, &key))
@@ -424,24 +413,23 @@ void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t 
                    int32_t* out_ids, const SamplingWorkspace& ws, Stream stream) {
   const int rows = static_cast<int>(logits.rows);
   const int vocab = static_cast<int>(logits.cols);
-  const std::string sizes = "logits " + shape_string(logits);
-  QWENRT_CHECK(logits.dtype == DType::kF32, "sample: logits must be fp32 (" + sizes + ")");
+  // Built only on the error paths: this runs once per generated token.
+  const auto sizes = [&] { return "logits " + shape_string(logits); };
+  QWENRT_CHECK(logits.dtype == DType::kF32, "sample: logits must be fp32 (" + sizes() + ")");
   if (rows == 0) return;
-  const bool penalties = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
-                         params.frequency_penalty != 0.f;
-  QWENRT_CUDA_CALL(cudaMemsetAsync(ws.status, 0, sizeof(int32_t), stream), "sample", sizes);
+  QWENRT_CUDA_CALL(cudaMemsetAsync(ws.status, 0, sizeof(int32_t), stream), "sample", sizes());
   const float* source = logits.as<const float>();
-  if (penalties && history != nullptr && history_lens != nullptr) {
+  if (params.has_penalties() && history != nullptr && history_lens != nullptr) {
     QWENRT_CHECK(ws.rows >= static_cast<size_t>(rows) && ws.vocab >= static_cast<size_t>(vocab),
-                 "sample: penalty workspace too small (" + sizes + ")");
+                 "sample: penalty workspace too small (" + sizes() + ")");
     penalty_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
         source, ws.logits, ws.counts, vocab, history, history_lens, history_stride, params);
-    QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes);
+    QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes());
     source = ws.logits;
   }
   sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(
       source, vocab, params, step, out_ids, ws.status);
-  QWENRT_CUDA_LAUNCHED("sample", sizes);
+  QWENRT_CUDA_LAUNCHED("sample", sizes());
 }
 
 }  // namespace qwenrt::cuda
