@@ -1,6 +1,9 @@
 #include "tokenizer/chat_prompt.h"
 
 #include <string>
+#include <string_view>
+
+#include "tokenizer/added_tokens.h"
 
 namespace qwenrt {
 namespace {
@@ -38,13 +41,18 @@ void defang_json(nlohmann::ordered_json& value, const std::vector<const AddedTok
   }
 }
 
-std::string restore(std::string text) {
-  size_t at = 0;
-  while ((at = text.find(kDefangedLt, at)) != std::string::npos) {
-    text.replace(at, 3, "<");
-    at += 1;
+std::string restore(std::string_view text) {
+  const std::string_view defanged = kDefangedLt;
+  std::string out;
+  out.reserve(text.size());
+  size_t from = 0, at = 0;
+  while ((at = text.find(defanged, from)) != std::string_view::npos) {
+    out.append(text.substr(from, at - from));
+    out += '<';
+    from = at + defanged.size();
   }
-  return text;
+  out.append(text.substr(from));
+  return out;
 }
 
 }  // namespace
@@ -60,31 +68,22 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
   defang_json(safe_tools, specials);
   const std::string rendered = chat_template.render(safe_messages, safe_tools, add_generation_prompt, extra_vars);
 
-  // Split at the special tokens that remain (the scaffolding), leftmost and then longest;
+  // Split at the special tokens that remain (the scaffolding), leftmost and then longest,
+  // with the tokenizer's own added-token matcher (plain rules: no strip or word flags);
   // encode the text between them as plain text, exactly as HF splits at added tokens first.
+  std::vector<tok::AddedTokenRule> rules;
+  for (const AddedToken* token : specials) rules.push_back({token->content, token->id, true, false, false, false});
+  std::vector<tok::Segment> segments;
+  tok::AddedTokenMatcher(std::move(rules)).split(rendered, /*special_as_text=*/false, segments);
   std::vector<int32_t> ids;
-  size_t position = 0;
-  size_t text_start = 0;
-  while (position < rendered.size()) {
-    const AddedToken* match = nullptr;
-    for (const AddedToken* token : specials) {
-      if (rendered.compare(position, token->content.size(), token->content) == 0 &&
-          (match == nullptr || token->content.size() > match->content.size())) {
-        match = token;
-      }
+  for (const tok::Segment& segment : segments) {
+    if (segment.id >= 0) {
+      ids.push_back(segment.id);
+    } else {
+      const std::string_view text(rendered);
+      tokenizer.encode_into(restore(text.substr(segment.begin, segment.end - segment.begin)), false, ids);
     }
-    if (match == nullptr) {
-      ++position;
-      continue;
-    }
-    if (position > text_start) {
-      tokenizer.encode_into(restore(rendered.substr(text_start, position - text_start)), false, ids);
-    }
-    ids.push_back(match->id);
-    position += match->content.size();
-    text_start = position;
   }
-  if (text_start < rendered.size()) tokenizer.encode_into(restore(rendered.substr(text_start)), false, ids);
   return ids;
 }
 

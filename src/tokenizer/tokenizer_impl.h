@@ -24,7 +24,6 @@ struct Tokenizer::Impl {
   };
   enum class Kind : uint8_t { kNone, kBpe, kAdded, kSpecial };
 
-  std::filesystem::path source;  // tokenizer.json, for messages
 
   // Vocabulary by id: text as in tokenizer.json, kind, and the bytes decode produces.
   std::vector<std::string> token_text;

@@ -69,6 +69,29 @@ class Loader {
     return it->get<std::string>();
   }
 
+  // A "Sequence" component's steps (under `list_key`), or the component itself as one step.
+  std::vector<const json*> steps_of(const json& component, const std::string& where,
+                                    const char* list_key) const {
+    std::vector<const json*> steps;
+    if (type_of(component, where) == "Sequence") {
+      const auto list = component.find(list_key);
+      if (list == component.end() || !list->is_array()) invalid(where + "." + list_key + " must be a list");
+      for (const json& step : *list) steps.push_back(&step);
+    } else {
+      steps.push_back(&component);
+    }
+    return steps;
+  }
+
+  // The matching flags of an added token entry (normalized defaults to !special, as HF).
+  void read_flags(const json& entry, const std::string& where, AddedToken& token) const {
+    token.special = flag(entry, "special", false, where);
+    token.single_word = flag(entry, "single_word", false, where);
+    token.lstrip = flag(entry, "lstrip", false, where);
+    token.rstrip = flag(entry, "rstrip", false, where);
+    token.normalized = flag(entry, "normalized", !token.special, where);
+  }
+
   std::string text_of(const json& value, const std::string& where) const {
     if (!value.is_string()) invalid(where + " must be a string");
     std::string text = value.get<std::string>();
@@ -95,15 +118,7 @@ class Loader {
 void Loader::load_normalizer(const json& root, Tokenizer::Impl& impl) {
   const auto it = root.find("normalizer");
   if (it == root.end() || it->is_null()) return;
-  std::vector<const json*> steps;
-  if (type_of(*it, "normalizer") == "Sequence") {
-    const auto list = it->find("normalizers");
-    if (list == it->end() || !list->is_array()) invalid("normalizer.normalizers must be a list");
-    for (const json& step : *list) steps.push_back(&step);
-  } else {
-    steps.push_back(&*it);
-  }
-  for (const json* step : steps) {
+  for (const json* step : steps_of(*it, "normalizer", "normalizers")) {
     const std::string type = type_of(*step, "normalizer");
     if (type != "NFC") unsupported("normalizer \"" + type + "\"");
     if (!impl.nfc) impl.nfc.emplace();  // NFC twice is NFC once
@@ -115,15 +130,7 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
   if (it == root.end() || it->is_null()) {
     unsupported("a tokenizer without the ByteLevel pre-tokenizer (not byte-level BPE)");
   }
-  std::vector<const json*> steps;
-  if (type_of(*it, "pre_tokenizer") == "Sequence") {
-    const auto list = it->find("pretokenizers");
-    if (list == it->end() || !list->is_array())
-      invalid("pre_tokenizer.pretokenizers must be a list");
-    for (const json& step : *list) steps.push_back(&step);
-  } else {
-    steps.push_back(&*it);
-  }
+  const std::vector<const json*> steps = steps_of(*it, "pre_tokenizer", "pretokenizers");
   bool byte_level = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const json& step = *steps[i];
@@ -169,14 +176,7 @@ void Loader::load_pre_tokenizer(const json& root, Tokenizer::Impl& impl) {
 void Loader::check_decoder_and_post_processor(const json& root) {
   const auto decoder = root.find("decoder");
   if (decoder == root.end() || decoder->is_null()) unsupported("a tokenizer without a decoder");
-  std::vector<const json*> steps;
-  if (type_of(*decoder, "decoder") == "Sequence") {
-    const auto list = decoder->find("decoders");
-    if (list == decoder->end() || !list->is_array()) invalid("decoder.decoders must be a list");
-    for (const json& step : *list) steps.push_back(&step);
-  } else {
-    steps.push_back(&*decoder);
-  }
+  const std::vector<const json*> steps = steps_of(*decoder, "decoder", "decoders");
   if (steps.size() != 1 || type_of(*steps[0], "decoder") != "ByteLevel") {
     unsupported("a decoder other than ByteLevel");
   }
@@ -287,11 +287,7 @@ void Loader::load_added_tokens(const json& root, Tokenizer::Impl& impl) {
     AddedToken token;
     token.id = id->get<int32_t>();
     token.content = text_of(*content, where + ".content");
-    token.special = flag(entry, "special", false, where);
-    token.single_word = flag(entry, "single_word", false, where);
-    token.lstrip = flag(entry, "lstrip", false, where);
-    token.rstrip = flag(entry, "rstrip", false, where);
-    token.normalized = flag(entry, "normalized", !token.special, where);
+    read_flags(entry, where, token);
     add_token(impl, std::move(token));
   }
 }
@@ -349,11 +345,7 @@ void Loader::load_config(Tokenizer::Impl& impl) {
       if (tok::utf8_valid_prefix(content) != content.size()) continue;
       AddedToken token;
       token.content = content;
-      token.special = flag(entry, "special", false, "added_tokens_decoder");
-      token.single_word = flag(entry, "single_word", false, "added_tokens_decoder");
-      token.lstrip = flag(entry, "lstrip", false, "added_tokens_decoder");
-      token.rstrip = flag(entry, "rstrip", false, "added_tokens_decoder");
-      token.normalized = flag(entry, "normalized", !token.special, "added_tokens_decoder");
+      read_flags(entry, "added_tokens_decoder", token);
       add_token(impl, std::move(token));
     }
   }
@@ -436,7 +428,6 @@ void Loader::load(Tokenizer::Impl& impl) {
   }
   source_ = json_path;
   config_path_ = json_path.parent_path() / "tokenizer_config.json";
-  impl.source = json_path;
   tok::TokenizerJson parsed = tok::parse_tokenizer_json(read_file(json_path), json_path.string());
   const json& root = parsed.root;
   if (!root.is_object()) invalid("must be a JSON object");

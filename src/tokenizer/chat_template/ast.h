@@ -78,7 +78,6 @@ struct Param {
 struct Stmt {
   StmtKind kind = StmtKind::kText;
   int line = 0;
-  int column = 0;
   std::string text;              // kText
   std::string name;              // kMacro; kSetBlock/kSet target; kSet namespace attribute owner
   std::string attribute;         // kSet `ns.attr = ...`
@@ -91,7 +90,6 @@ struct Stmt {
   Body body;
   Body else_body;
   std::vector<Param> params;  // kMacro, kCallBlock
-  bool recursive = false;
 };
 
 struct Template {

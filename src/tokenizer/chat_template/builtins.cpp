@@ -17,19 +17,8 @@ namespace {
 constexpr int64_t kMaxRange = 100000;
 
 const Value& arg(Interpreter& in, CallArgs& args, size_t index, const char* name, int line) {
-  if (index < args.positional.size()) return args.positional[index];
-  for (const auto& [key, value] : args.keyword) {
-    if (key == name) return value;
-  }
+  if (const Value* v = args.find(index, name)) return *v;
   in.fail(line, std::string("missing argument '") + name + "'");
-}
-
-const Value* optional_arg(CallArgs& args, size_t index, const char* name) {
-  if (index < args.positional.size()) return &args.positional[index];
-  for (const auto& [key, value] : args.keyword) {
-    if (key == name) return &value;
-  }
-  return nullptr;
 }
 
 const std::string& string_arg(Interpreter& in, const Value& v, const char* what, int line) {
@@ -77,7 +66,7 @@ bool all_code_points(const std::string& s, bool (*pred)(char32_t)) {
 Value string_method(Interpreter& in, const std::string& s, const std::string& name, CallArgs& args, int line) {
   const size_t n = args.positional.size();
   auto strip_chars = [&](const char* label) -> const std::string* {
-    const Value* chars = optional_arg(args, 0, "chars");
+    const Value* chars = args.find(0, "chars");
     if (chars == nullptr || chars->is_none()) return nullptr;
     return &string_arg(in, *chars, label, line);
   };
@@ -88,8 +77,8 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
   if (name == "lstrip") return Value::from_string(text::strip(s, strip_chars("lstrip arg"), true, false));
   if (name == "rstrip") return Value::from_string(text::strip(s, strip_chars("rstrip arg"), false, true));
   if (name == "split" || name == "rsplit") {
-    const Value* sep = optional_arg(args, 0, "sep");
-    const Value* maxsplit = optional_arg(args, 1, "maxsplit");
+    const Value* sep = args.find(0, "sep");
+    const Value* maxsplit = args.find(1, "maxsplit");
     const std::string* sep_text = (sep == nullptr || sep->is_none()) ? nullptr : &string_arg(in, *sep, "separator", line);
     const int64_t limit = maxsplit ? int_arg(in, *maxsplit, "maxsplit", line) : -1;
     std::vector<Value> parts;
@@ -101,7 +90,7 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     return Value::list(std::move(parts));
   }
   if (name == "replace") {
-    const Value* count = optional_arg(args, 2, "count");
+    const Value* count = args.find(2, "count");
     return Value::from_string(text::replace(s, string_arg(in, arg(in, args, 0, "old", line), "replace arg", line),
                                             string_arg(in, arg(in, args, 1, "new", line), "replace arg", line),
                                             count ? int_arg(in, *count, "count", line) : -1));
@@ -183,7 +172,7 @@ Value container_method(Interpreter& in, const Value& obj, const std::string& nam
     if (name == "get") {
       const Value& key = arg(in, args, 0, "key", line);
       if (const Value* v = obj.dict->find(key)) return *v;
-      const Value* fallback = optional_arg(args, 1, "default");
+      const Value* fallback = args.find(1, "default");
       return fallback ? *fallback : Value::none();
     }
     std::vector<Value> out;
@@ -394,7 +383,7 @@ void add_builtin_globals(Scope& globals) {
     return Value::list(std::move(items));
   });
   globals.vars["raise_exception"] = Value::callable("raise_exception", [](Interpreter& in, CallArgs& args, int line) {
-    const Value* message = optional_arg(args, 0, "message");
+    const Value* message = args.find(0, "message");
     in.fail(line, "raise_exception: " + (message ? to_str(*message) : std::string()));
     return Value::none();
   });

@@ -16,7 +16,6 @@ using chat_template::Expr;
 using chat_template::Stmt;
 
 struct ChatTemplate::Compiled {
-  std::string source;
   chat_template::Template tree;
 };
 
@@ -79,7 +78,6 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
 ChatTemplate::ChatTemplate(const std::string& source, SpecialTokens special_tokens)
     : special_tokens_(std::move(special_tokens)) {
   auto compiled = std::make_shared<Compiled>();
-  compiled->source = source;
   compiled->tree = chat_template::parse_template(source);
   check_names(compiled->tree.body);
   templates_["default"] = std::move(compiled);

@@ -23,16 +23,8 @@ const char* const kFilters[] = {"abs", "attr", "batch", "capitalize", "center", 
                                 "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
                                 "upper", "wordcount"};
 
-const Value* param(CallArgs& args, size_t index, const char* name) {
-  if (index < args.positional.size()) return &args.positional[index];
-  for (const auto& [key, value] : args.keyword) {
-    if (key == name) return &value;
-  }
-  return nullptr;
-}
-
 Value param_or(CallArgs& args, size_t index, const char* name, Value fallback) {
-  const Value* v = param(args, index, name);
+  const Value* v = args.find(index, name);
   return v ? *v : std::move(fallback);
 }
 
@@ -146,9 +138,9 @@ Value map_items(Interpreter& in, const Value& seq, CallArgs& args, int line) {
   std::vector<Value> out;
   // attribute= and default= are keyword-only in jinja2's map.
   constexpr size_t kKeywordOnly = static_cast<size_t>(-1);
-  const Value* attribute = param(args, kKeywordOnly, "attribute");
+  const Value* attribute = args.find(kKeywordOnly, "attribute");
   if (attribute != nullptr) {
-    const Value* fallback = param(args, kKeywordOnly, "default");
+    const Value* fallback = args.find(kKeywordOnly, "default");
     for (const Value& item : in.iterate(seq, line)) {
       Value v = follow_attribute(in, item, *attribute, line);
       out.push_back(v.is_undefined() && fallback ? *fallback : v);
@@ -239,7 +231,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   }
   if (name == "join") {
     const std::string separator = to_str(param_or(args, 0, "d", Value::from_string("")));
-    const Value* attribute = param(args, 1, "attribute");
+    const Value* attribute = args.find(1, "attribute");
     std::string out;
     bool first = true;
     for (const Value& item : in.iterate(v, line)) {
@@ -344,7 +336,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "sort" || name == "unique" || name == "min" || name == "max") {
     const size_t case_index = name == "sort" ? 1 : 0;
     const bool case_sensitive = truthy(param_or(args, case_index, "case_sensitive", Value::from_bool(false)));
-    const Value* attribute = param(args, case_index + 1, "attribute");
+    const Value* attribute = args.find(case_index + 1, "attribute");
     auto key = [&](const Value& item) {
       return sort_key(attribute ? follow_attribute(in, item, *attribute, line) : item, case_sensitive);
     };
@@ -393,7 +385,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     return Value::list(std::move(pairs));
   }
   if (name == "sum") {
-    const Value* attribute = param(args, 0, "attribute");
+    const Value* attribute = args.find(0, "attribute");
     Value total = param_or(args, 1, "start", Value::from_int(0));
     for (const Value& item : in.iterate(v, line)) {
       const Value x = attribute ? follow_attribute(in, item, *attribute, line) : item;
@@ -425,7 +417,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "batch") {
     const int64_t size = param_or(args, 0, "linecount", Value::from_int(1)).integer;
     if (size <= 0) in.fail(line, "batch size must be positive");
-    const Value* fill = param(args, 1, "fill_with");
+    const Value* fill = args.find(1, "fill_with");
     std::vector<Value> batches;
     std::vector<Value> current;
     for (const Value& item : in.iterate(v, line)) {

@@ -7,7 +7,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/text.h"
 
 namespace qwenrt::chat_template {

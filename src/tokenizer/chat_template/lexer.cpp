@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "tokenizer/chat_template/text.h"
+#include "tokenizer/utf8.h"
 
 namespace qwenrt::chat_template {
 
@@ -373,7 +374,7 @@ class Lexer {
           }
           const unsigned long code = std::stoul(hex, nullptr, 16);
           if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) fail(j - 2, "escape is not a valid code point");
-          text::append_utf8(value, static_cast<char32_t>(code));
+          tok::append_utf8(static_cast<char32_t>(code), value);
           j += n;
           break;
         }
@@ -382,7 +383,7 @@ class Lexer {
           if (e >= '0' && e <= '7') {
             unsigned code = static_cast<unsigned>(e - '0');
             for (int k = 0; k < 2 && j < src_.size() && src_[j] >= '0' && src_[j] <= '7'; ++k) code = code * 8 + (src_[j++] - '0');
-            text::append_utf8(value, static_cast<char32_t>(code));
+            tok::append_utf8(static_cast<char32_t>(code), value);
           } else {
             value.push_back('\\');  // Python keeps unknown escapes as written
             value.push_back(e);

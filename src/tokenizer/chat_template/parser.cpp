@@ -112,7 +112,6 @@ class Parser {
     auto s = std::make_unique<Stmt>();
     s->kind = kind;
     s->line = at.line;
-    s->column = at.column;
     return s;
   }
 

@@ -6,6 +6,8 @@
 
 #include <utf8proc.h>
 
+#include "tokenizer/utf8.h"
+
 namespace qwenrt::chat_template::text {
 
 std::u32string decode(std::string_view utf8) {
@@ -42,28 +44,10 @@ std::u32string decode(std::string_view utf8) {
   return out;
 }
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
 std::string encode(std::u32string_view code_points) {
   std::string out;
   out.reserve(code_points.size());
-  for (char32_t c : code_points) append_utf8(out, c);
+  for (char32_t c : code_points) tok::append_utf8(c, out);
   return out;
 }
 
@@ -193,7 +177,7 @@ std::string replace(std::string_view s, std::string_view old_text, std::string_v
         out += new_text;
         ++done;
       }
-      append_utf8(out, c);
+      tok::append_utf8(c, out);
     }
     if (count < 0 || done < count) out += new_text;
     return out;
@@ -284,7 +268,7 @@ std::string repr(std::string_view s) {
       out += "\\x";
       append_hex(out, c, 2);
     } else if (c < 0x7F || is_printable(c)) {
-      append_utf8(out, c);
+      tok::append_utf8(c, out);
     } else if (c <= 0xFF) {
       out += "\\x";
       append_hex(out, c, 2);
@@ -327,7 +311,7 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
             escape_unit(c);
           }
         } else {
-          append_utf8(out, c);
+          tok::append_utf8(c, out);
         }
     }
   }

@@ -13,7 +13,6 @@ namespace qwenrt::chat_template::text {
 // Decodes UTF-8; throws std::invalid_argument on malformed input.
 std::u32string decode(std::string_view utf8);
 std::string encode(std::u32string_view code_points);
-void append_utf8(std::string& out, char32_t c);
 size_t length(std::string_view utf8);  // number of code points
 
 // Python's str.isspace() for one code point.

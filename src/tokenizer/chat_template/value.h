@@ -31,6 +31,9 @@ struct Dict {
 struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
+
+  // The argument at `index` or named `name`; null when neither was passed.
+  const Value* find(size_t index, const char* name) const;
 };
 
 // A callable: a builtin global, a bound method, a macro or `caller`. `line` is the call site.
@@ -88,6 +91,14 @@ struct Value {
   bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
   bool is_sequence() const { return kind == Kind::kList || kind == Kind::kTuple; }
 };
+
+inline const Value* CallArgs::find(size_t index, const char* name) const {
+  if (index < positional.size()) return &positional[index];
+  for (const auto& [key, value] : keyword) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
 
 // Python's type(x).__name__, for error messages.
 std::string type_name(const Value& v);
