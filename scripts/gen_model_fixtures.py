@@ -82,15 +82,16 @@ def make_config(arch, kwargs):
 def widen_weights(model, generator):
     """Re-draws every parameter so that logits are far from uniform."""
     for name, param in model.named_parameters():
+        device = param.device  # the generator's device (scripts/check_full_size.py draws on the GPU)
         if name.endswith("norm.weight"):
-            param.copy_(0.6 + 0.8 * torch.rand(param.shape, generator=generator))
+            param.copy_(0.6 + 0.8 * torch.rand(param.shape, generator=generator, device=device))
         elif name.endswith(".bias"):
-            param.copy_(0.5 * torch.randn(param.shape, generator=generator))
+            param.copy_(0.5 * torch.randn(param.shape, generator=generator, device=device))
         elif "embed_tokens" in name:
-            param.copy_(torch.randn(param.shape, generator=generator))
+            param.copy_(torch.randn(param.shape, generator=generator, device=device))
         else:  # [out, in] projections
             fan_in = param.shape[1]
-            param.copy_(torch.randn(param.shape, generator=generator) * (1.6 / math.sqrt(fan_in)))
+            param.copy_(torch.randn(param.shape, generator=generator, device=device) * (1.6 / math.sqrt(fan_in)))
 
 
 def rewrite_rope_legacy(folder):

@@ -16,11 +16,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "tokenizer/chat_template/chat_template.h"
-
-#if __has_include("tokenizer/tokenizer.h")
 #include "tokenizer/tokenizer.h"
-#define QWENRT_TEMPLATE_HAS_TOKENIZER 1
-#endif
 
 namespace qwenrt::cli {
 
@@ -91,7 +87,6 @@ void run_template(const TemplateOptions& opt) {
     std::fflush(stdout);
     return;
   }
-#ifdef QWENRT_TEMPLATE_HAS_TOKENIZER
   const std::string dir = opt.model_dir.empty()
                               ? std::filesystem::path(opt.tokenizer_config).parent_path().string()
                               : opt.model_dir;
@@ -103,9 +98,6 @@ void run_template(const TemplateOptions& opt) {
   line += "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
-#else
-  throw Error(ErrorCategory::kUnsupported, "--ids needs the tokenizer, which this build does not include");
-#endif
 }
 
 }  // namespace

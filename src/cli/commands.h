@@ -17,10 +17,8 @@ void add_generate_command(CLI::App& root, int& exit_code);
 void add_score_command(CLI::App& root, int& exit_code);
 void add_bench_command(CLI::App& root, int& exit_code);
 void add_doctor_command(CLI::App& root, int& exit_code);
-#ifdef QWENRT_HAVE_TOKENIZER
 void add_tokenize_command(CLI::App& root, int& exit_code);
 void add_template_command(CLI::App& root, int& exit_code);
 void add_chat_command(CLI::App& root, int& exit_code);
-#endif
 
 }  // namespace qwenrt::cli

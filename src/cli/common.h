@@ -46,8 +46,6 @@ EngineOptions engine_options(const ModelArgs& args);
 // Parses "1 2 3" or "1,2,3" into ids; throws Error(kInvalidArgument) on anything else.
 std::vector<int32_t> parse_ids(const std::string& text);
 
-std::string json_escape(const std::string& text);
-
 // "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
 std::string format_bytes(double bytes);
 // Prints the memory plan, the measured peak and (when given) one request's KV use to stderr.

@@ -26,11 +26,9 @@ int main(int argc, char** argv) {
   cli::add_score_command(app, exit_code);
   cli::add_bench_command(app, exit_code);
   cli::add_doctor_command(app, exit_code);
-#ifdef QWENRT_HAVE_TOKENIZER
   cli::add_tokenize_command(app, exit_code);
   cli::add_template_command(app, exit_code);
   cli::add_chat_command(app, exit_code);
-#endif
   std::string known;
   bool is_known = false;
   for (const CLI::App* command : app.get_subcommands({})) {

@@ -28,14 +28,8 @@ double median_seconds_per_call(Backend& gpu, int calls, Fn&& fn) {
   return samples[samples.size() / 2];
 }
 
-class CudaBench : public ::testing::Test {
+class CudaBench : public GpuFixture<> {
  protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
-    backend_ = gpu_backend(DType::kBF16).get();
-  }
-  Backend& gpu() { return *backend_; }
-  Backend* backend_ = nullptr;
   std::mt19937 rng_{7};
 };
 
@@ -210,7 +204,7 @@ namespace {
 // each issued twice, untimed: the profiler's per-kernel device durations, summed, give
 // the decode step's device time without host launch overhead.
 TEST(CudaProfile, DISABLED_DecodeStepForProfiler) {
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  QWENRT_REQUIRE_GPU();
   Backend& gpu = *gpu_backend(DType::kBF16);
   std::mt19937 rng(3);
   const DType dt = DType::kBF16;

@@ -32,6 +32,20 @@ inline std::unique_ptr<Backend>& gpu_backend(DType dtype) {
     if (!::qwenrt::cuda_backend_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
+// A fixture on the shared GPU backend of gpu_dtype() (bf16 unless overridden); skipped
+// without a CUDA device.
+template <typename Base = ::testing::Test>
+class GpuFixture : public Base {
+ protected:
+  void SetUp() override {
+    QWENRT_REQUIRE_GPU();
+    backend_ = gpu_backend(gpu_dtype()).get();
+  }
+  virtual DType gpu_dtype() const { return DType::kBF16; }
+  Backend& gpu() { return *backend_; }
+  Backend* backend_ = nullptr;
+};
+
 inline float round_to(DType dtype, float x) {
   switch (dtype) {
     case DType::kBF16: return bf16_to_f32(f32_to_bf16(x));

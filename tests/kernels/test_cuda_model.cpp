@@ -31,7 +31,7 @@ struct ModelCase {
 class CudaModel : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+    QWENRT_REQUIRE_GPU();
   }
 };
 
@@ -109,7 +109,7 @@ TEST_P(CudaModel, ScoreAndGreedyMatchTransformers) {
 // Sampling with every parameter through the engine: runs, stays in the vocabulary, and is
 // reproducible for a fixed seed.
 TEST(CudaModelSampling, SeededSamplingWithPenaltiesIsReproducible) {
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  QWENRT_REQUIRE_GPU();
   const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / "qwen2_gqa";
   EngineOptions options;
   options.device = "cuda";

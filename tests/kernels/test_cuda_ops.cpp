@@ -8,15 +8,10 @@
 namespace qwenrt::test {
 namespace {
 
-class CudaOps : public ::testing::TestWithParam<DType> {
+class CudaOps : public GpuFixture<::testing::TestWithParam<DType>> {
  protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
-    backend_ = gpu_backend(GetParam()).get();
-  }
+  DType gpu_dtype() const override { return GetParam(); }
   DType dtype() const { return GetParam(); }
-  Backend& gpu() { return *backend_; }
-  Backend* backend_ = nullptr;
   std::mt19937 rng_{1234};
 };
 

@@ -20,14 +20,8 @@ int reference_sample(std::vector<float> logits, const SamplingParams& p, uint64_
   return sample_row(logits.data(), vocab, p, step, static_cast<uint64_t>(row));
 }
 
-class CudaSampling : public ::testing::Test {
+class CudaSampling : public GpuFixture<> {
  protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
-    backend_ = gpu_backend(DType::kBF16).get();
-  }
-  Backend& gpu() { return *backend_; }
-  Backend* backend_ = nullptr;
   std::mt19937 rng_{99};
 };
 
