@@ -73,7 +73,8 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     print_memory_report(engine);
   }
   const bool text = args.format == "text";
-  const bool print_ids = text && !tokenizer;
+  // --ids prints ids in text format, also when --stop loaded the tokenizer.
+  const bool print_ids = text && cmd.count("--ids") > 0;
   bool first = true;
   // Streamed text: never a broken UTF-8 character, never text past a stop string.
   std::unique_ptr<StreamDecoder> decoder;
@@ -82,7 +83,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   std::string generated_text;
   auto emit = [&](const std::string& piece) {
     generated_text += piece;
-    if (text && !piece.empty()) {
+    if (text && !print_ids && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }

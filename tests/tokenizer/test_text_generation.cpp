@@ -89,6 +89,23 @@ TEST_F(TextModel, StopStringEndsGenerationAndIsNotPrinted) {
   EXPECT_EQ(stopped["stop"], stop);
 }
 
+// Text format with --ids prints ids (as --help says), also when --stop loads the tokenizer.
+TEST_F(TextModel, IdsInIdsOutWithStopStrings) {
+  const std::string common = std::string(QWENRT_BINARY) + " generate --device cpu -m " +
+                             test::shell_quote(dir_->path().string()) + " --ids '9707 11 1879' -n 6 --ignore-eos";
+  auto json = generate_json("--ids '9707 11 1879' -n 6 --ignore-eos --stop 'qqqq-not-generated'");
+  std::string expected;
+  for (int id : json["ids"].get<std::vector<int>>()) {
+    if (!expected.empty()) expected += ' ';
+    expected += std::to_string(id);
+  }
+  for (const std::string extra : {"", " --stop 'qqqq-not-generated'"}) {
+    auto result = test::run_command(common + extra + " 2>/dev/null");
+    EXPECT_EQ(result.exit_code, 0);
+    EXPECT_EQ(result.out, expected + "\n") << extra;
+  }
+}
+
 TEST_F(TextModel, ExactlyOnePromptSource) {
   auto result = test::run_command(std::string(QWENRT_BINARY) + " generate --device cpu -m " +
                                   test::shell_quote(dir_->path().string()) + " -p hi --chat hi 2>&1");
