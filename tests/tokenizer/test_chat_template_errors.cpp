@@ -243,4 +243,11 @@ TEST(ChatTemplateConfig, ModelFolderPrefersChatTemplateJinja) {
   EXPECT_THROW(ChatTemplate::load(dir), Error);
 }
 
+// Booleans are Python ints in the numeric filters; the expected text is jinja2 3.1.6's.
+TEST(ChatTemplateNumbers, BooleansAreIntegersInNumericFilters) {
+  EXPECT_EQ(render("{{ true|round }} {{ false|round(1) }} {{ true|abs }} {{ true|int }} {{ true|float }} "
+                   "{{ [true, 2]|sum }} {{ [true, 2.5]|sum }}"),
+            "1 0 1 1 1.0 3 3.5");
+}
+
 }  // namespace

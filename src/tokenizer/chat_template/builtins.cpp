@@ -29,9 +29,8 @@ const std::string& string_arg(Interpreter& in, const Value& v, const char* what,
 
 int64_t int_arg(Interpreter& in, const Value& v, const char* what, int line) {
   in.check_defined(v, line);
-  if (v.kind == Kind::kBool) return v.boolean ? 1 : 0;
-  if (v.kind != Kind::kInt) in.fail(line, std::string(what) + " must be an integer, not " + type_name(v));
-  return v.integer;
+  if (!is_int_like(v)) in.fail(line, std::string(what) + " must be an integer, not " + type_name(v));
+  return int_of(v);
 }
 
 // Python's code-point index of a byte offset.

@@ -253,7 +253,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     in.check_defined(v, line);
     const Value fallback = param_or(args, 0, "default", Value::from_int(0));
     const Value base = param_or(args, 1, "base", Value::from_int(10));
-    if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::from_int(v.kind == Kind::kBool ? v.boolean : v.integer);
+    if (is_int_like(v)) return Value::from_int(int_of(v));
     if (v.kind == Kind::kFloat) return std::isfinite(v.number) ? Value::from_int(static_cast<int64_t>(v.number)) : fallback;
     if (v.kind == Kind::kString) {
       std::string s = text::strip(v.text, nullptr, true, true);
@@ -276,7 +276,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "float") {
     in.check_defined(v, line);
     const Value fallback = param_or(args, 0, "default", Value::from_float(0.0));
-    if (v.is_number()) return Value::from_float(v.kind == Kind::kFloat ? v.number : static_cast<double>(v.kind == Kind::kBool ? v.boolean : v.integer));
+    if (v.is_number()) return Value::from_float(float_of(v));
     if (v.kind == Kind::kString) {
       try {
         const std::string s = text::strip(v.text, nullptr, true, true);
@@ -291,8 +291,8 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "abs") {
     in.check_defined(v, line);
     if (v.kind == Kind::kFloat) return Value::from_float(std::fabs(v.number));
-    if (v.kind == Kind::kInt || v.kind == Kind::kBool) {
-      const int64_t x = v.kind == Kind::kBool ? v.boolean : v.integer;
+    if (is_int_like(v)) {
+      const int64_t x = int_of(v);
       return Value::from_int(x < 0 ? -x : x);
     }
     in.fail(line, "bad operand type for abs(): '" + type_name(v) + "'");
@@ -301,7 +301,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     in.check_defined(v, line);
     const int64_t precision = param_or(args, 0, "precision", Value::from_int(0)).integer;
     const std::string method = to_str(param_or(args, 1, "method", Value::from_string("common")));
-    const double x = v.kind == Kind::kFloat ? v.number : static_cast<double>(v.integer);
+    const double x = float_of(v);
     const double scale = std::pow(10.0, static_cast<double>(precision));
     double r = 0.0;
     if (method == "common" && precision >= 0 && std::isfinite(x)) {
@@ -392,11 +392,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
       in.check_defined(x, line);
       if (!x.is_number() || !total.is_number()) in.fail(line, "sum() needs numbers");
       if (total.kind == Kind::kFloat || x.kind == Kind::kFloat) {
-        const double a = total.kind == Kind::kFloat ? total.number : static_cast<double>(total.kind == Kind::kBool ? total.boolean : total.integer);
-        const double b = x.kind == Kind::kFloat ? x.number : static_cast<double>(x.kind == Kind::kBool ? x.boolean : x.integer);
-        total = Value::from_float(a + b);
+        total = Value::from_float(float_of(total) + float_of(x));
       } else {
-        total = Value::from_int((total.kind == Kind::kBool ? total.boolean : total.integer) + (x.kind == Kind::kBool ? x.boolean : x.integer));
+        total = Value::from_int(int_of(total) + int_of(x));
       }
     }
     return total;

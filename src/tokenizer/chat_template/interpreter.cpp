@@ -17,10 +17,6 @@ namespace {
 constexpr int kMaxEvalDepth = 400;
 constexpr int kMaxCallDepth = 100;
 
-bool is_int_like(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }
-int64_t int_of(const Value& v) { return v.kind == Kind::kBool ? (v.boolean ? 1 : 0) : v.integer; }
-double float_of(const Value& v) { return v.kind == Kind::kFloat ? v.number : static_cast<double>(int_of(v)); }
-
 struct DepthCounter {
   DepthCounter(int& depth, int limit, const Interpreter& in, int line) : d(depth) {
     if (++d > limit) {

@@ -275,28 +275,10 @@ std::string to_str(const Value& v) {
 
 std::string repr(const Value& v) { return repr_at(v, 0); }
 
-namespace {
-
-double as_double(const Value& v) {
-  switch (v.kind) {
-    case Kind::kBool: return v.boolean ? 1.0 : 0.0;
-    case Kind::kInt: return static_cast<double>(v.integer);
-    default: return v.number;
-  }
-}
-
-bool both_integral(const Value& a, const Value& b) {
-  return (a.kind == Kind::kInt || a.kind == Kind::kBool) && (b.kind == Kind::kInt || b.kind == Kind::kBool);
-}
-
-int64_t as_int(const Value& v) { return v.kind == Kind::kBool ? (v.boolean ? 1 : 0) : v.integer; }
-
-}  // namespace
-
 bool equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (both_integral(a, b)) return as_int(a) == as_int(b);
-    return as_double(a) == as_double(b);
+    if (is_int_like(a) && is_int_like(b)) return int_of(a) == int_of(b);
+    return float_of(a) == float_of(b);
   }
   if (a.kind != b.kind) return false;
   switch (a.kind) {
@@ -327,8 +309,8 @@ bool equals(const Value& a, const Value& b) {
 
 bool less_than(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (both_integral(a, b)) return as_int(a) < as_int(b);
-    return as_double(a) < as_double(b);
+    if (is_int_like(a) && is_int_like(b)) return int_of(a) < int_of(b);
+    return float_of(a) < float_of(b);
   }
   if (a.kind == Kind::kString && b.kind == Kind::kString) return a.text < b.text;  // UTF-8 keeps code point order
   if (a.kind == b.kind && a.is_sequence()) {

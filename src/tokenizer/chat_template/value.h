@@ -92,6 +92,11 @@ struct Value {
   bool is_sequence() const { return kind == Kind::kList || kind == Kind::kTuple; }
 };
 
+// Python's numeric tower for bool, int and float values.
+inline bool is_int_like(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }
+inline int64_t int_of(const Value& v) { return v.kind == Kind::kBool ? (v.boolean ? 1 : 0) : v.integer; }
+inline double float_of(const Value& v) { return v.kind == Kind::kFloat ? v.number : static_cast<double>(int_of(v)); }
+
 inline const Value* CallArgs::find(size_t index, const char* name) const {
   if (index < positional.size()) return &positional[index];
   for (const auto& [key, value] : keyword) {
