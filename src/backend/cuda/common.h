@@ -48,6 +48,25 @@ inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned
 
 std::string shape_string(const Tensor& t);
 
+// The operands of out = x · wᵀ, for error messages.
+inline std::string matmul_sizes(const Tensor& x, const Tensor& w, const Tensor& out) {
+  return "x " + shape_string(x) + " · w " + shape_string(w) + "ᵀ -> out " + shape_string(out);
+}
+
+// Checks out = x · wᵀ for every matrix-product implementation: consistent shapes, bf16/fp16
+// operands, out in their type or fp32. False when there is nothing to compute.
+inline bool check_matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
+  QWENRT_CHECK(w.cols == x.cols && out.rows == x.rows && out.cols == w.rows && x.dtype == w.dtype &&
+                   (out.dtype == x.dtype || out.dtype == DType::kF32),
+               "matmul: inconsistent shapes or dtypes: " + matmul_sizes(x, w, out));
+  if (x.rows == 0 || w.rows == 0) return false;
+  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) {
+    throw Error(ErrorCategory::kUnsupported,
+                "matmul: the GPU backend takes bf16/fp16 operands: " + matmul_sizes(x, w, out));
+  }
+  return true;
+}
+
 // out[n, m] = x[n, k] · w[m, k]ᵀ, fp32 accumulation. CUDA: cuBLASLt (matmul_cublaslt.cu),
 // one descriptor set and heuristic algorithm per (shape, dtypes, alignments), cached. HIP:
 // hipBLASLt where the build found it (matmul_hipblaslt.cu), else a portable tiled kernel

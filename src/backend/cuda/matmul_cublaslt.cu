@@ -177,17 +177,9 @@ Matmul::~Matmul() = default;
 
 void Matmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int64_t n = x.rows, k = x.cols, m = w.rows;
+  if (!check_matmul(x, w, out)) return;
   // Built only on the error paths: this runs ~200 times per decoded token.
-  const auto sizes = [&] {
-    return "x " + shape_string(x) + " · w " + shape_string(w) + "ᵀ -> out " + shape_string(out);
-  };
-  QWENRT_CHECK(w.cols == k && out.rows == n && out.cols == m && x.dtype == w.dtype &&
-                   (out.dtype == x.dtype || out.dtype == DType::kF32),
-               "matmul: inconsistent shapes or dtypes: " + sizes());
-  if (n == 0 || m == 0) return;
-  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) {
-    throw Error(ErrorCategory::kUnsupported, "matmul: the CUDA backend takes bf16/fp16 operands: " + sizes());
-  }
+  const auto sizes = [&] { return matmul_sizes(x, w, out); };
   const Impl::Key key{m, n, k, x.dtype, out.dtype, alignment_of(w.data), alignment_of(x.data),
                       alignment_of(out.data)};
   const Impl::Plan& plan = impl_->plan_for(key, sizes);

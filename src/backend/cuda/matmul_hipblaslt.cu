@@ -112,16 +112,8 @@ Matmul::~Matmul() = default;
 
 void Matmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int64_t n = x.rows, k = x.cols, m = w.rows;
-  const auto sizes = [&] {
-    return "x " + shape_string(x) + " · w " + shape_string(w) + "ᵀ -> out " + shape_string(out);
-  };
-  QWENRT_CHECK(w.cols == k && out.rows == n && out.cols == m && x.dtype == w.dtype &&
-                   (out.dtype == x.dtype || out.dtype == DType::kF32),
-               "matmul: inconsistent shapes or dtypes: " + sizes());
-  if (n == 0 || m == 0) return;
-  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) {
-    throw Error(ErrorCategory::kUnsupported, "matmul: the GPU backend takes bf16/fp16 operands: " + sizes());
-  }
+  if (!check_matmul(x, w, out)) return;
+  const auto sizes = [&] { return matmul_sizes(x, w, out); };
   const Impl::Key key{m, n, k, x.dtype, out.dtype};
   const Impl::Plan& plan = impl_->plan_for(key, sizes);
   const float alpha = 1.f;

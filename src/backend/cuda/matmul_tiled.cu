@@ -45,13 +45,8 @@ Matmul::~Matmul() = default;
 
 void Matmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int64_t n = x.rows, k = x.cols, m = w.rows;
-  const auto sizes = [&] {
-    return "x " + shape_string(x) + " · w " + shape_string(w) + "ᵀ -> out " + shape_string(out);
-  };
-  QWENRT_CHECK(w.cols == k && out.rows == n && out.cols == m && x.dtype == w.dtype &&
-                   (out.dtype == x.dtype || out.dtype == DType::kF32),
-               "matmul: inconsistent shapes or dtypes: " + sizes());
-  if (n == 0 || m == 0) return;
+  if (!check_matmul(x, w, out)) return;
+  const auto sizes = [&] { return matmul_sizes(x, w, out); };
   const dim3 block(kTile, kTile);
   const dim3 grid(ceil_div(m, kTile), ceil_div(n, kTile));
   dispatch_half(x.dtype, "matmul", [&](auto tag) {
