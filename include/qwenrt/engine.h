@@ -27,6 +27,7 @@ struct EngineOptions {
   double kv_cache_gb = 0;          // KV pool size; 0 = enough for one max_context sequence
   int max_batch_tokens = 512;      // tokens per forward pass (prompt chunk size)
   int max_logit_rows = 128;        // rows of logits per pass (score chunk size)
+  bool record_decode = true;       // GPU: replay each decode step as one recorded graph
   // Called while weights load: (bytes done, bytes total).
   std::function<void(uint64_t, uint64_t)> load_progress;
 };
@@ -69,10 +70,12 @@ struct BenchOptions {
   int repeat = 3;    // timed runs; medians are reported
   int warmup = 1;    // untimed runs first
   uint64_t seed = 1;
+  SamplingParams sampling;  // greedy unless a temperature is set
 };
 
 struct BenchResult {
   int prompt_tokens = 0, gen_tokens = 0, repeat = 0;
+  int prefill_chunk = 0;            // prompt tokens per forward pass
   double prompt_seconds = 0;        // median prefill time (device timer)
   double time_to_first_token = 0;   // median prefill + first sample, to the host
   double decode_seconds = 0;        // median time of gen_tokens decode steps

@@ -170,6 +170,15 @@ class DeviceTimer {
   virtual double seconds() = 0;
 };
 
+// Ops recorded once and replayed with the same pointers and sizes (a CUDA/HIP graph):
+// a decode step's hundreds of launches become one.
+class RecordedOps {
+ public:
+  virtual ~RecordedOps() = default;
+  // Issues the recorded ops on the backend's stream (asynchronous, like the ops).
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -193,6 +202,13 @@ class Backend {
   virtual DeviceInfo device_info() const;
   // Default: a host clock around synchronize().
   virtual std::unique_ptr<DeviceTimer> make_timer();
+  // Recording (default: not supported). Between begin_recording() and end_recording() the
+  // ops are recorded instead of run; nothing may synchronize or copy to the host there.
+  // end_recording() must follow every begin_recording(), also when an op threw (the
+  // caller then drops what it returns).
+  virtual bool can_record() const { return false; }
+  virtual void begin_recording();
+  virtual std::unique_ptr<RecordedOps> end_recording();
   // Fills a tensor with uniform values in [offset - scale, offset + scale] from `seed`
   // (synthetic benchmark weights).
   virtual void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) = 0;

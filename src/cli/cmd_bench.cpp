@@ -18,6 +18,9 @@ struct BenchArgs {
   int gen = 128;
   int repeat = 3;
   int warmup = 1;
+  int prefill_chunk = 0;
+  bool no_graphs = false;
+  SamplingArgs sampling;
   std::string format = "table";
 };
 
@@ -41,6 +44,8 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   }
   EngineOptions options = engine_options(args.model);
   if (args.model.max_context == 0) options.max_context = args.prompt + args.gen;
+  if (args.prefill_chunk > 0) options.max_batch_tokens = args.prefill_chunk;
+  options.record_decode = !args.no_graphs;
   std::string model_name = have_model ? args.model.model_dir : args.synthetic + " (synthetic)";
   if (args.format == "table") {
     std::fprintf(stderr, "preparing %s on %s...\n", model_name.c_str(), args.model.device.c_str());
@@ -53,6 +58,14 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   bench.gen_tokens = args.gen;
   bench.repeat = args.repeat;
   bench.warmup = args.warmup;
+  bench.sampling.temperature = args.sampling.temperature;
+  bench.sampling.top_k = args.sampling.top_k;
+  bench.sampling.top_p = args.sampling.top_p;
+  bench.sampling.min_p = args.sampling.min_p;
+  bench.sampling.repetition_penalty = args.sampling.repetition_penalty;
+  bench.sampling.presence_penalty = args.sampling.presence_penalty;
+  bench.sampling.frequency_penalty = args.sampling.frequency_penalty;
+  bench.sampling.seed = args.sampling.seed;
   BenchResult result = engine->bench(bench);
   const MemoryPlan& plan = engine->memory_plan();
   DeviceInfo info = engine->backend().device_info();
@@ -65,6 +78,9 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
+    out["prefill_chunk"] = result.prefill_chunk;
+    out["decode_graphs"] = options.record_decode;
+    out["sampling"] = bench.sampling.temperature > 0 ? "sampled" : "greedy";
     out["prompt_tokens_per_s"] = result.prompt_tokens_per_s;
     out["prompt_ms"] = result.prompt_seconds * 1e3;
     out["time_to_first_token_ms"] = result.time_to_first_token * 1e3;
@@ -81,8 +97,9 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;
   }
-  std::printf("qwenrt bench: %s on %s, %s, prompt %d, gen %d, %d run%s (medians)\n", model_name.c_str(),
-              info.name.c_str(), dtype.c_str(), result.prompt_tokens, result.gen_tokens, result.repeat,
+  std::printf("qwenrt bench: %s on %s, %s, prompt %d (chunks of %d), gen %d (%s), %d run%s (medians)\n",
+              model_name.c_str(), info.name.c_str(), dtype.c_str(), result.prompt_tokens, result.prefill_chunk,
+              result.gen_tokens, bench.sampling.temperature > 0 ? "sampled" : "greedy", result.repeat,
               result.repeat == 1 ? "" : "s");
   auto fraction = [](double value, double peak, const char* unit, double scale) {
     if (value <= 0) return std::string();
@@ -135,6 +152,11 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--warmup", args->warmup, "untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefill-chunk", args->prefill_chunk,
+                  "prompt tokens per forward pass (default: 512, or the whole prompt if shorter)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
+  add_sampling_options(cmd, args->sampling);
   cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_bench(*args, *cmd); });
 }

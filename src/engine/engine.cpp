@@ -76,6 +76,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
   limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
   limits.max_seqs = 8;
+  limits.record_decode = options.record_decode;
   const size_t kv_bytes_per_token = QwenModel::kv_bytes_per_token(config, dtype);
   const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
   if (options.kv_cache_gb > 0) {
@@ -392,7 +393,10 @@ BenchResult Engine::bench(const BenchOptions& options) {
     id = static_cast<int32_t>(state % static_cast<uint64_t>(config.vocab_size));
   }
   auto* out_device = static_cast<int32_t*>(sampling_buffer_.data()) + plan_.max_context;
-  SamplingParams greedy;
+  const SamplingParams& sampling = options.sampling;
+  if (sampling.has_penalties()) {
+    throw Error(ErrorCategory::kInvalidArgument, "bench measures sampling without repetition penalties");
+  }
   std::unique_ptr<DeviceTimer> timer = backend_->make_timer();
   std::vector<double> prompt_times, ttfts, decode_times;
   for (int run = 0; run < options.warmup + options.repeat; ++run) {
@@ -405,7 +409,7 @@ BenchResult Engine::bench(const BenchOptions& options) {
     timer->start();
     Tensor logits = prefill(sequence, prompt);
     timer->stop();
-    backend_->sample(logits, greedy, 0, nullptr, nullptr, 0, out_device);
+    backend_->sample(logits, sampling, 0, nullptr, nullptr, 0, out_device);
     int32_t token = 0;
     backend_->copy_to_host(&token, out_device, sizeof(int32_t));
     double ttft = seconds_since(wall_start);
@@ -413,7 +417,7 @@ BenchResult Engine::bench(const BenchOptions& options) {
     timer->start();
     for (int step = 0; step < options.gen_tokens; ++step) {
       logits = decode_step(sequence, token);
-      backend_->sample(logits, greedy, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
+      backend_->sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
       backend_->copy_to_host(&token, out_device, sizeof(int32_t));
     }
     timer->stop();
@@ -429,6 +433,7 @@ BenchResult Engine::bench(const BenchOptions& options) {
   result.prompt_tokens = options.prompt_tokens;
   result.gen_tokens = options.gen_tokens;
   result.repeat = options.repeat;
+  result.prefill_chunk = model_->limits().max_batch_tokens;
   result.prompt_seconds = median(prompt_times);
   result.time_to_first_token = median(ttfts);
   result.decode_seconds = median(decode_times);

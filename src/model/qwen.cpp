@@ -1,5 +1,6 @@
 #include "model/qwen.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -23,7 +24,7 @@ size_t QwenModel::kv_bytes_per_token(const ModelConfig& config, DType dtype) {
 }
 
 size_t QwenModel::kv_pool_bytes(const ModelConfig& config, DType dtype, const ForwardLimits& limits) {
-  return kv_bytes_per_token(config, dtype) * limits.num_blocks * limits.block_size;
+  return kv_bytes_per_token(config, dtype) * (limits.num_blocks + 1) * limits.block_size;
 }
 
 // One layout serves both sizing (base nullptr: only the end offset counts) and carving.
@@ -59,7 +60,8 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
                      const ForwardLimits& limits)
     : config_(config), weights_(std::move(weights)), backend_(backend), limits_(limits) {
   const DType dtype = backend_.activation_dtype();
-  kv_geometry_ = KvGeometry{limits.num_blocks, limits.block_size, config.num_kv_heads, config.head_dim, dtype};
+  kv_geometry_ = KvGeometry{limits.num_blocks + 1, limits.block_size, config.num_kv_heads, config.head_dim, dtype};
+  scratch_block_ = limits.num_blocks;
   kv_storage_ = backend_.allocate(kv_pool_bytes(config, dtype, limits), "KV cache");
   const size_t layer_bytes = kv_geometry_.layer_pool_bytes();
   char* kv_base = static_cast<char*>(kv_storage_.data());
@@ -79,15 +81,17 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
 }
 
 BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
-                                 std::span<const int32_t> logit_rows) {
-  const int n_seqs = static_cast<int>(chunks.size());
-  int n_tokens = 0;
+                                 std::span<const int32_t> logit_rows, int pad_seqs) {
+  const int real_seqs = static_cast<int>(chunks.size());
+  const int n_seqs = std::max(real_seqs, pad_seqs);
+  int n_tokens = n_seqs - real_seqs;
   for (const auto& chunk : chunks) n_tokens += static_cast<int>(chunk.tokens.size());
   if (n_seqs == 0 || n_tokens == 0) {
     throw Error(ErrorCategory::kInternal, "forward pass called with no tokens");
   }
+  const int n_logit_rows = static_cast<int>(logit_rows.size()) + (n_seqs - real_seqs);
   if (n_tokens > limits_.max_batch_tokens || n_seqs > limits_.max_seqs ||
-      static_cast<int>(logit_rows.size()) > limits_.max_logit_rows) {
+      n_logit_rows > limits_.max_logit_rows) {
     throw Error(ErrorCategory::kInternal,
                 "batch of " + std::to_string(n_tokens) + " tokens / " + std::to_string(n_seqs) +
                     " sequences / " + std::to_string(logit_rows.size()) +
@@ -111,7 +115,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   view.n_seqs = n_seqs;
   view.max_blocks_per_seq = stride;
   int t = 0;
-  for (int s = 0; s < n_seqs; ++s) {
+  for (int s = 0; s < real_seqs; ++s) {
     const SequenceChunk& chunk = chunks[s];
     const int start = chunk.blocks->length();
     const int count = static_cast<int>(chunk.tokens.size());
@@ -139,11 +143,27 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     view.max_new_tokens = std::max(view.max_new_tokens, count);
     view.max_context_len = std::max(view.max_context_len, start + count);
   }
-  seq_starts[n_seqs] = t;
   for (size_t r = 0; r < logit_rows.size(); ++r) {
-    QWENRT_CHECK(logit_rows[r] >= 0 && logit_rows[r] < n_tokens, "logit row out of range");
+    QWENRT_CHECK(logit_rows[r] >= 0 && logit_rows[r] < t, "logit row out of range");
     rows[r] = logit_rows[r];
   }
+  // Padding: one token each at position 0 of the scratch block, whose K/V nobody reads.
+  for (int s = real_seqs; s < n_seqs; ++s, ++t) {
+    seq_starts[s] = t;
+    context_lens[s] = 1;
+    for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = scratch_block_;
+    ids[t] = 0;
+    positions[t] = 0;
+    slots[t] = scratch_block_ * limits_.block_size;
+    token_seq[t] = s;
+    rows[logit_rows.size() + static_cast<size_t>(s - real_seqs)] = t;
+    view.max_new_tokens = std::max(view.max_new_tokens, 1);
+    view.max_context_len = std::max(view.max_context_len, 1);
+  }
+  seq_starts[n_seqs] = t;
+  // A recorded step keeps its launch configuration whatever the lengths: size it for the
+  // longest context.
+  if (pad_seqs > 0) view.max_context_len = stride * limits_.block_size;
   backend_.copy_to_device(ws_.batch, host, batch_host_.size() * sizeof(int32_t));
   const int32_t* device = ws_.batch;
   view.token_ids = device;
@@ -157,8 +177,46 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   return view;
 }
 
+int QwenModel::decode_bucket(std::span<const SequenceChunk> chunks,
+                             std::span<const int32_t> logit_rows) const {
+  if (!limits_.record_decode || !backend_.can_record() || chunks.empty()) return 0;
+  const int n = static_cast<int>(chunks.size());
+  if (static_cast<int>(logit_rows.size()) != n) return 0;
+  for (int s = 0; s < n; ++s) {
+    if (chunks[s].tokens.size() != 1 || logit_rows[s] != s) return 0;
+  }
+  const int cap = std::min({limits_.max_seqs, limits_.max_batch_tokens, limits_.max_logit_rows});
+  if (n > cap) return 0;
+  int bucket = 1;
+  while (bucket < n) bucket *= 2;
+  return std::min(bucket, cap);
+}
+
 Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) {
-  BatchView batch = stage_batch(chunks, logit_rows);
+  const int bucket = decode_bucket(chunks, logit_rows);
+  if (bucket == 0) {
+    return run_layers(stage_batch(chunks, logit_rows, 0), static_cast<int64_t>(logit_rows.size()));
+  }
+  // A decode step: the same launches every time, so they are recorded once per padded
+  // sequence count and replayed (the batch arrays live at fixed device addresses).
+  const BatchView batch = stage_batch(chunks, logit_rows, bucket);
+  std::unique_ptr<RecordedOps>& step = decode_steps_[bucket];
+  if (!step) {
+    backend_.begin_recording();
+    try {
+      run_layers(batch, bucket);
+    } catch (...) {
+      backend_.end_recording();
+      throw;
+    }
+    step = backend_.end_recording();
+    if (!step) throw Error(ErrorCategory::kDevice, "recording a decode step of " + std::to_string(bucket) + " sequences failed");
+  }
+  step->replay();
+  return ws_.logits.row_slice(0, static_cast<int64_t>(logit_rows.size()));
+}
+
+Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   const int64_t n = batch.n_tokens;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = ws_.x.row_slice(0, n), h = ws_.h.row_slice(0, n), o = ws_.o.row_slice(0, n);
@@ -198,7 +256,6 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
     backend_.matmul(gate, w.down_proj, o);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
-  const int64_t n_rows = static_cast<int64_t>(logit_rows.size());
   Tensor gathered = ws_.gathered.row_slice(0, n_rows);
   Tensor logits = ws_.logits.row_slice(0, n_rows);
   backend_.gather_rows(h, logit_rows_device_, gathered);

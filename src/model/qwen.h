@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,7 +22,8 @@ struct ForwardLimits {
   int max_logit_rows = 512;    // rows of logits per forward pass
   int max_blocks_per_seq = 0;  // block-table width: ceil(max_context / block_size)
   int block_size = 16;
-  int num_blocks = 0;          // KV pool size
+  int num_blocks = 0;          // KV pool size (one more block is kept as a scratch block)
+  bool record_decode = true;   // replay decode steps as recorded ops where the backend can
 };
 
 // One sequence's part of a forward pass: `tokens` are appended at positions
@@ -60,7 +63,15 @@ class QwenModel {
     size_t bytes = 0;
   };
   static Workspace lay_out(char* base, const ModelConfig& config, DType dtype, const ForwardLimits& limits);
-  BatchView stage_batch(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows);
+  // Copies the batch arrays to the device. pad_seqs > chunks.size() appends sequences of one
+  // token at position 0 in the scratch block, with a logit row each (a recorded decode step
+  // of that many sequences).
+  BatchView stage_batch(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows,
+                        int pad_seqs);
+  // The ops of one forward pass over a staged batch; logits for its first n_rows rows.
+  Tensor run_layers(const BatchView& batch, int64_t n_rows);
+  // The sequence count a decode batch is recorded at (0: run it without recording).
+  int decode_bucket(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) const;
 
   ModelConfig config_;
   Weights weights_;
@@ -75,6 +86,8 @@ class QwenModel {
   Workspace ws_;
   const int32_t* logit_rows_device_ = nullptr;
   std::vector<int32_t> batch_host_;
+  int scratch_block_ = 0;  // KV block that padding sequences write to
+  std::map<int, std::unique_ptr<RecordedOps>> decode_steps_;  // by padded sequence count
 };
 
 }  // namespace qwenrt

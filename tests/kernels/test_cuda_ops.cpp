@@ -429,6 +429,10 @@ void run_attention_case(Backend& gpu, DType dtype, std::mt19937& rng, const Atte
     }
   }
   const Tolerance tol = tolerance_for(dtype);
+  // The tensor-core prompt kernel rounds the softmax weights P to the storage type before
+  // P·V (as flash attention does): in bf16 that is up to 2^-9 relative per term, which a
+  // few small outputs of a long row show as ~2e-3 absolute. The norm-wise bound is unchanged.
+  const double abs_tol = dtype == DType::kBF16 ? 4e-3 : 2e-3;
   std::string what = "attention heads " + std::to_string(hq) + "/" + std::to_string(hkv) +
                      " d=" + std::to_string(d) + " window " + std::to_string(ac.sliding_window) +
                      " seqs";
@@ -438,7 +442,7 @@ void run_attention_case(Backend& gpu, DType dtype, std::mt19937& rng, const Atte
     what += '/';
     what += std::to_string(ac.new_tokens[s]);
   }
-  expect_close(download(gpu, out.t), ref, tol.rel_norm, tol.rel_elem, 2e-3, what);
+  expect_close(download(gpu, out.t), ref, tol.rel_norm, tol.rel_elem, abs_tol, what);
 }
 
 TEST_P(CudaOps, AttentionPromptAndMixedBatches) {

@@ -2,6 +2,7 @@
 #include <chrono>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace qwenrt {
 namespace {
@@ -27,6 +28,12 @@ class HostClockTimer final : public DeviceTimer {
 }  // namespace
 
 DeviceInfo Backend::device_info() const { return DeviceInfo{name(), 0, 0}; }
+
+void Backend::begin_recording() {
+  throw Error(ErrorCategory::kUnsupported, name() + " cannot record ops");
+}
+
+std::unique_ptr<RecordedOps> Backend::end_recording() { return nullptr; }
 
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 

@@ -85,6 +85,12 @@ class Matmul {
 };
 
 // ---- launchers (one group per .cu file) ----
+// matmul_gemv.cu: out = x · wᵀ for 1..kMaxGemvRows rows of x (decode), streaming w at
+// memory bandwidth. Returns false when the shape or alignment is not one it takes (the
+// caller uses Matmul).
+constexpr int kMaxGemvRows = 4;
+bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
+
 // elementwise.cu
 void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Stream stream);
 void launch_silu_mul(const Tensor& gate, const Tensor& up, Tensor out, Stream stream);
@@ -107,6 +113,12 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
 bool launch_attention_prefill(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                               Tensor out, size_t max_shared_bytes, Stream stream);
+
+// attention_prefill_mma.cu: the same on tensor cores (CUDA only; head_dim 64 or 128).
+// Returns false where it does not apply (HIP builds, other shapes).
+bool launch_attention_prefill_mma(const BatchView& batch, const AttentionParams& attn,
+                                  const Tensor& q, const KvGeometry& geometry, KvLayer cache,
+                                  Tensor out, Stream stream);
 
 // attention_generic.cu: any head_dim up to 256, any group, no alignment needs.
 void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,

@@ -67,6 +67,14 @@
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStream_t hipStream_t
 #define cudaSuccess hipSuccess
+#define cudaGraphDestroy hipGraphDestroy
+#define cudaGraphExecDestroy hipGraphExecDestroy
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraph_t hipGraph_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaStreamEndCapture hipStreamEndCapture
 #endif
 
 namespace qwenrt::gpu {
@@ -289,6 +297,15 @@ GpuError probe_kernel_image(Kernel kernel) {
 #else
   cudaFuncAttributes attributes{};
   return cudaFuncGetAttributes(&attributes, kernel);
+#endif
+}
+
+// Makes a launchable graph of a captured one (the two runtimes spell it differently).
+inline GpuError graph_instantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+#if defined(QWENRT_GPU_HIP)
+  return hipGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+#else
+  return cudaGraphInstantiate(exec, graph, 0);
 #endif
 }
 

@@ -64,6 +64,17 @@ class EventTimer final : public DeviceTimer {
 
 void release_device_memory(void* p) { (void)cudaFree(p); }
 
+class DeviceGraph final : public RecordedOps {
+ public:
+  DeviceGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~DeviceGraph() override { (void)cudaGraphExecDestroy(exec_); }
+  void replay() override { QWENRT_CUDA_CALL(cudaGraphLaunch(exec_, stream_), "graph replay", ""); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 }  // namespace
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* op,
@@ -231,6 +242,27 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DeviceTimer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
 
+  bool can_record() const override { return true; }
+
+  void begin_recording() override {
+    QWENRT_CUDA_CALL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording", "begin");
+  }
+
+  std::unique_ptr<RecordedOps> end_recording() override {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (ended != cudaSuccess || graph == nullptr) {
+      (void)cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      return nullptr;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = gpu::graph_instantiate(&exec, graph);
+    (void)cudaGraphDestroy(graph);
+    QWENRT_CUDA_CALL(made, "recording", "instantiating the graph");
+    return std::make_unique<DeviceGraph>(exec, stream_);
+  }
+
   void fill_random(Tensor tensor, uint64_t seed, float scale, float offset) override {
     const size_t count = static_cast<size_t>(tensor.numel());
     if (count == 0) return;
@@ -266,6 +298,7 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(const Tensor& x, const Tensor& w, Tensor out) override {
+    if (launch_gemv(x, w, out, stream_)) return;
     matmul_->run(x, w, out, stream_);
   }
 
@@ -300,6 +333,7 @@ class CudaBackend final : public Backend {
                                 kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
       return;
     }
+    if (launch_attention_prefill_mma(batch, attn, q, geometry, cache, out, stream_)) return;
     if (!launch_attention_prefill(batch, attn, q, geometry, cache, out, max_shared_bytes_, stream_))
       launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
   }
