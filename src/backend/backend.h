@@ -238,6 +238,10 @@ class Backend {
   virtual void add_bias(Tensor x, const Tensor& bias) = 0;
   // out = silu(gate) * up, elementwise.  [n, d]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // The fused MLP input for one row: out[1, d] = silu(x · gateᵀ) * (x · upᵀ) with
+  // gate_up = [gate; up] as one [2d, k] matrix. False when the backend has no such op or
+  // not for this shape (the caller then uses matmul and silu_mul).
+  virtual bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out);
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's

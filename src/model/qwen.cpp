@@ -10,6 +10,19 @@ namespace {
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The matrices as one [Σ rows, cols] matrix when each starts where the one before ends.
+Tensor concatenated(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  Tensor whole{first.data, first.dtype, 0, first.cols};
+  const char* next = static_cast<const char*>(first.data);
+  for (const Tensor* part : parts) {
+    if (part->data != next || part->dtype != first.dtype || part->cols != first.cols) return Tensor{};
+    whole.rows += part->rows;
+    next += part->bytes();
+  }
+  return whole;
+}
+
 // int32 elements of the staged batch arrays for the given limits.
 size_t batch_ints(const ForwardLimits& limits) {
   return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
@@ -46,6 +59,7 @@ QwenModel::Workspace QwenModel::lay_out(char* base, const ModelConfig& config, D
   ws.v = carve(tokens, config.kv_dim(), dtype);
   ws.gate = carve(tokens, config.intermediate_size, dtype);
   ws.up = carve(tokens, config.intermediate_size, dtype);
+  ws.fused = carve(1, std::max<int64_t>(config.q_dim() + 2 * config.kv_dim(), 2 * int64_t{config.intermediate_size}), dtype);
   ws.gathered = carve(limits.max_logit_rows, config.hidden_size, dtype);
   ws.logits = carve(limits.max_logit_rows, config.vocab_size, DType::kF32);
   ws.batch = static_cast<int32_t*>(carve(static_cast<int64_t>(batch_ints(limits)), 1, DType::kI32).data);
@@ -72,6 +86,10 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
   workspace_ = backend_.allocate(workspace_bytes(config, dtype, limits), "activation workspace");
   ws_ = lay_out(static_cast<char*>(workspace_.data()), config, dtype, limits);
   batch_host_.resize(batch_ints(limits));
+
+  for (const LayerWeights& w : weights_.layers) {
+    fused_.push_back({concatenated({&w.q_proj, &w.k_proj, &w.v_proj}), concatenated({&w.gate_proj, &w.up_proj})});
+  }
 
   RopeTables rope = compute_rope_tables(config);
   rope_scaling_ = rope.attention_scaling;
@@ -161,9 +179,14 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     view.max_context_len = std::max(view.max_context_len, 1);
   }
   seq_starts[n_seqs] = t;
-  // A recorded step keeps its launch configuration whatever the lengths: size it for the
-  // longest context.
-  if (pad_seqs > 0) view.max_context_len = stride * limits_.block_size;
+  // A recorded step keeps the launch configuration it was recorded with, which the longest
+  // context chooses (attention splits): round that up to a power of two so that a few
+  // recordings cover every length.
+  if (pad_seqs > 0) {
+    int context = 64;
+    while (context < view.max_context_len) context *= 2;
+    view.max_context_len = std::min(context, stride * limits_.block_size);
+  }
   backend_.copy_to_device(ws_.batch, host, batch_host_.size() * sizeof(int32_t));
   const int32_t* device = ws_.batch;
   view.token_ids = device;
@@ -200,7 +223,7 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
   // A decode step: the same launches every time, so they are recorded once per padded
   // sequence count and replayed (the batch arrays live at fixed device addresses).
   const BatchView batch = stage_batch(chunks, logit_rows, bucket);
-  std::unique_ptr<RecordedOps>& step = decode_steps_[bucket];
+  std::unique_ptr<RecordedOps>& step = decode_steps_[{bucket, batch.max_context_len}];
   if (!step) {
     backend_.begin_recording();
     try {
@@ -238,9 +261,24 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     } else {
       backend_.add_rmsnorm(x, o, w.input_norm, eps, h);
     }
-    backend_.matmul(h, w.q_proj, q);
-    backend_.matmul(h, w.k_proj, k);
-    backend_.matmul(h, w.v_proj, v);
+    const FusedProjections& fused = fused_[layer];
+    if (n == 1 && fused.qkv.data != nullptr) {
+      // One row: the q|k|v product's row is q, k and v back to back.
+      Tensor qkv{ws_.fused.data, ws_.fused.dtype, 1, fused.qkv.rows};
+      backend_.matmul(h, fused.qkv, qkv);
+      const size_t elem = dtype_size(qkv.dtype);
+      char* base = static_cast<char*>(qkv.data);
+      q = Tensor{base, qkv.dtype, 1, config_.q_dim()};
+      k = Tensor{base + config_.q_dim() * elem, qkv.dtype, 1, config_.kv_dim()};
+      v = Tensor{base + (config_.q_dim() + config_.kv_dim()) * elem, qkv.dtype, 1, config_.kv_dim()};
+    } else {
+      q = ws_.q.row_slice(0, n);
+      k = ws_.k.row_slice(0, n);
+      v = ws_.v.row_slice(0, n);
+      backend_.matmul(h, w.q_proj, q);
+      backend_.matmul(h, w.k_proj, k);
+      backend_.matmul(h, w.v_proj, v);
+    }
     QkvEpilogue epilogue{w.q_bias, w.k_bias, w.v_bias, w.q_norm, w.k_norm, eps,
                          static_cast<const float*>(rope_storage_.data()), rope_scaling_};
     attention.sliding_window = config_.layer_sliding_window[layer];
@@ -250,9 +288,20 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
-    backend_.matmul(h, w.gate_proj, gate);
-    backend_.matmul(h, w.up_proj, up);
-    backend_.silu_mul(gate, up, gate);
+    if (n == 1 && fused.gate_up.data != nullptr) {
+      if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
+        Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
+        backend_.matmul(h, fused.gate_up, gate_up);
+        char* base = static_cast<char*>(gate_up.data);
+        const int64_t inter = config_.intermediate_size;
+        backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
+                          Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
+      }
+    } else {
+      backend_.matmul(h, w.gate_proj, gate);
+      backend_.matmul(h, w.up_proj, up);
+      backend_.silu_mul(gate, up, gate);
+    }
     backend_.matmul(gate, w.down_proj, o);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -59,6 +60,7 @@ class QwenModel {
   struct Workspace {
     Tensor x, h, o, q, attn, k, v, gate, up;
     Tensor gathered, logits;  // [max_logit_rows, hidden] and fp32 [max_logit_rows, vocab]
+    Tensor fused;             // [1, max(q_dim + 2 kv_dim, 2 intermediate)]: one row of q|k|v or gate|up
     int32_t* batch = nullptr;
     size_t bytes = 0;
   };
@@ -87,7 +89,15 @@ class QwenModel {
   const int32_t* logit_rows_device_ = nullptr;
   std::vector<int32_t> batch_host_;
   int scratch_block_ = 0;  // KV block that padding sequences write to
-  std::map<int, std::unique_ptr<RecordedOps>> decode_steps_;  // by padded sequence count
+  // Per layer, q|k|v and gate|up as one matrix each where the weights lie back to back in
+  // memory (GPU uploads do): a single-token pass then reads each with one launch.
+  struct FusedProjections {
+    Tensor qkv;      // [q_dim + 2 kv_dim, hidden] or empty
+    Tensor gate_up;  // [2 intermediate, hidden] or empty
+  };
+  std::vector<FusedProjections> fused_;
+  // Recorded decode steps by (padded sequence count, context bucket).
+  std::map<std::pair<int, int>, std::unique_ptr<RecordedOps>> decode_steps_;
 };
 
 }  // namespace qwenrt

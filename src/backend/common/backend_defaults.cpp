@@ -35,6 +35,8 @@ void Backend::begin_recording() {
 
 std::unique_ptr<RecordedOps> Backend::end_recording() { return nullptr; }
 
+bool Backend::matmul_silu_mul(const Tensor&, const Tensor&, Tensor) { return false; }
+
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 
 }  // namespace qwenrt

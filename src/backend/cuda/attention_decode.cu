@@ -19,7 +19,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
 constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
-constexpr int kMinKeysPerSplit = 32;
+constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed costs and the combine dominate
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeArgs {

@@ -90,6 +90,9 @@ class Matmul {
 // caller uses Matmul).
 constexpr int kMaxGemvRows = 4;
 bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
+// out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]); false when
+// the shape is not one it takes.
+bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
 
 // elementwise.cu
 void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Stream stream);

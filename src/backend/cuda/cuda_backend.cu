@@ -344,6 +344,10 @@ class CudaBackend final : public Backend {
     launch_silu_mul(gate, up, out, stream_);
   }
 
+  bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out) override {
+    return launch_gemv_silu_mul(x, gate_up, out, stream_);
+  }
+
   void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) override {
     launch_gather_rows(x, rows, out, stream_);
   }

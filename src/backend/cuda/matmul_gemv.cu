@@ -32,12 +32,15 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
   for (int c = 0; c < 8; ++c) acc += gpu::to_f32(av[c]) * gpu::to_f32(bv[c]);
 }
 
-template <typename T, typename Out, int kRows, int kFeatures>
+// kGated: w is [gate; up] with m rows each; the block computes output feature blockIdx.x
+// from gate row f and up row m + f as silu(gate·x) * (up·x) (the MLP input, one launch).
+template <typename T, typename Out, int kRows, int kFeatures, bool kGated = false>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Out* __restrict__ out, int n_rows,
                 int k, int m) {
+  static_assert(!kGated || kFeatures == 2, "a gated block pairs one gate and one up row");
   __shared__ float partial[kWarps][kRows][kFeatures];
-  const int feature0 = blockIdx.x * kFeatures;
+  const int feature0 = kGated ? blockIdx.x : blockIdx.x * kFeatures;
   const int vectors = k / 8;  // 16-byte vectors per row
   const int4* x4 = reinterpret_cast<const int4*>(x);
   const int4* w4 = reinterpret_cast<const int4*>(w);
@@ -51,7 +54,10 @@ __global__ void __launch_bounds__(kThreads)
   // Rows of w past m are clamped to the last one (their sums are dropped at the end).
   int64_t w_row[kFeatures];
 #pragma unroll
-  for (int f = 0; f < kFeatures; ++f) w_row[f] = static_cast<int64_t>(min(feature0 + f, m - 1)) * vectors;
+  for (int f = 0; f < kFeatures; ++f) {
+    w_row[f] = kGated ? static_cast<int64_t>(feature0 + f * m) * vectors
+                      : static_cast<int64_t>(min(feature0 + f, m - 1)) * vectors;
+  }
 
   int v = threadIdx.x;
   for (; v + (kUnroll - 1) * kThreads < vectors; v += kUnroll * kThreads) {
@@ -94,6 +100,19 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) partial[warp][r][f] = sum;
     }
   __syncthreads();
+  if constexpr (kGated) {
+    if (threadIdx.x < kRows && static_cast<int>(threadIdx.x) < n_rows) {
+      const int r = threadIdx.x;
+      float gate = 0.f, up = 0.f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) {
+        gate += partial[wi][r][0];
+        up += partial[wi][r][1];
+      }
+      out[static_cast<int64_t>(r) * m + feature0] = gpu::from_f32<Out>(gate / (1.f + __expf(-gate)) * up);
+    }
+    return;
+  }
   if (threadIdx.x < kRows * kFeatures) {
     const int r = threadIdx.x / kFeatures;
     const int f = threadIdx.x % kFeatures;
@@ -133,16 +152,42 @@ void launch_typed(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   }
 }
 
+template <typename T>
+void launch_gated(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream) {
+  const int m = static_cast<int>(out.cols);
+  const int k = static_cast<int>(x.cols);
+  const int rows = static_cast<int>(x.rows);
+  if (rows == 1) {
+    gemv_kernel<T, T, 1, 2, true><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+        x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
+  } else {
+    gemv_kernel<T, T, kMaxGemvRows, 2, true><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+        x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
+  }
+}
+
+bool gemv_applies(const Tensor& x, const Tensor& w) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // x is re-read by every block from the cache: keep it small enough to stay there.
+  return x.rows >= 1 && x.rows <= kMaxGemvRows && w.cols % 8 == 0 && aligned(x.data) && aligned(w.data) &&
+         w.rows < (int64_t{1} << 31) && static_cast<size_t>(x.bytes()) <= (size_t{64} << 10);
+}
+
 }  // namespace
 
-bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (x.rows < 1 || x.rows > kMaxGemvRows || w.cols % 8 != 0 || !aligned(x.data) ||
-      !aligned(w.data) || w.rows > (int64_t{1} << 31) - 1) {
+bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream) {
+  if (!gemv_applies(x, gate_up) || out.rows != x.rows || gate_up.rows != 2 * out.cols ||
+      gate_up.cols != x.cols || out.dtype != x.dtype || gate_up.dtype != x.dtype) {
     return false;
   }
-  // x is re-read by every block from the cache: keep it small enough to stay there.
-  if (static_cast<size_t>(x.bytes()) > (size_t{64} << 10)) return false;
+  if (x.rows == 0 || out.cols == 0) return true;
+  dispatch_half(x.dtype, "matmul_silu_mul", [&](auto tag) { launch_gated<decltype(tag)>(x, gate_up, out, stream); });
+  QWENRT_CUDA_LAUNCHED("matmul_silu_mul (gemv)", matmul_sizes(x, gate_up, out));
+  return true;
+}
+
+bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
+  if (!gemv_applies(x, w)) return false;
   if (!check_matmul(x, w, out)) return true;
   dispatch_half(x.dtype, "matmul", [&](auto tag) {
     using T = decltype(tag);
