@@ -50,6 +50,36 @@ TEST_P(CudaOps, MatmulMatchesNaiveProduct) {
   }
 }
 
+// The gated MLP input of a decode step from one [gate; up] matrix against its formula.
+TEST_P(CudaOps, GatedMatvecMatchesFormula) {
+  for (int n : {1, 2, 3}) {
+    for (int k : {896, 3584}) {
+      const int m = 136;
+      const auto x = random_values(rng_, static_cast<size_t>(n) * k, 1.f, dtype());
+      const auto w = random_values(rng_, static_cast<size_t>(2 * m) * k, 0.05f, dtype());
+      auto dx = DeviceTensor::from(gpu(), dtype(), n, k, x);
+      auto dw = DeviceTensor::from(gpu(), dtype(), 2 * m, k, w);
+      auto out = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+      ASSERT_TRUE(gpu().matmul_silu_mul(dx.t, dw.t, out.t));
+      auto dot = [&](int r, int row) {
+        double acc = 0;
+        for (int c = 0; c < k; ++c)
+          acc += static_cast<double>(x[static_cast<size_t>(r) * k + c]) * w[static_cast<size_t>(row) * k + c];
+        return acc;
+      };
+      std::vector<double> ref(static_cast<size_t>(n) * m);
+      for (int r = 0; r < n; ++r)
+        for (int j = 0; j < m; ++j) {
+          const double gate = dot(r, j);
+          ref[static_cast<size_t>(r) * m + j] = gate / (1 + std::exp(-gate)) * dot(r, m + j);
+        }
+      const Tolerance tol = tolerance_for(dtype());
+      expect_close(download(gpu(), out.t), ref, std::max(tol.rel_norm, 1e-4), tol.rel_elem, 1e-3,
+                   "gated matvec n=" + std::to_string(n) + " k=" + std::to_string(k));
+    }
+  }
+}
+
 // ---------------------------------------------------------------- norms
 std::vector<double> rmsnorm_ref(const std::vector<float>& x, const std::vector<float>& w, int rows,
                                 int cols, float eps) {

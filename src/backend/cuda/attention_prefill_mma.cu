@@ -75,6 +75,28 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(addr));
 }
 
+// 16 bytes global -> shared without passing through registers; zeros when !valid.
+__device__ __forceinline__ void copy_async_16(void* smem, const void* global, bool valid) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(global), "r"(src_bytes));
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+template <int kHeadDim>
+constexpr int smem_stride() {
+  return kHeadDim + 8;  // 16-byte row padding: ldmatrix rows hit distinct banks
+}
+// Two stages of a K and a V tile.
+template <typename T, int kHeadDim>
+constexpr size_t mma_smem_bytes() {
+  return 2 * 2 * static_cast<size_t>(kKeys) * smem_stride<kHeadDim>() * sizeof(T);
+}
+
 // Two fp32 values as one register of two 16-bit values (lo = the first).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -90,11 +112,13 @@ template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_mma_kernel(MmaArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
                                  const T* __restrict__ v_cache, T* __restrict__ out) {
-  constexpr int kStride = kHeadDim + 8;  // 16-byte row padding: ldmatrix rows hit distinct banks
+  constexpr int kStride = smem_stride<kHeadDim>();
   constexpr int kDimSteps = kHeadDim / 16;
   constexpr int kKeyTiles = kKeys / 8;
-  __shared__ alignas(16) T k_s[kKeys * kStride];
-  __shared__ alignas(16) T v_s[kKeys * kStride];
+  constexpr int kTileElems = kKeys * kStride;
+  // [stage][K tile, V tile]: the next tile's copies run while this one is computed on.
+  extern __shared__ int4 smem_raw[];
+  T* tiles = reinterpret_cast<T*>(smem_raw);
   __shared__ int key_lo_s;
   __shared__ int key_hi_s;
 
@@ -171,24 +195,37 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
   constexpr int kVecsPerRow = kHeadDim / 8;
 
-  for (int key0 = key_lo; key0 <= key_hi; key0 += kKeys) {
-    // K/V tile from the paged cache, 16-byte loads, zeros past the range.
+  // Issues the copies of the K/V tile starting at key0 into `stage` (zeros past the range).
+  auto load_tile = [&](int stage, int key0) {
+    T* k_dst = tiles + stage * 2 * kTileElems;
+    T* v_dst = k_dst + kTileElems;
     for (int idx = threadIdx.x; idx < kKeys * kVecsPerRow; idx += kThreads) {
       const int j = idx / kVecsPerRow;
       const int c = (idx % kVecsPerRow) * 8;
       const int key = key0 + j;
-      int4 kv = make_int4(0, 0, 0, 0), vv = make_int4(0, 0, 0, 0);
-      if (key <= key_hi) {
-        const int64_t slot =
-            static_cast<int64_t>(block_table[key / args.block_size]) * args.block_size + key % args.block_size;
-        const int64_t offset = slot * kv_stride + kv_head * kHeadDim + c;
-        kv = *reinterpret_cast<const int4*>(k_cache + offset);
-        vv = *reinterpret_cast<const int4*>(v_cache + offset);
-      }
-      *reinterpret_cast<int4*>(k_s + j * kStride + c) = kv;
-      *reinterpret_cast<int4*>(v_s + j * kStride + c) = vv;
+      const bool valid = key <= key_hi;
+      const int safe_key = valid ? key : key_lo;
+      const int64_t slot =
+          static_cast<int64_t>(block_table[safe_key / args.block_size]) * args.block_size + safe_key % args.block_size;
+      const int64_t offset = slot * kv_stride + kv_head * kHeadDim + c;
+      copy_async_16(k_dst + j * kStride + c, k_cache + offset, valid);
+      copy_async_16(v_dst + j * kStride + c, v_cache + offset, valid);
+    }
+    copy_async_commit();
+  };
+
+  load_tile(0, key_lo);
+  int stage = 0;
+  for (int key0 = key_lo; key0 <= key_hi; key0 += kKeys, stage ^= 1) {
+    if (key0 + kKeys <= key_hi) {
+      load_tile(stage ^ 1, key0 + kKeys);
+      copy_async_wait<1>();  // this tile's group is done, the next may still be in flight
+    } else {
+      copy_async_wait<0>();
     }
     __syncthreads();
+    const T* k_s = tiles + stage * 2 * kTileElems;
+    const T* v_s = k_s + kTileElems;
 
     // S = Q·Kᵀ for this warp's 16 rows × kKeys keys.
     float s[kKeyTiles][4];
@@ -268,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
         mma_16816<T>(o[2 * d2 + 1], p_frag[kk], b[2], b[3]);
       }
     }
-    __syncthreads();  // k_s/v_s are refilled next
+    __syncthreads();  // this stage is refilled by the next iteration's prefetch
   }
 
 #pragma unroll
@@ -289,8 +326,16 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kHeadDim>
 void launch_typed(const BatchView& batch, const MmaArgs& args, const Tensor& q, KvLayer cache, Tensor out,
                   Stream stream) {
+  constexpr size_t kSmem = mma_smem_bytes<T, kHeadDim>();
+  // Raised once per kernel (above the 48 KiB default); the device's limit is far above.
+  static const bool raised = [] {
+    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(attention_prefill_mma_kernel<T, kHeadDim>, static_cast<int>(kSmem)),
+                     "attention", "tensor-core prefill shared memory " + std::to_string(kSmem) + " B");
+    return true;
+  }();
+  (void)raised;
   const dim3 grid(static_cast<unsigned>(batch.n_seqs * args.tiles_per_seq), static_cast<unsigned>(args.n_kv_heads));
-  attention_prefill_mma_kernel<T, kHeadDim><<<grid, kThreads, 0, stream>>>(
+  attention_prefill_mma_kernel<T, kHeadDim><<<grid, kThreads, kSmem, stream>>>(
       args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>());
 }
 
