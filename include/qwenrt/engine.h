@@ -46,6 +46,12 @@ struct MemoryPlan {
   size_t used_before_load = 0;   // in use before the plan was allocated: runtime context, others
 };
 
+// Where the time to a loaded, ready engine went.
+struct StartupTimes {
+  double load_seconds = 0;    // weights to the device, KV pool and workspace allocated
+  double warmup_seconds = 0;  // first kernel loads, matrix-library choices, recorded decode steps
+};
+
 struct GenerateOptions {
   int max_new_tokens = 32;
   SamplingParams sampling;
@@ -129,6 +135,7 @@ class Engine {
 
   const ModelConfig& config() const;
   const MemoryPlan& memory_plan() const { return plan_; }
+  const StartupTimes& startup_times() const { return startup_; }
   Backend& backend() { return *backend_; }
 
   // on_token(id) is called as each token is generated; return false to stop early.
@@ -160,6 +167,7 @@ class Engine {
   std::unique_ptr<class BlockAllocator> blocks_;
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
   MemoryPlan plan_;
+  StartupTimes startup_;
   size_t peak_used_ = 0;
 };
 

@@ -88,7 +88,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
       std::fflush(stdout);
     }
   };
+  double first_token_since_start = 0;
   GenerateResult result = engine.generate(prompt, options, [&](int32_t id) {
+    if (first_token_since_start == 0) first_token_since_start = seconds_since_process_start();
     if (print_ids) {
       std::printf(first ? "%d" : " %d", id);
       std::fflush(stdout);
@@ -114,6 +116,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                  result.prompt_seconds * 1e3,
                  result.prompt_seconds > 0 ? result.prompt_tokens / result.prompt_seconds : 0.0);
     std::fprintf(stderr, "first token after %.1f ms\n", result.time_to_first_token * 1e3);
+    const StartupTimes& startup = engine.startup_times();
+    std::fprintf(stderr, "startup load %.2f s, warm-up %.2f s; process start to first token %.2f s\n",
+                 startup.load_seconds, startup.warmup_seconds, first_token_since_start);
     std::fprintf(stderr, "decode  %zu tokens, %.1f tokens/s (%s)\n", result.ids.size(),
                  result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0, result.finish_reason.c_str());
     if (!args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
@@ -128,6 +133,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   out["generated_tokens"] = result.ids.size();
   out["prompt_ms"] = result.prompt_seconds * 1e3;
   out["time_to_first_token_ms"] = result.time_to_first_token * 1e3;
+  out["load_ms"] = engine.startup_times().load_seconds * 1e3;
+  out["warmup_ms"] = engine.startup_times().warmup_seconds * 1e3;
+  out["process_start_to_first_token_ms"] = first_token_since_start * 1e3;
   out["prompt_tokens_per_s"] = result.prompt_seconds > 0 ? result.prompt_tokens / result.prompt_seconds : 0.0;
   double decoded = result.ids.size() > 1 ? static_cast<double>(result.ids.size() - 1) : 0.0;
   out["decode_tokens_per_s"] = result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0;

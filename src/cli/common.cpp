@@ -119,6 +119,11 @@ void print_memory_report(Engine& engine, size_t request_kv_bytes) {
   }
 }
 
+double seconds_since_process_start() {
+  static const auto start = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 EngineOptions engine_options(const ModelArgs& args) {
   EngineOptions options;
   options.device = args.device;

@@ -42,6 +42,8 @@ void print_sampling(const SamplingParams& params, const ModelConfig& config);
 void add_model_options(CLI::App* command, ModelArgs& args);
 // Turns the parsed options into EngineOptions (with a load progress bar on a terminal).
 EngineOptions engine_options(const ModelArgs& args);
+// Seconds since the process started (main calls it first, which fixes the start).
+double seconds_since_process_start();
 
 // Parses "1 2 3" or "1,2,3" into ids; throws Error(kInvalidArgument) on anything else.
 std::vector<int32_t> parse_ids(const std::string& text);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/error.h"
 
 namespace {
@@ -17,6 +18,7 @@ const char* kFooter = R"(Exit codes:
 
 int main(int argc, char** argv) {
   using namespace qwenrt;
+  (void)cli::seconds_since_process_start();  // the clock for "started → first token"
   CLI::App app{"qwenrt: fast, correct inference for Qwen models (Qwen2, Qwen2.5, Qwen3)"};
   app.footer(kFooter);
   app.require_subcommand(1);

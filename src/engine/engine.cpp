@@ -110,11 +110,15 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
                     ") but only " + gib(memory.free_bytes) +
                     " is free: lower --max-context or --kv-cache-gb, or use a smaller model or dtype");
   }
+  const auto load_start = std::chrono::steady_clock::now();
   Weights weights = make_weights(*backend_);
   model_ = std::make_unique<QwenModel>(config, std::move(weights), *backend_, limits);
   blocks_ = std::make_unique<BlockAllocator>(limits.num_blocks);
   sampling_buffer_ = backend_->allocate(sampling_bytes, "sampling state");
+  startup_.load_seconds = seconds_since(load_start);
+  const auto warmup_start = std::chrono::steady_clock::now();
   if (plan_.device_total > 0) warm_up();
+  startup_.warmup_seconds = seconds_since(warmup_start);
   device_used_now();
 }
 

@@ -3,10 +3,14 @@
 // Backend interface to its kernel file. Everything runs on the one stream, in order;
 // copies to and from the host wait for it, so host buffers may be reused on return.
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/common.h"
 #include "core/random_bits.h"
+#include "core/thread_pool.h"
 
 #ifndef QWENRT_CUDA_ARCHS
 #define QWENRT_CUDA_ARCHS "unknown"
@@ -155,6 +159,10 @@ class CudaBackend final : public Backend {
       (void)cudaStreamSynchronize(stream_);
       (void)cudaStreamDestroy(stream_);
     }
+    for (Stage& stage : stages_) {
+      if (stage.buffer != nullptr) (void)cudaFreeHost(stage.buffer);
+      if (stage.done != nullptr) (void)cudaEventDestroy(stage.done);
+    }
     if (status_host_ != nullptr) (void)cudaFreeHost(status_host_);
   }
 
@@ -190,6 +198,10 @@ class CudaBackend final : public Backend {
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    if (bytes >= kStagedCopyMinBytes) {
+      staged_copy_to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+      return;
+    }
     QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
                      "copy_to_device", std::to_string(bytes) + " bytes");
     QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_device", std::to_string(bytes) + " bytes");
@@ -399,6 +411,45 @@ class CudaBackend final : public Backend {
     penalty_rows_ = rows;
     penalty_vocab_ = vocab;
   }
+
+  // Large uploads (weights at load) from pageable memory, e.g. a mapped checkpoint: host
+  // threads copy chunks into pinned staging buffers while the copy engine moves the
+  // previous ones, so file pages, host copies and the bus work at once (a plain pageable
+  // copy does one at a time, through the driver's small bounce buffer).
+  void staged_copy_to_device(char* dst, const char* src, size_t bytes) {
+    if (stages_[0].buffer == nullptr) {
+      for (Stage& stage : stages_) {
+        QWENRT_CUDA_CALL(cudaHostAlloc(reinterpret_cast<void**>(&stage.buffer), kStageBytes, cudaHostAllocDefault),
+                         "copy_to_device", "pinned staging buffer");
+        QWENRT_CUDA_CALL(cudaEventCreateWithFlags(&stage.done, cudaEventDisableTiming), "copy_to_device", "");
+      }
+      copy_threads_ = std::make_unique<ThreadPool>(std::min(8, static_cast<int>(std::thread::hardware_concurrency())));
+    }
+    size_t index = 0;
+    for (size_t offset = 0; offset < bytes; offset += kStageBytes, ++index) {
+      Stage& stage = stages_[index % stages_.size()];
+      const size_t count = std::min(kStageBytes, bytes - offset);
+      if (stage.used) QWENRT_CUDA_CALL(cudaEventSynchronize(stage.done), "copy_to_device", "staging");
+      copy_threads_->parallel_for(static_cast<int64_t>(count), int64_t{1} << 20, [&](int64_t begin, int64_t end) {
+        std::memcpy(stage.buffer + begin, src + offset + static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+      });
+      QWENRT_CUDA_CALL(cudaMemcpyAsync(dst + offset, stage.buffer, count, cudaMemcpyHostToDevice, stream_),
+                       "copy_to_device", std::to_string(count) + " bytes");
+      QWENRT_CUDA_CALL(cudaEventRecord(stage.done, stream_), "copy_to_device", "");
+      stage.used = true;
+    }
+    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_device", std::to_string(bytes) + " bytes");
+  }
+
+  static constexpr size_t kStagedCopyMinBytes = size_t{4} << 20;
+  static constexpr size_t kStageBytes = size_t{16} << 20;
+  struct Stage {
+    char* buffer = nullptr;  // pinned
+    cudaEvent_t done = nullptr;
+    bool used = false;
+  };
+  std::array<Stage, 4> stages_;
+  std::unique_ptr<ThreadPool> copy_threads_;
 
   DType dtype_;
   int device_index_;
