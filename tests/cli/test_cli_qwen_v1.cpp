@@ -26,7 +26,10 @@ TEST(CliQwenV1, GenerateIdsWithoutTokenizerMatchesTheOriginalCode) {
   const auto golden = nlohmann::json::parse(in);
   const auto& item = golden["greedy"][1];  // the 120-token prompt: NTK and logn active
   std::string ids;
-  for (int id : item["prompt"]) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+  for (int id : item["prompt"]) {
+    if (!ids.empty()) ids += ' ';
+    ids += std::to_string(id);
+  }
   const auto result = qwenrt("generate -m " + test::shell_quote(v1("qwen1-a")) + " --device cpu --ids '" + ids +
                              "' -n 24 --temperature 0 --format json");
   ASSERT_EQ(result.exit_code, 0) << result.out;

@@ -1,8 +1,6 @@
 // The original Qwen's tokenizer (qwen.tiktoken) against ids written by tiktoken
 // (scripts/gen_qwen1_tokenizer_goldens.py / qwen1_tiktoken_goldens.cjs; the goldens' first
 // line names the encoder) for the texts of that script's generator, and its bad files.
-#include <utf8proc.h>
-
 #include "../unit/test_util.h"
 #include "tokenizer_test_util.h"
 
@@ -16,17 +14,6 @@ fs::path v1_tokenizer_dir() { return fs::path(QWENRT_TEST_DATA) / "qwen1" / "tok
 const Tokenizer& v1_tokenizer() {
   static const Tokenizer tokenizer = Tokenizer::load(v1_tokenizer_dir());
   return tokenizer;
-}
-
-std::string nfc(const std::string& text) {
-  utf8proc_uint8_t* result = nullptr;
-  const auto length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                   static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  EXPECT_GE(length, 0);
-  std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
-  std::free(result);
-  return out;
 }
 
 TEST(QwenV1Tokenizer, VocabularyAndSpecials) {
@@ -55,12 +42,12 @@ TEST(QwenV1Tokenizer, IdsIdenticalToTiktoken) {
     EXPECT_EQ(tokenizer.encode(text), ids) << "line " << i + 1 << ": " << row.dump();
     EXPECT_EQ(tokenizer.encode(text, /*allow_special=*/false), plain) << "line " << i + 1;
     // tiktoken's decode returns the (normalised) bytes; streaming gives the same text.
-    EXPECT_EQ(tokenizer.decode(ids), nfc(text)) << "line " << i + 1;
+    EXPECT_EQ(tokenizer.decode(ids), test::nfc(text)) << "line " << i + 1;
     StreamDecoder stream(tokenizer);
     std::string streamed;
     for (int32_t id : ids) streamed += stream.push(id);
     streamed += stream.flush();
-    EXPECT_EQ(streamed, nfc(text)) << "line " << i + 1;
+    EXPECT_EQ(streamed, test::nfc(text)) << "line " << i + 1;
     ++cases;
     if (ids != plain) ++with_special;
   }
