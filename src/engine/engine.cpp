@@ -71,16 +71,12 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   ForwardLimits limits;
   limits.block_size = 16;
   int max_context = options.max_context > 0 ? options.max_context
-                                            : std::min(config.max_position_embeddings, 32768);
-  if (config.use_logn_attn) {
+                                            : std::min(model_context_limit(config), 32768);
+  if (config.use_logn_attn && max_context > kLognMaxContext) {
     // The original Qwen's logn table ends there; past it the model is undefined.
-    if (options.max_context > kLognMaxContext) {
-      throw Error(ErrorCategory::kInvalidArgument,
-                  "--max-context " + std::to_string(options.max_context) + " exceeds " +
-                      std::to_string(kLognMaxContext) +
-                      ", the longest context of the original Qwen's logn attention");
-    }
-    max_context = std::min(max_context, kLognMaxContext);
+    throw Error(ErrorCategory::kInvalidArgument,
+                "--max-context " + std::to_string(max_context) + " exceeds " + std::to_string(kLognMaxContext) +
+                    ", the longest context of the original Qwen's logn attention");
   }
   limits.max_blocks_per_seq = (max_context + limits.block_size - 1) / limits.block_size;
   limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));

@@ -98,4 +98,12 @@ int ntk_alpha_index(const ModelConfig& config, int length);
 // The original's logn table covers positions below this, so its models' context stops here.
 constexpr int kLognMaxContext = 32767;
 
+// The longest context the model defines: max_position_embeddings, and for the original Qwen
+// with logn attention no more than its table covers.
+inline int model_context_limit(const ModelConfig& config) {
+  return config.use_logn_attn && config.max_position_embeddings > kLognMaxContext
+             ? kLognMaxContext
+             : config.max_position_embeddings;
+}
+
 }  // namespace qwenrt

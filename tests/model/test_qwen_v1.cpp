@@ -143,6 +143,7 @@ TEST(QwenV1, ConfigFieldsAsReleased) {
   EXPECT_EQ(qwen7b.eos_token_ids, std::vector<int>{151643});
   EXPECT_EQ(qwen7b.chat_format, "raw");
   EXPECT_FALSE(qwen7b.tie_word_embeddings);
+  EXPECT_EQ(model_context_limit(qwen7b), kLognMaxContext);  // max_position_embeddings is 32768
 }
 
 TEST(QwenV1, LognScaleAsTheOriginalTable) {
