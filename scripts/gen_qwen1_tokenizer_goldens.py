@@ -20,6 +20,11 @@ package (a WebAssembly build of the same Rust core); both write the same format.
 
     python3 scripts/gen_qwen1_tokenizer_goldens.py gen --tiktoken tests/data/qwen1/tokenizer/qwen.tiktoken \\
         --corpus tests/data/qwen1/tokenizer/corpus.jsonl --out goldens.jsonl
+
+compare: the ids of two golden files (e.g. Python's tiktoken against the committed npm ones)
+case by case; exits 1 on any difference.
+
+    python3 scripts/gen_qwen1_tokenizer_goldens.py compare goldens.jsonl tests/data/qwen1/tokenizer/goldens.jsonl
 """
 import argparse
 import base64
@@ -114,6 +119,23 @@ def gen(args):
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def compare(args):
+    def rows(path):
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip() and "meta" not in json.loads(line)]
+    a, b = rows(args.a), rows(args.b)
+    if len(a) != len(b):
+        sys.exit("%d cases in %s, %d in %s" % (len(a), args.a, len(b), args.b))
+    bad = 0
+    for n, (x, y) in enumerate(zip(a, b), 2):
+        for key in ("text", "ids", "ids_no_special"):
+            if x[key] != y[key]:
+                bad += 1
+                print("case on line %d differs in %s: %s" % (n, key, json.dumps(x["text"], ensure_ascii=False)))
+    print("%d cases, %d differences" % (len(a), bad))
+    sys.exit(1 if bad else 0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,8 +147,11 @@ def main():
     g.add_argument("--tiktoken", required=True)
     g.add_argument("--corpus", required=True)
     g.add_argument("--out", required=True)
+    k = sub.add_parser("compare")
+    k.add_argument("a")
+    k.add_argument("b")
     args = parser.parse_args()
-    corpus(args) if args.command == "corpus" else gen(args)
+    {"corpus": corpus, "gen": gen, "compare": compare}[args.command](args)
 
 
 if __name__ == "__main__":
