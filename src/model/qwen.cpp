@@ -12,6 +12,7 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // int32 elements of the staged batch arrays for the given limits.
 size_t batch_ints(const ForwardLimits& limits) {
   return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
+         // seq_starts (+1), context_lens, rope_rows and the block tables
          static_cast<size_t>(limits.max_seqs) * (3 + limits.max_blocks_per_seq) + 1 +
          static_cast<size_t>(limits.max_logit_rows);
 }
