@@ -27,8 +27,10 @@ bool decode_base64(std::string_view text, std::string& out) {
   static const std::array<int8_t, 256> kValues = [] {
     std::array<int8_t, 256> values{};
     values.fill(-1);
-    const std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (size_t i = 0; i < alphabet.size(); ++i) values[static_cast<uint8_t>(alphabet[i])] = static_cast<int8_t>(i);
+    const std::string_view alphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < alphabet.size(); ++i)
+      values[static_cast<uint8_t>(alphabet[i])] = static_cast<int8_t>(i);
     return values;
   }();
   out.clear();
@@ -84,14 +86,17 @@ std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path&
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
       fail(file, where() + ": expected 'base64-token rank'");
     }
-    if (!decode_base64(line.substr(0, space), bytes)) fail(file, where() + ": the token is not valid base64");
+    if (!decode_base64(line.substr(0, space), bytes))
+      fail(file, where() + ": the token is not valid base64");
     const std::string_view rank_text = line.substr(space + 1);
     int64_t rank = 0;
     for (char c : rank_text) {
-      if (c < '0' || c > '9' || rank > (1 << 20)) fail(file, where() + ": the rank is not a token id");
+      if (c < '0' || c > '9' || rank > (1 << 20))
+        fail(file, where() + ": the rank is not a token id");
       rank = rank * 10 + (c - '0');
     }
-    if (rank_text.empty() || rank >= (1 << 20)) fail(file, where() + ": the rank is not a token id");
+    if (rank_text.empty() || rank >= (1 << 20))
+      fail(file, where() + ": the rank is not a token id");
     if (!rank_of.emplace(bytes, static_cast<int32_t>(rank)).second) {
       fail(file, where() + ": the token appears twice");
     }
@@ -99,7 +104,8 @@ std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path&
       by_rank.resize(static_cast<size_t>(rank) + 1);
       seen.resize(static_cast<size_t>(rank) + 1, false);
     }
-    if (seen[static_cast<size_t>(rank)]) fail(file, where() + ": rank " + std::to_string(rank) + " appears twice");
+    if (seen[static_cast<size_t>(rank)])
+      fail(file, where() + ": rank " + std::to_string(rank) + " appears twice");
     seen[static_cast<size_t>(rank)] = true;
     by_rank[static_cast<size_t>(rank)] = bytes;
   }
@@ -127,7 +133,8 @@ std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path&
   }
   for (int byte = 0; byte < 256; ++byte) {
     if (byte_ids[static_cast<size_t>(byte)] < 0) {
-      fail(file, "no token for the single byte " + std::to_string(byte) + " (not a byte-level vocabulary)");
+      fail(file, "no token for the single byte " + std::to_string(byte) +
+                     " (not a byte-level vocabulary)");
     }
   }
   // One rule per split of a token into two tokens, all at the token's rank.
@@ -158,7 +165,8 @@ std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path&
   impl->nfc_whole_text = true;
 
   std::vector<std::string> specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-  for (int i = 0; i < kExtraSpecials; ++i) specials.push_back("<|extra_" + std::to_string(i) + "|>");
+  for (int i = 0; i < kExtraSpecials; ++i)
+    specials.push_back("<|extra_" + std::to_string(i) + "|>");
   for (size_t i = 0; i < specials.size(); ++i) {
     AddedToken token;
     token.id = n_ranks + static_cast<int32_t>(i);

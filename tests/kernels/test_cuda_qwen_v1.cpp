@@ -4,12 +4,11 @@
 // qwen1-a. Log-probs agree to bf16/fp16 tolerance as for Qwen2/3; greedy tokens must be
 // identical where the reference's top-2 margin is wider than twice the log-prob error (the
 // margins come from the CPU backend, which matches the goldens within 1e-3).
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "engine/kv_cache.h"
 #include "gpu_test_util.h"
@@ -29,7 +28,9 @@ struct V1Case {
   int max_batch_tokens;  // 7: chunked prompts, each chunk under the whole prompt's alpha
 };
 
-fs::path v1_dir(const char* folder) { return fs::path(QWENRT_TEST_DATA) / "qwen1" / folder; }
+fs::path v1_dir(const char* folder) {
+  return fs::path(QWENRT_TEST_DATA) / "qwen1" / folder;
+}
 
 // The smallest top-1 minus top-2 log-probability gap over the greedy continuation, from the
 // CPU backend teacher-forced under the prompt's alpha (as the decoding ran).
@@ -52,11 +53,13 @@ double min_top2_margin(const fs::path& dir, const std::vector<int32_t>& prompt,
   EXPECT_TRUE(blocks.reserve(static_cast<int>(ids.size())));
   SequenceChunk chunk{&blocks, ids, ntk_alpha_index(config, static_cast<int>(prompt.size()))};
   std::vector<int32_t> rows;
-  for (size_t i = prompt.size() - 1; i + 1 < ids.size(); ++i) rows.push_back(static_cast<int32_t>(i));
+  for (size_t i = prompt.size() - 1; i + 1 < ids.size(); ++i)
+    rows.push_back(static_cast<int32_t>(i));
   Tensor logits = model.forward(std::span<const SequenceChunk>(&chunk, 1), rows);
   double margin = INFINITY;
   for (size_t r = 0; r < rows.size(); ++r) {
-    std::vector<float> row(logits.as<float>() + r * config.vocab_size, logits.as<float>() + (r + 1) * config.vocab_size);
+    std::vector<float> row(logits.as<float>() + r * config.vocab_size,
+                           logits.as<float>() + (r + 1) * config.vocab_size);
     std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
     margin = std::min(margin, static_cast<double>(row[0] - row[1]));
   }
@@ -80,8 +83,9 @@ std::vector<V1Case> v1_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Folders, CudaQwenV1, ::testing::ValuesIn(v1_cases()),
                          [](const ::testing::TestParamInfo<V1Case>& p) {
-                           std::string name = std::string(p.param.folder) + "_" + dtype_name(p.param.dtype) +
-                                              "_chunk" + std::to_string(p.param.max_batch_tokens);
+                           std::string name = std::string(p.param.folder) + "_" +
+                                              dtype_name(p.param.dtype) + "_chunk" +
+                                              std::to_string(p.param.max_batch_tokens);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
@@ -115,8 +119,9 @@ TEST_P(CudaQwenV1, ScoreAndGreedyMatchTheOriginalCode) {
     }
     nll = std::max(nll / static_cast<double>(want.size()), 1.0);
     const double mean_diff = sum_diff / static_cast<double>(want.size());
-    std::printf("[ %s %s chunk %d, %zu tokens ] log-prob |diff| mean %.4f max %.4f (nll %.4f)\n", vc.folder,
-                dtype_name(vc.dtype), vc.max_batch_tokens, ids.size(), mean_diff, max_diff, nll);
+    std::printf("[ %s %s chunk %d, %zu tokens ] log-prob |diff| mean %.4f max %.4f (nll %.4f)\n",
+                vc.folder, dtype_name(vc.dtype), vc.max_batch_tokens, ids.size(), mean_diff,
+                max_diff, nll);
     // The bounds of the Qwen2/3 GPU model test (tests/kernels/test_cuda_model.cpp).
     EXPECT_LT(mean_diff, (bf16 ? 0.015 : 0.002) * nll);
     EXPECT_LT(max_diff, (bf16 ? 0.06 : 0.008) * nll);
@@ -130,10 +135,13 @@ TEST_P(CudaQwenV1, ScoreAndGreedyMatchTheOriginalCode) {
     gen.stop_at_eos = false;
     const GenerateResult result = engine.generate(prompt, gen);
     size_t agree = 0;
-    while (agree < expected.size() && agree < result.ids.size() && expected[agree] == result.ids[agree]) ++agree;
+    while (agree < expected.size() && agree < result.ids.size() &&
+           expected[agree] == result.ids[agree])
+      ++agree;
     const double margin = min_top2_margin(dir, prompt, expected);
-    std::printf("[ %s %s, %zu-token prompt ] greedy: %zu of %zu tokens agree (min top-2 margin %.3f)\n",
-                vc.folder, dtype_name(vc.dtype), prompt.size(), agree, expected.size(), margin);
+    std::printf(
+        "[ %s %s, %zu-token prompt ] greedy: %zu of %zu tokens agree (min top-2 margin %.3f)\n",
+        vc.folder, dtype_name(vc.dtype), prompt.size(), agree, expected.size(), margin);
     EXPECT_GE(agree, 1u) << "the first greedy token differs";
     if (margin > 2 * worst_max_diff) {
       EXPECT_EQ(agree, expected.size());
@@ -190,11 +198,14 @@ TEST(CudaQwenV1Batch, SequencesKeepTheirOwnAlpha) {
   double long_diff = 0, short_diff = 0, alpha_effect = 0;
   for (int j = 0; j < vocab; ++j) {
     long_diff = std::max(long_diff, static_cast<double>(std::fabs(mixed[j] - long_alone[j])));
-    short_diff = std::max(short_diff, static_cast<double>(std::fabs(mixed[vocab + j] - short_alone[j])));
-    alpha_effect = std::max(alpha_effect, static_cast<double>(std::fabs(long_alone[j] - long_other_alpha[j])));
+    short_diff =
+        std::max(short_diff, static_cast<double>(std::fabs(mixed[vocab + j] - short_alone[j])));
+    alpha_effect =
+        std::max(alpha_effect, static_cast<double>(std::fabs(long_alone[j] - long_other_alpha[j])));
   }
-  std::printf("[ mixed alphas ] |mixed - alone| max %.4f / %.4f; the alpha changes logits by up to %.4f\n",
-              long_diff, short_diff, alpha_effect);
+  std::printf(
+      "[ mixed alphas ] |mixed - alone| max %.4f / %.4f; the alpha changes logits by up to %.4f\n",
+      long_diff, short_diff, alpha_effect);
   // bf16 rounding differs a little with the batch's row count (matmul algorithm choice).
   EXPECT_LT(long_diff, 0.25 * alpha_effect);
   EXPECT_LT(short_diff, 0.25 * alpha_effect);

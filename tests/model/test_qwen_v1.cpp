@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "../unit/test_util.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
@@ -18,7 +19,6 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "qwenrt/engine.h"
-#include "../unit/test_util.h"
 
 namespace qwenrt {
 namespace {
@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 
 constexpr double kLogprobTolerance = 1e-3;  // absolute, as the acceptance criterion
 
-fs::path v1_dir(const std::string& name) { return fs::path(QWENRT_TEST_DATA) / "qwen1" / name; }
+fs::path v1_dir(const std::string& name) {
+  return fs::path(QWENRT_TEST_DATA) / "qwen1" / name;
+}
 
 nlohmann::json load_golden(const fs::path& dir) {
   std::ifstream in(dir / "golden.json");
@@ -73,7 +75,8 @@ void expect_greedy_match(Engine& engine, const nlohmann::json& golden) {
     const auto expected = item["greedy"].get<std::vector<int32_t>>();
     GenerateOptions generate;
     generate.max_new_tokens = static_cast<int>(expected.size());
-    EXPECT_EQ(engine.generate(prompt, generate).ids, expected) << "prompt of " << prompt.size() << " tokens";
+    EXPECT_EQ(engine.generate(prompt, generate).ids, expected)
+        << "prompt of " << prompt.size() << " tokens";
   }
 }
 
@@ -99,7 +102,8 @@ TEST_P(QwenV1Model, ChunkedPrefillKeepsTheWholePromptsAlpha) {
 INSTANTIATE_TEST_SUITE_P(Folders, QwenV1Model, ::testing::Values("qwen1-a", "qwen1-b-no-ntk"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
 
@@ -147,10 +151,11 @@ TEST(QwenV1, ConfigFieldsAsReleased) {
 }
 
 TEST(QwenV1, LognScaleAsTheOriginalTable) {
-  EXPECT_EQ(logn_scale(0, 5000), 1.f);   // off
-  EXPECT_EQ(logn_scale(64, 63), 1.f);    // p + 1 = 64 is not past seq_length
+  EXPECT_EQ(logn_scale(0, 5000), 1.f);  // off
+  EXPECT_EQ(logn_scale(64, 63), 1.f);   // p + 1 = 64 is not past seq_length
   EXPECT_FLOAT_EQ(logn_scale(64, 64), static_cast<float>(std::log(65.0) / std::log(64.0)));
-  EXPECT_FLOAT_EQ(logn_scale(8192, 32766), static_cast<float>(std::log(32767.0) / std::log(8192.0)));
+  EXPECT_FLOAT_EQ(logn_scale(8192, 32766),
+                  static_cast<float>(std::log(32767.0) / std::log(8192.0)));
 }
 
 TEST(QwenV1, ContextIsCappedAtTheLognTable) {
@@ -229,7 +234,8 @@ TEST(QwenV1, BatchMixesAlphas) {
   for (int j = 0; j < vocab; ++j) {
     diff_a = std::max(diff_a, static_cast<double>(std::abs(mixed[j] - alone_a[j])));
     diff_b = std::max(diff_b, static_cast<double>(std::abs(mixed[vocab + j] - alone_b[j])));
-    alpha_effect = std::max(alpha_effect, static_cast<double>(std::abs(alone_a[j] - a_other_alpha[j])));
+    alpha_effect =
+        std::max(alpha_effect, static_cast<double>(std::abs(alone_a[j] - a_other_alpha[j])));
   }
   EXPECT_LT(diff_a, 1e-5);
   EXPECT_LT(diff_b, 1e-5);
@@ -237,7 +243,8 @@ TEST(QwenV1, BatchMixesAlphas) {
 }
 
 // A copy of qwen1-a with config.json edited; the error must be one line naming the file.
-void expect_folder_error(const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
+void expect_folder_error(const std::function<void(nlohmann::json&)>& edit,
+                         const std::string& needle) {
   test::TempDir dir;
   for (const char* name : {"config.json", "generation_config.json", "model.safetensors"}) {
     fs::copy_file(v1_dir("qwen1-a") / name, dir.path() / name);
@@ -268,7 +275,8 @@ TEST(QwenV1, BadFoldersGiveOneLineErrors) {
   expect_folder_error([](auto& c) { c["seq_length"] = 0; }, "seq_length");
   // Tensors checked against the config: a config with another width no longer matches.
   test::TempDir dir;
-  for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(v1_dir("qwen1-a") / name, dir.path() / name);
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(v1_dir("qwen1-a") / name, dir.path() / name);
   std::ifstream in(v1_dir("qwen1-a") / "config.json");
   nlohmann::json config = nlohmann::json::parse(in);
   config["intermediate_size"] = 512;
@@ -278,7 +286,8 @@ TEST(QwenV1, BadFoldersGiveOneLineErrors) {
     Engine engine(dir.path(), cpu_options());
     ADD_FAILURE() << "accepted mismatched MLP weights";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("transformer.h.0.mlp.w2.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("transformer.h.0.mlp.w2.weight"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
   }
 }

@@ -9,7 +9,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path v1_tokenizer_dir() { return fs::path(QWENRT_TEST_DATA) / "qwen1" / "tokenizer"; }
+fs::path v1_tokenizer_dir() {
+  return fs::path(QWENRT_TEST_DATA) / "qwen1" / "tokenizer";
+}
 
 const Tokenizer& v1_tokenizer() {
   static const Tokenizer tokenizer = Tokenizer::load(v1_tokenizer_dir());
@@ -98,12 +100,15 @@ TEST(QwenV1Tokenizer, BadFiles) {
       out += std::string{alphabet[(v >> 18) & 63], alphabet[(v >> 12) & 63]} + "==";
     } else if (raw.size() - i == 2) {
       const uint32_t v = (uint8_t(raw[i]) << 16) | (uint8_t(raw[i + 1]) << 8);
-      out += std::string{alphabet[(v >> 18) & 63], alphabet[(v >> 12) & 63], alphabet[(v >> 6) & 63]} + "=";
+      out +=
+          std::string{alphabet[(v >> 18) & 63], alphabet[(v >> 12) & 63], alphabet[(v >> 6) & 63]} +
+          "=";
     }
     return out;
   };
   std::string good;
-  for (int b = 0; b < 256; ++b) good += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  for (int b = 0; b < 256; ++b)
+    good += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
   const std::string malformed = good + "aGk=256\n";
   expect_tiktoken_error(&malformed, "line 257");
   const std::string bad_base64 = good + "a$k= 256\n";
@@ -113,7 +118,8 @@ TEST(QwenV1Tokenizer, BadFiles) {
   const std::string duplicate_rank = good + b64("hi") + " 255\n";
   expect_tiktoken_error(&duplicate_rank, "rank 255 appears twice");
   std::string no_byte;
-  for (int b = 1; b < 256; ++b) no_byte += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b - 1) + "\n";
+  for (int b = 1; b < 256; ++b)
+    no_byte += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b - 1) + "\n";
   expect_tiktoken_error(&no_byte, "single byte 0");
   // The well-formed file loads: specials follow the ranks.
   test::TempDir dir;
