@@ -99,6 +99,27 @@ TEST_P(QwenV1Model, ChunkedPrefillKeepsTheWholePromptsAlpha) {
   expect_scores_match(engine, golden);
 }
 
+// The released 7B/14B/72B folders are sharded with model.safetensors.index.json: the same
+// tensors in three shards give the same numbers.
+TEST_P(QwenV1Model, ShardedFolderMatchesOriginalCode) {
+  ModelFiles single(dir());
+  std::vector<test::TensorSpec> tensors;
+  for (const std::string& name : single.names()) {
+    const SafetensorsTensor* tensor = single.find(name);
+    tensors.push_back(
+        {name, tensor->dtype_name, tensor->shape,
+         std::string(reinterpret_cast<const char*>(tensor->data), tensor->byte_size)});
+  }
+  test::TempDir sharded;
+  std::ifstream in(dir() / "config.json");
+  test::write_model(sharded.path(), nlohmann::json::parse(in), tensors, /*shards=*/3);
+  ASSERT_TRUE(fs::exists(sharded.path() / "model.safetensors.index.json"));
+  Engine engine(sharded.path(), cpu_options());
+  const auto golden = load_golden(dir());
+  expect_scores_match(engine, golden);
+  expect_greedy_match(engine, golden);
+}
+
 INSTANTIATE_TEST_SUITE_P(Folders, QwenV1Model, ::testing::Values("qwen1-a", "qwen1-b-no-ntk"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
