@@ -70,6 +70,74 @@ TEST(CliQwenV1, TemplateShowsChatMl) {
       "151644 77091 198\n");
 }
 
+// A v1 folder with Qwen's real vocabulary and weights made so that greedy decoding always
+// picks `favourite`: the layers are zero (the residual stream is the embedding, the same
+// positive row for every token) and lm_head has one non-zero row.
+void write_v1_folder(const fs::path& dir, int favourite, const std::string& chat_format) {
+  std::ifstream in(fs::path(v1("qwen1-a")) / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["num_hidden_layers"] = 1;
+  config["vocab_size"] = 151936;
+  const int64_t vocab = 151936, hidden = 64, ff = 128;
+  auto bf16 = [](int64_t count, bool ones) {
+    std::string bytes(static_cast<size_t>(count) * 2, '\0');
+    for (int64_t i = 0; ones && i < count; ++i) bytes[2 * i + 1] = '\x3f', bytes[2 * i] = '\x80';
+    return bytes;
+  };
+  std::string head = bf16(vocab * hidden, false);
+  head.replace(static_cast<size_t>(favourite) * hidden * 2, hidden * 2, bf16(hidden, true));
+  std::vector<test::TensorSpec> tensors = {
+      {"transformer.wte.weight", "BF16", {vocab, hidden}, bf16(vocab * hidden, true)},
+      {"transformer.h.0.ln_1.weight", "BF16", {hidden}, bf16(hidden, true)},
+      {"transformer.h.0.attn.c_attn.weight",
+       "BF16",
+       {3 * hidden, hidden},
+       bf16(3 * hidden * hidden, false)},
+      {"transformer.h.0.attn.c_attn.bias", "BF16", {3 * hidden}, bf16(3 * hidden, false)},
+      {"transformer.h.0.attn.c_proj.weight",
+       "BF16",
+       {hidden, hidden},
+       bf16(hidden * hidden, false)},
+      {"transformer.h.0.ln_2.weight", "BF16", {hidden}, bf16(hidden, true)},
+      {"transformer.h.0.mlp.w1.weight", "BF16", {ff, hidden}, bf16(ff * hidden, false)},
+      {"transformer.h.0.mlp.w2.weight", "BF16", {ff, hidden}, bf16(ff * hidden, false)},
+      {"transformer.h.0.mlp.c_proj.weight", "BF16", {hidden, ff}, bf16(hidden * ff, false)},
+      {"transformer.ln_f.weight", "BF16", {hidden}, bf16(hidden, true)},
+      {"lm_head.weight", "BF16", {vocab, hidden}, head},
+  };
+  test::write_model(dir, config, tensors);
+  test::write_file(dir / "generation_config.json",
+                   nlohmann::json{{"chat_format", chat_format}}.dump());
+  fs::copy_file(fs::path(v1("tokenizer")) / "qwen.tiktoken", dir / "qwen.tiktoken");
+  fs::copy_file(fs::path(v1("tokenizer")) / "tokenizer_config.json", dir / "tokenizer_config.json");
+}
+
+TEST(CliQwenV1, ChatStopsWhereTheOriginalStops) {
+  for (int stop : {151645, 151644, 151643}) {  // <|im_end|>, <|im_start|>, <|endoftext|>
+    test::TempDir dir;
+    write_v1_folder(dir.path(), stop, "chatml");
+    const auto json_out = qwenrt("generate -m " + test::shell_quote(dir.path().string()) +
+                                 " --device cpu --chat Hi -n 8 --temperature 0 --format json");
+    ASSERT_EQ(json_out.exit_code, 0) << json_out.out;
+    const auto out = nlohmann::json::parse(json_out.out);
+    EXPECT_EQ(out["ids"], nlohmann::json::array({stop}));
+    EXPECT_EQ(out["finish_reason"], "stop");
+    EXPECT_EQ(out["prompt_tokens"], 20);  // the ChatML turn of TemplateShowsChatMl
+    EXPECT_EQ(json_out.out.find("base model"), std::string::npos) << json_out.out;
+  }
+  // A token that is no stop runs to -n; a base model gets the note.
+  test::TempDir dir;
+  write_v1_folder(dir.path(), 9707, "raw");
+  const auto result = qwenrt("generate -m " + test::shell_quote(dir.path().string()) +
+                             " --device cpu --chat Hi -n 5 --temperature 0 --format json");
+  ASSERT_EQ(result.exit_code, 0) << result.out;
+  EXPECT_NE(result.out.find("note: this is a base model"), std::string::npos) << result.out;
+  const auto json_line = result.out.substr(result.out.find('{'));
+  const auto out = nlohmann::json::parse(json_line);
+  EXPECT_EQ(out["ids"], nlohmann::json::array({9707, 9707, 9707, 9707, 9707}));
+  EXPECT_EQ(out["finish_reason"], "length");
+}
+
 TEST(CliQwenV1, DoctorAndSyntheticPreset) {
   const auto doctor = qwenrt("doctor -m " + test::shell_quote(v1("qwen1-a")));
   EXPECT_EQ(doctor.exit_code, 0) << doctor.out;
