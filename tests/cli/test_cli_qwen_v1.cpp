@@ -136,6 +136,13 @@ TEST(CliQwenV1, ChatStopsWhereTheOriginalStops) {
   const auto out = nlohmann::json::parse(json_line);
   EXPECT_EQ(out["ids"], nlohmann::json::array({9707, 9707, 9707, 9707, 9707}));
   EXPECT_EQ(out["finish_reason"], "length");
+  // The chat command says the same and answers.
+  const auto chat = test::run_command("printf 'Hi\\n' | " + test::shell_quote(QWENRT_BINARY) +
+                                      " chat -m " + test::shell_quote(dir.path().string()) +
+                                      " --device cpu -n 3 --temperature 0 2>&1");
+  EXPECT_EQ(chat.exit_code, 0) << chat.out;
+  EXPECT_NE(chat.out.find("note: this is a base model"), std::string::npos) << chat.out;
+  EXPECT_NE(chat.out.find("HelloHelloHello"), std::string::npos) << chat.out;
 }
 
 TEST(CliQwenV1, DoctorAndSyntheticPreset) {
