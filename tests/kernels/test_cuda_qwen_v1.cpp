@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../model/qwen_v1_batch.h"
 #include "engine/kv_cache.h"
 #include "gpu_test_util.h"
 #include "model/config.h"
@@ -160,55 +161,15 @@ TEST(CudaQwenV1Batch, SequencesKeepTheirOwnAlpha) {
   const nlohmann::json golden = nlohmann::json::parse(in);
   const auto long_ids = golden["score"][1]["ids"].get<std::vector<int32_t>>();
   const auto short_ids = golden["score"][0]["ids"].get<std::vector<int32_t>>();
-  ModelConfig config = load_model_config(dir);
-  ModelFiles files(dir);
+  ASSERT_EQ(ntk_alpha_index(load_model_config(dir), static_cast<int>(long_ids.size())), 2);
   std::unique_ptr<Backend> gpu = make_cuda_backend(DType::kBF16, 0);
-  ForwardLimits limits;
-  limits.max_batch_tokens = 512;
-  limits.max_logit_rows = 4;
-  limits.max_seqs = 4;
-  limits.max_blocks_per_seq = 32;
-  limits.num_blocks = 64;
-  QwenModel model(config, load_weights(config, files, *gpu), *gpu, limits);
-  BlockAllocator allocator(limits.num_blocks);
-  const int vocab = config.vocab_size;
-  const int long_alpha = ntk_alpha_index(config, static_cast<int>(long_ids.size()));
-  ASSERT_EQ(long_alpha, 2);
-  auto run = [&](const std::vector<std::pair<const std::vector<int32_t>*, int>>& seqs) {
-    std::vector<std::unique_ptr<SequenceBlocks>> blocks;
-    std::vector<SequenceChunk> chunks;
-    std::vector<int32_t> rows;
-    int offset = 0;
-    for (const auto& [ids, alpha] : seqs) {
-      blocks.push_back(std::make_unique<SequenceBlocks>(allocator, limits.block_size));
-      EXPECT_TRUE(blocks.back()->reserve(static_cast<int>(ids->size())));
-      chunks.push_back(SequenceChunk{blocks.back().get(), *ids, alpha});
-      offset += static_cast<int>(ids->size());
-      rows.push_back(offset - 1);
-    }
-    Tensor logits = model.forward(chunks, rows);
-    std::vector<float> host(rows.size() * static_cast<size_t>(vocab));
-    gpu->copy_to_host(host.data(), logits.data, host.size() * sizeof(float));
-    return host;
-  };
-  const auto mixed = run({{&long_ids, long_alpha}, {&short_ids, 0}});
-  const auto long_alone = run({{&long_ids, long_alpha}});
-  const auto short_alone = run({{&short_ids, 0}});
-  const auto long_other_alpha = run({{&long_ids, 0}});
-  double long_diff = 0, short_diff = 0, alpha_effect = 0;
-  for (int j = 0; j < vocab; ++j) {
-    long_diff = std::max(long_diff, static_cast<double>(std::fabs(mixed[j] - long_alone[j])));
-    short_diff =
-        std::max(short_diff, static_cast<double>(std::fabs(mixed[vocab + j] - short_alone[j])));
-    alpha_effect =
-        std::max(alpha_effect, static_cast<double>(std::fabs(long_alone[j] - long_other_alpha[j])));
-  }
+  const MixedAlphaResult result = mixed_alpha_batch(*gpu, dir, long_ids, 2, short_ids);
   std::printf(
       "[ mixed alphas ] |mixed - alone| max %.4f / %.4f; the alpha changes logits by up to %.4f\n",
-      long_diff, short_diff, alpha_effect);
+      result.first_diff, result.second_diff, result.alpha_effect);
   // bf16 rounding differs a little with the batch's row count (matmul algorithm choice).
-  EXPECT_LT(long_diff, 0.25 * alpha_effect);
-  EXPECT_LT(short_diff, 0.25 * alpha_effect);
+  EXPECT_LT(result.first_diff, 0.25 * result.alpha_effect);
+  EXPECT_LT(result.second_diff, 0.25 * result.alpha_effect);
 }
 
 }  // namespace
