@@ -122,6 +122,7 @@ class Session {
   explicit Session(std::unique_ptr<SequenceBlocks> sequence);
   std::unique_ptr<SequenceBlocks> sequence_;
   std::vector<int32_t> ids_;  // the tokens whose KV sequence_ holds, in order
+  int ntk_alpha_index_ = 0;   // the dynamic-NTK alpha that KV was computed under
 };
 
 class Engine {
@@ -157,9 +158,10 @@ class Engine {
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
   void warm_up();
-  Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt);
+  // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
+  Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
-  Tensor decode_step(SequenceBlocks& sequence, int32_t token);
+  Tensor decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alpha_index);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<class ModelFiles> files_;

@@ -10,6 +10,7 @@
 // - Weights are [out_features, in_features] row-major, as in safetensors.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,9 @@ struct BatchView {
   const int32_t* seq_starts = nullptr;    // [n_seqs + 1] offsets of each sequence's tokens
   const int32_t* context_lens = nullptr;  // [n_seqs] cached tokens after this step (incl. new)
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq] physical block ids
+  // [n_seqs] row of QkvEpilogue::inv_freq each sequence's RoPE uses: its dynamic-NTK alpha
+  // (the original Qwen), fixed per sequence. Null: row 0 for all.
+  const int32_t* rope_rows = nullptr;
 };
 
 // Shape of the paged KV cache. Each layer has a K pool and a V pool of
@@ -91,9 +95,20 @@ struct QkvEpilogue {
   Tensor q_bias, k_bias, v_bias;  // [1, n_heads*head_dim] / [1, n_kv_heads*head_dim] (Qwen2)
   Tensor q_norm, k_norm;          // [1, head_dim] per-head RMSNorm weights (Qwen3)
   float norm_eps = 1e-6f;
-  const float* inv_freq = nullptr;  // [head_dim / 2] RoPE inverse frequencies, fp32
+  const float* inv_freq = nullptr;  // [rows, head_dim / 2] RoPE inverse frequencies, fp32
   float rope_scaling = 1.f;         // cos/sin multiplier (YaRN attention factor)
+  // LogN attention (the original Qwen): after RoPE, a query at position p with p + 1 >
+  // logn_length is multiplied by log(p + 1) / log(logn_length). 0: off.
+  int logn_length = 0;
 };
+
+// The LogN factor of a query at `position` (1 when off or not past logn_length), computed
+// as the original's table: log(p + 1) / log(logn_length) in double, rounded to fp32.
+inline float logn_scale(int logn_length, int position) {
+  if (logn_length <= 0 || position + 1 <= logn_length) return 1.f;
+  return static_cast<float>(std::log(static_cast<double>(position) + 1.0) /
+                            std::log(static_cast<double>(logn_length)));
+}
 
 // Sampling parameters applied on the device. temperature 0 means greedy.
 struct SamplingParams {

@@ -63,7 +63,7 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   std::printf("\nmodel %s\n", args.model_dir.c_str());
   std::printf("  %s, %d layers, hidden %d, heads %d/%d, head_dim %d, vocab %d, max context %d\n",
               config.architecture_name.c_str(), config.num_layers, config.hidden_size, config.num_heads,
-              config.num_kv_heads, config.head_dim, config.vocab_size, config.max_position_embeddings);
+              config.num_kv_heads, config.head_dim, config.vocab_size, model_context_limit(config));
   std::printf("  weights %s in %s, KV cache %s per token\n", format_bytes(weights).c_str(), args.dtype.c_str(),
               format_bytes(kv_per_token).c_str());
   if (gpus.devices.empty()) {
@@ -82,11 +82,11 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
       continue;
     }
     long long context = static_cast<long long>(room / kv_per_token);
-    long long usable = std::min<long long>(context, config.max_position_embeddings);
+    const int limit = model_context_limit(config);
+    long long usable = std::min<long long>(context, limit);
     std::printf("fits. Free memory leaves room for %lld tokens of KV cache; ", context);
-    if (context >= config.max_position_embeddings) {
-      std::printf("the full %d-token context fits (--max-context %d).\n", config.max_position_embeddings,
-                  config.max_position_embeddings);
+    if (context >= limit) {
+      std::printf("the full %d-token context fits (--max-context %d).\n", limit, limit);
     } else {
       std::printf("use --max-context %lld or less.\n", usable);
     }

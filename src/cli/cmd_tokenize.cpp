@@ -162,9 +162,10 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
   source
       ->add_option("-m,--model", options->model_dir,
-                   "model folder holding tokenizer.json (and tokenizer_config.json)")
+                   "model folder holding tokenizer.json (and tokenizer_config.json), or the "
+                   "original Qwen's qwen.tiktoken")
       ->type_name("DIR");
-  source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json file")
+  source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json or qwen.tiktoken file")
       ->type_name("FILE");
   source->require_option(1);
 

@@ -175,4 +175,17 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+void prepare_v1_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options) {
+  if (config.architecture != Architecture::kQwenV1) return;
+  for (const char* stop : {"<|im_end|>", "<|im_start|>", "<|endoftext|>"}) {
+    if (auto id = tokenizer.token_to_id(stop)) options.extra_stop_ids.push_back(*id);
+  }
+  if (config.chat_format != "chatml") {
+    std::fprintf(stderr,
+                 "note: this is a base model (generation_config.json chat_format \"%s\"), not a Chat "
+                 "model; it was not trained on the ChatML turns chat uses\n",
+                 config.chat_format.empty() ? "absent" : config.chat_format.c_str());
+  }
+}
+
 }  // namespace qwenrt::cli

@@ -71,7 +71,13 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   ForwardLimits limits;
   limits.block_size = 16;
   int max_context = options.max_context > 0 ? options.max_context
-                                            : std::min(config.max_position_embeddings, 32768);
+                                            : std::min(model_context_limit(config), 32768);
+  if (config.use_logn_attn && max_context > kLognMaxContext) {
+    // The original Qwen's logn table ends there; past it the model is undefined.
+    throw Error(ErrorCategory::kInvalidArgument,
+                "--max-context " + std::to_string(max_context) + " exceeds " + std::to_string(kLognMaxContext) +
+                    ", the longest context of the original Qwen's logn attention");
+  }
   limits.max_blocks_per_seq = (max_context + limits.block_size - 1) / limits.block_size;
   limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
   limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
@@ -137,12 +143,12 @@ void Engine::warm_up() {
   for (int rows = 2; rows <= max_rows; rows *= 2) {
     sequence.clear();
     if (!sequence.reserve(rows + 1)) break;
-    prefill(sequence, std::span<const int32_t>(zeros).first(static_cast<size_t>(rows)));
+    prefill(sequence, std::span<const int32_t>(zeros).first(static_cast<size_t>(rows)), 0);
   }
   sequence.clear();
   if (max_rows < 2 || !sequence.reserve(3)) return;
-  prefill(sequence, std::span<const int32_t>(zeros).first(2));
-  Tensor logits = decode_step(sequence, 0);
+  prefill(sequence, std::span<const int32_t>(zeros).first(2), 0);
+  Tensor logits = decode_step(sequence, 0, 0);
   auto* history = static_cast<int32_t*>(sampling_buffer_.data());
   int32_t* out = history + plan_.max_context;
   int32_t* history_len = out + 1;
@@ -189,12 +195,12 @@ void Engine::check_prompt(const std::vector<int32_t>& ids, const char* what) con
   }
 }
 
-Tensor Engine::prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt) {
+Tensor Engine::prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index) {
   const int chunk_size = model_->limits().max_batch_tokens;
   Tensor logits;
   for (size_t begin = 0; begin < prompt.size(); begin += chunk_size) {
     size_t count = std::min(prompt.size() - begin, static_cast<size_t>(chunk_size));
-    SequenceChunk chunk{&sequence, std::span<const int32_t>(prompt.data() + begin, count)};
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(prompt.data() + begin, count), ntk_alpha_index};
     int32_t last_row = static_cast<int32_t>(count - 1);
     bool is_last = begin + count == prompt.size();
     logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
@@ -204,9 +210,9 @@ Tensor Engine::prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt
   return logits;
 }
 
-Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token) {
+Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alpha_index) {
   const int32_t row = 0;
-  SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1)};
+  SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1), ntk_alpha_index};
   Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1));
   sequence.advance(1);
   return logits;
@@ -243,11 +249,15 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   // Keys and values depend only on the tokens before them, so the cached positions that
   // match the new prompt's prefix stay valid. At least the last prompt token is run again:
   // its logits choose the first new token.
+  // Dynamic NTK (the original Qwen): the whole prompt fixes the alpha, and keys computed
+  // under another alpha are not reused (their RoPE differs): the prompt is recomputed.
+  const int alpha = ntk_alpha_index(model_->config(), static_cast<int>(prompt.size()));
   size_t reused = 0;
-  const size_t shared = std::min(session.ids_.size(), prompt.size() - 1);
+  const size_t shared = alpha == session.ntk_alpha_index_ ? std::min(session.ids_.size(), prompt.size() - 1) : 0;
   while (reused < shared && session.ids_[reused] == prompt[reused]) ++reused;
   sequence.truncate(static_cast<int>(reused));
   session.ids_.resize(reused);
+  session.ntk_alpha_index_ = alpha;
   result.reused_tokens = static_cast<int>(reused);
   if (!sequence.reserve(static_cast<int>(prompt.size() - reused))) {
     throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the prompt: raise --kv-cache-gb");
@@ -263,7 +273,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   auto start = std::chrono::steady_clock::now();
   Tensor logits;
   try {
-    logits = prefill(sequence, std::span<const int32_t>(prompt).subspan(reused));
+    logits = prefill(sequence, std::span<const int32_t>(prompt).subspan(reused), alpha);
   } catch (...) {
     session.reset();  // a part-written prompt leaves nothing worth keeping
     throw;
@@ -308,7 +318,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
     if (penalties) {
       backend_->copy_to_device(history_device + session.ids_.size(), &token, sizeof(int32_t));
     }
-    logits = decode_step(sequence, token);
+    logits = decode_step(sequence, token, alpha);
     session.ids_.push_back(token);
   }
   backend_->synchronize();
@@ -332,11 +342,13 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids) {
   std::vector<int32_t> rows(chunk_size);
   for (int i = 0; i < chunk_size; ++i) rows[i] = i;
   std::vector<float> host_logits(static_cast<size_t>(chunk_size) * vocab);
-  // Position i predicts ids[i + 1]; the last position predicts nothing.
+  // Position i predicts ids[i + 1]; the last position predicts nothing. A teacher-forced
+  // pass takes its dynamic-NTK alpha from the whole sequence, as the original's forward.
   const size_t predicting = ids.size() - 1;
+  const int alpha = ntk_alpha_index(model_->config(), static_cast<int>(ids.size()));
   for (size_t begin = 0; begin < predicting; begin += chunk_size) {
     size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
-    SequenceChunk chunk{&sequence, std::span<const int32_t>(ids.data() + begin, count)};
+    SequenceChunk chunk{&sequence, std::span<const int32_t>(ids.data() + begin, count), alpha};
     Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
                                     std::span<const int32_t>(rows.data(), count));
     sequence.advance(static_cast<int>(count));
@@ -411,7 +423,8 @@ BenchResult Engine::bench(const BenchOptions& options) {
     backend_->synchronize();
     auto wall_start = std::chrono::steady_clock::now();
     timer->start();
-    Tensor logits = prefill(sequence, prompt);
+    const int alpha = ntk_alpha_index(config, options.prompt_tokens);
+    Tensor logits = prefill(sequence, prompt, alpha);
     timer->stop();
     backend_->sample(logits, sampling, 0, nullptr, nullptr, 0, out_device);
     int32_t token = 0;
@@ -420,7 +433,7 @@ BenchResult Engine::bench(const BenchOptions& options) {
     double prompt_time = timer->seconds();
     timer->start();
     for (int step = 0; step < options.gen_tokens; ++step) {
-      logits = decode_step(sequence, token);
+      logits = decode_step(sequence, token, alpha);
       backend_->sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
       backend_->copy_to_host(&token, out_device, sizeof(int32_t));
     }

@@ -197,7 +197,81 @@ void parse_sliding_window(const json& config, const std::string& source, ModelCo
   }
 }
 
+// ---- The original Qwen (QWenLMHeadModel): its config.json spells some fields its own way
+// (configuration_qwen.py) and adds the long-context scaling past seq_length.
+
+// kv_channels is the head width; the attention's output must fill hidden_size exactly.
+int qwen_v1_head_dim(const json& config, const std::string& source, const ModelConfig& model) {
+  const int head_dim = require_positive_int(config, "kv_channels", source);
+  if (static_cast<int64_t>(head_dim) * model.num_heads != model.hidden_size) {
+    fail(source, "num_attention_heads (" + std::to_string(model.num_heads) + ") x kv_channels (" +
+                     std::to_string(head_dim) + ") must equal hidden_size (" +
+                     std::to_string(model.hidden_size) + ")");
+  }
+  return head_dim;
+}
+
+void parse_qwen_v1(const json& config, const std::string& source, ModelConfig& model) {
+  if (auto pct = get_number(config, "rotary_pct", source); pct && *pct != 1.0) {
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": rotary_pct " + std::to_string(*pct) +
+                    " is not supported (RoPE over part of each head; every release has 1.0)");
+  }
+  // The released MLP: c_proj(w1(x) * silu(w2(x))), each of w1/w2 half of intermediate_size.
+  const int intermediate = model.intermediate_size;
+  if (intermediate % 2 != 0) {
+    fail(source, "'intermediate_size' must be even (the MLP width is half of it), got " +
+                     std::to_string(intermediate));
+  }
+  model.intermediate_size = intermediate / 2;
+  model.num_kv_heads = model.num_heads;  // full multi-head attention
+  model.attention_bias = true;           // c_attn always has a bias
+  model.qk_norm = false;
+  if (!get_bool(config, "no_bias", source).value_or(true)) {
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": 'no_bias' false (biases on c_proj and the MLP) is not supported; every "
+                         "release has no_bias true");
+  }
+  model.rms_norm_eps = get_number(config, "layer_norm_epsilon", source).value_or(1e-6);
+  if (!(model.rms_norm_eps > 0)) fail(source, "'layer_norm_epsilon' must be positive");
+  model.rope = RopeConfig{};
+  model.rope.theta = get_number(config, "rotary_emb_base", source).value_or(10000.0);
+  if (!(model.rope.theta > 0)) fail(source, "'rotary_emb_base' must be positive");
+  model.seq_length = get_int(config, "seq_length", source).value_or(2048);
+  if (model.seq_length <= 1) fail(source, "'seq_length' must be at least 2");
+  model.use_dynamic_ntk = get_bool(config, "use_dynamic_ntk", source).value_or(true);
+  model.use_logn_attn = get_bool(config, "use_logn_attn", source).value_or(true);
+  // Precision hints (all false: chosen at load; --dtype decides what runs).
+  int hints = 0;
+  for (auto [key, dtype] : {std::pair{"bf16", DType::kBF16}, std::pair{"fp16", DType::kF16},
+                            std::pair{"fp32", DType::kF32}}) {
+    if (get_bool(config, key, source).value_or(false)) {
+      model.dtype = dtype;
+      ++hints;
+    }
+  }
+  if (hints > 1) fail(source, "at most one of 'bf16', 'fp16' and 'fp32' may be true");
+}
+
+void parse_qwen_v1_generation(const json& gen, const std::string& source, ModelConfig& model) {
+  if (!has_value(gen, "chat_format")) return;
+  if (!gen.at("chat_format").is_string()) fail(source, "'chat_format' must be a string");
+  model.chat_format = gen.at("chat_format").get<std::string>();
+  if (model.chat_format != "chatml" && model.chat_format != "raw") {
+    throw Error(ErrorCategory::kUnsupported, source + ": chat_format '" + model.chat_format +
+                                                 "' is not supported (expected chatml or raw)");
+  }
+}
+
 }  // namespace
+
+int ntk_alpha_index(const ModelConfig& config, int length) {
+  if (!config.use_dynamic_ntk || length <= config.seq_length) return 0;
+  // As the original: math.log(L / seq_length, 2) + 1, i.e. log(x) / log(2) in double.
+  const double context_value =
+      std::log(static_cast<double>(length) / config.seq_length) / std::log(2.0) + 1.0;
+  return std::max(static_cast<int>(std::ceil(context_value)) - 1, 0);
+}
 
 ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
                                const std::string* generation_config_json) {
@@ -210,14 +284,14 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   }
   model.architecture_name = config["architectures"][0].get<std::string>();
   const std::string kSupported =
-      "supported: Qwen2ForCausalLM (Qwen1.5, Qwen2, Qwen2.5) and Qwen3ForCausalLM (Qwen3 dense)";
+      "supported: QWenLMHeadModel (the original Qwen), Qwen2ForCausalLM (Qwen1.5, Qwen2, "
+      "Qwen2.5) and Qwen3ForCausalLM (Qwen3 dense)";
   if (model.architecture_name == "Qwen2ForCausalLM") {
     model.architecture = Architecture::kQwen2;
   } else if (model.architecture_name == "Qwen3ForCausalLM") {
     model.architecture = Architecture::kQwen3;
   } else if (model.architecture_name == "QWenLMHeadModel") {
-    throw Error(ErrorCategory::kUnsupported,
-                source + ": the original Qwen (QWenLMHeadModel) is not supported yet; " + kSupported);
+    model.architecture = Architecture::kQwenV1;
   } else if (model.architecture_name.find("Moe") != std::string::npos) {
     throw Error(ErrorCategory::kUnsupported, source + ": mixture-of-experts models (" +
                                                  model.architecture_name +
@@ -240,7 +314,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                      ") is not a multiple of num_key_value_heads (" +
                      std::to_string(model.num_kv_heads) + ")");
   }
-  if (auto head_dim = get_int(config, "head_dim", source)) {
+  if (model.architecture == Architecture::kQwenV1) {
+    model.head_dim = qwen_v1_head_dim(config, source, model);
+  } else if (auto head_dim = get_int(config, "head_dim", source)) {
     model.head_dim = *head_dim;
   } else if (model.architecture == Architecture::kQwen3) {
     model.head_dim = 128;  // Qwen3Config's default
@@ -264,7 +340,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   model.tie_word_embeddings = get_bool(config, "tie_word_embeddings", source).value_or(false);
   if (model.architecture == Architecture::kQwen2) {
     model.attention_bias = true;
-  } else {
+  } else if (model.architecture == Architecture::kQwen3) {
     model.attention_bias = get_bool(config, "attention_bias", source).value_or(false);
     model.qk_norm = true;
   }
@@ -284,6 +360,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   }
   parse_rope(config, source, model);
   parse_sliding_window(config, source, model);
+  if (model.architecture == Architecture::kQwenV1) parse_qwen_v1(config, source, model);
 
   model.bos_token_id = get_int(config, "bos_token_id", source).value_or(-1);
   model.eos_token_ids = get_token_ids(config, "eos_token_id", source);
@@ -304,6 +381,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
       model.default_repetition_penalty = *value;
     }
+    if (model.architecture == Architecture::kQwenV1) parse_qwen_v1_generation(gen, gen_source, model);
   }
   for (int id : model.eos_token_ids) {
     if (id >= model.vocab_size) {
@@ -346,8 +424,14 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   return parse_model_config(config_text, config_path.string());
 }
 
-RopeTables compute_rope_tables(const ModelConfig& config) {
-  const RopeConfig& rope = config.rope;
+RopeTables compute_rope_tables(const ModelConfig& config, int ntk_alpha_index) {
+  RopeConfig rope = config.rope;
+  if (ntk_alpha_index > 0) {
+    // The original: base * alpha ** (d / (d - 2)) in double, then powers in fp32.
+    const double alpha = std::ldexp(1.0, ntk_alpha_index + 1) - 1.0;
+    const double dim = config.head_dim;
+    rope.theta *= std::pow(alpha, dim / (dim - 2.0));
+  }
   const int dim = config.head_dim;
   const int half = dim / 2;
   RopeTables tables;

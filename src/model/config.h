@@ -15,6 +15,7 @@ namespace qwenrt {
 enum class Architecture {
   kQwen2,  // Qwen2ForCausalLM: Qwen1.5, Qwen2, Qwen2.5 (q/k/v bias)
   kQwen3,  // Qwen3ForCausalLM: per-head q/k RMSNorm, explicit head_dim
+  kQwenV1, // QWenLMHeadModel: the original Qwen (fused c_attn, dynamic NTK, logn)
 };
 
 enum class RopeType { kDefault, kLinear, kYarn };
@@ -61,6 +62,12 @@ struct ModelConfig {
   std::optional<float> default_temperature, default_top_p, default_repetition_penalty, default_min_p;
   std::optional<int> default_top_k;
 
+  // The original Qwen (QWenLMHeadModel) only; off for Qwen2/3.
+  int seq_length = 0;            // training length: dynamic NTK and logn act past it
+  bool use_dynamic_ntk = false;  // RoPE base × alpha^(d/(d-2)), alpha fixed per sequence
+  bool use_logn_attn = false;    // queries at p + 1 > seq_length × log(p+1)/log(seq_length)
+  std::string chat_format;       // generation_config.json: "chatml" (Chat models) or "raw"
+
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
 };
@@ -80,6 +87,23 @@ struct RopeTables {
   std::vector<float> inv_freq;
   float attention_scaling = 1.f;
 };
-RopeTables compute_rope_tables(const ModelConfig& config);
+// `ntk_alpha_index` picks the dynamic-NTK alpha (v1): alpha = 2^(index+1) - 1.
+RopeTables compute_rope_tables(const ModelConfig& config, int ntk_alpha_index = 0);
+
+// Dynamic NTK (v1, use_dynamic_ntk): the alpha the original computes for a forward pass over
+// a sequence of `length` tokens, max(2^ceil(log2(length / seq_length) + 1) - 1, 1), as the
+// index above (0: alpha 1, the base unchanged). Always 0 without dynamic NTK.
+int ntk_alpha_index(const ModelConfig& config, int length);
+
+// The original's logn table covers positions below this, so its models' context stops here.
+constexpr int kLognMaxContext = 32767;
+
+// The longest context the model defines: max_position_embeddings, and for the original Qwen
+// with logn attention no more than its table covers.
+inline int model_context_limit(const ModelConfig& config) {
+  return config.use_logn_attn && config.max_position_embeddings > kLognMaxContext
+             ? kLognMaxContext
+             : config.max_position_embeddings;
+}
 
 }  // namespace qwenrt

@@ -14,6 +14,8 @@ struct Shape {
 
 // From the models' config.json files.
 constexpr Shape kShapes[] = {
+    // Qwen-7B (the original Qwen): intermediate is the MLP width, half of config.json's 22016.
+    {"qwen-7b", Architecture::kQwenV1, 32, 4096, 32, 32, 128, 11008, 151936, false},
     {"qwen2.5-0.5b", Architecture::kQwen2, 24, 896, 14, 2, 64, 4864, 151936, true},
     {"qwen2.5-1.5b", Architecture::kQwen2, 28, 1536, 12, 2, 128, 8960, 151936, true},
     {"qwen2.5-3b", Architecture::kQwen2, 36, 2048, 16, 2, 128, 11008, 151936, true},
@@ -57,6 +59,15 @@ ModelConfig synthetic_config(const std::string& name) {
     config.max_position_embeddings = shape.architecture == Architecture::kQwen2 ? 32768 : 40960;
     config.rope.theta = 1000000.0;
     config.layer_sliding_window.assign(shape.layers, 0);
+    if (shape.architecture == Architecture::kQwenV1) {
+      // Qwen-7B's config.json: fused c_attn with a bias, RoPE base 1e4, NTK and logn past 8192.
+      config.architecture_name = "QWenLMHeadModel";
+      config.attention_bias = true;
+      config.rope.theta = 10000.0;
+      config.seq_length = 8192;
+      config.use_dynamic_ntk = true;
+      config.use_logn_attn = true;
+    }
     return config;
   }
   std::string names;

@@ -26,7 +26,8 @@ Tensor concatenated(std::initializer_list<const Tensor*> parts) {
 // int32 elements of the staged batch arrays for the given limits.
 size_t batch_ints(const ForwardLimits& limits) {
   return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
-         static_cast<size_t>(limits.max_seqs) * (2 + limits.max_blocks_per_seq) + 1 +
+         // seq_starts (+1), context_lens, rope_rows and the block tables
+         static_cast<size_t>(limits.max_seqs) * (3 + limits.max_blocks_per_seq) + 1 +
          static_cast<size_t>(limits.max_logit_rows);
 }
 
@@ -91,10 +92,16 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
     fused_.push_back({concatenated({&w.q_proj, &w.k_proj, &w.v_proj}), concatenated({&w.gate_proj, &w.up_proj})});
   }
 
-  RopeTables rope = compute_rope_tables(config);
-  rope_scaling_ = rope.attention_scaling;
-  rope_storage_ = backend_.allocate(rope.inv_freq.size() * sizeof(float), "RoPE frequencies");
-  backend_.copy_to_device(rope_storage_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+  // Row a: the frequencies under dynamic-NTK alpha index a, up to the planned context's.
+  rope_rows_ = ntk_alpha_index(config, limits.max_blocks_per_seq * limits.block_size) + 1;
+  std::vector<float> inv_freq;
+  for (int row = 0; row < rope_rows_; ++row) {
+    RopeTables rope = compute_rope_tables(config, row);
+    rope_scaling_ = rope.attention_scaling;
+    inv_freq.insert(inv_freq.end(), rope.inv_freq.begin(), rope.inv_freq.end());
+  }
+  rope_storage_ = backend_.allocate(inv_freq.size() * sizeof(float), "RoPE frequencies");
+  backend_.copy_to_device(rope_storage_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
   backend_.synchronize();
 }
 
@@ -126,7 +133,8 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   int32_t* seq_starts = token_seq + t_cap;
   int32_t* context_lens = seq_starts + s_cap + 1;
   int32_t* block_tables = context_lens + s_cap;
-  int32_t* rows = block_tables + s_cap * stride;
+  int32_t* rope_rows = block_tables + s_cap * stride;
+  int32_t* rows = rope_rows + s_cap;
 
   BatchView view;
   view.n_tokens = n_tokens;
@@ -144,6 +152,10 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     if (static_cast<int>(table.size()) > stride) {
       throw Error(ErrorCategory::kInternal, "sequence longer than the planned context");
     }
+    if (chunk.ntk_alpha_index < 0 || chunk.ntk_alpha_index >= rope_rows_) {
+      throw Error(ErrorCategory::kInternal, "dynamic-NTK alpha index outside the RoPE table");
+    }
+    rope_rows[s] = chunk.ntk_alpha_index;
     seq_starts[s] = t;
     context_lens[s] = start + count;
     for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = b < static_cast<int>(table.size()) ? table[b] : 0;
@@ -169,6 +181,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   for (int s = real_seqs; s < n_seqs; ++s, ++t) {
     seq_starts[s] = t;
     context_lens[s] = 1;
+    rope_rows[s] = 0;
     for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = scratch_block_;
     ids[t] = 0;
     positions[t] = 0;
@@ -196,6 +209,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   view.seq_starts = device + (seq_starts - host);
   view.context_lens = device + (context_lens - host);
   view.block_tables = device + (block_tables - host);
+  view.rope_rows = device + (rope_rows - host);
   logit_rows_device_ = device + (rows - host);
   return view;
 }
@@ -280,7 +294,8 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       backend_.matmul(h, w.v_proj, v);
     }
     QkvEpilogue epilogue{w.q_bias, w.k_bias, w.v_bias, w.q_norm, w.k_norm, eps,
-                         static_cast<const float*>(rope_storage_.data()), rope_scaling_};
+                         static_cast<const float*>(rope_storage_.data()), rope_scaling_,
+                         config_.use_logn_attn ? config_.seq_length : 0};
     attention.sliding_window = config_.layer_sliding_window[layer];
     backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);

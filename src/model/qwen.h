@@ -32,6 +32,9 @@ struct ForwardLimits {
 struct SequenceChunk {
   const SequenceBlocks* blocks = nullptr;
   std::span<const int32_t> tokens;
+  // The sequence's dynamic-NTK alpha (the original Qwen): ntk_alpha_index(config, L) of the
+  // length L that fixes it (the whole prompt, kept while decoding). 0 for other models.
+  int ntk_alpha_index = 0;
 };
 
 class QwenModel {
@@ -84,6 +87,7 @@ class QwenModel {
   DeviceBuffer kv_storage_;
   DeviceBuffer workspace_;
   DeviceBuffer rope_storage_;
+  int rope_rows_ = 1;  // rows of the RoPE table: one per dynamic-NTK alpha the context allows
   float rope_scaling_ = 1.f;
   Workspace ws_;
   const int32_t* logit_rows_device_ = nullptr;

@@ -14,10 +14,50 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
+using TensorVisitor = std::function<void(const std::string&, std::vector<int64_t>, Tensor*)>;
+
+// The original Qwen's released names. c_attn's rows are q | k | v and its bias likewise: it is
+// visited into q_proj/q_bias and then split into views of the one tensor (no copy). w2 is the
+// gate (silu is applied to it), w1 the up projection.
+void for_each_expected_v1(const ModelConfig& config, Weights* weights, const TensorVisitor& visit) {
+  const int64_t hidden = config.hidden_size, inter = config.intermediate_size;
+  const int64_t q_dim = config.q_dim(), kv_dim = config.kv_dim();
+  LayerWeights scratch;
+  auto field = [&](Tensor& tensor) { return weights ? &tensor : nullptr; };
+  visit("transformer.wte.weight", {config.vocab_size, hidden}, weights ? &weights->embed_tokens : nullptr);
+  for (int i = 0; i < config.num_layers; ++i) {
+    LayerWeights& layer = weights ? weights->layers[i] : scratch;
+    const std::string prefix = "transformer.h." + std::to_string(i) + ".";
+    visit(prefix + "ln_1.weight", {hidden}, field(layer.input_norm));
+    visit(prefix + "attn.c_attn.weight", {q_dim + 2 * kv_dim, hidden}, field(layer.q_proj));
+    visit(prefix + "attn.c_attn.bias", {q_dim + 2 * kv_dim}, field(layer.q_bias));
+    if (weights != nullptr) {
+      const Tensor qkv = layer.q_proj, bias = layer.q_bias;
+      layer.q_proj = qkv.row_slice(0, q_dim);
+      layer.k_proj = qkv.row_slice(q_dim, kv_dim);
+      layer.v_proj = qkv.row_slice(q_dim + kv_dim, kv_dim);
+      auto bias_part = [&](int64_t first, int64_t count) {
+        return Tensor{static_cast<char*>(bias.data) + first * dtype_size(bias.dtype), bias.dtype, 1, count};
+      };
+      layer.q_bias = bias_part(0, q_dim);
+      layer.k_bias = bias_part(q_dim, kv_dim);
+      layer.v_bias = bias_part(q_dim + kv_dim, kv_dim);
+    }
+    visit(prefix + "attn.c_proj.weight", {hidden, q_dim}, field(layer.o_proj));
+    visit(prefix + "ln_2.weight", {hidden}, field(layer.post_attention_norm));
+    visit(prefix + "mlp.w2.weight", {inter, hidden}, field(layer.gate_proj));
+    visit(prefix + "mlp.w1.weight", {inter, hidden}, field(layer.up_proj));
+    visit(prefix + "mlp.c_proj.weight", {hidden, inter}, field(layer.down_proj));
+  }
+  visit("transformer.ln_f.weight", {hidden}, weights ? &weights->final_norm : nullptr);
+  if (!config.tie_word_embeddings) {
+    visit("lm_head.weight", {config.vocab_size, hidden}, weights ? &weights->lm_head : nullptr);
+  }
+}
+
 // Visits every tensor the config expects: (name, shape, destination in `weights`).
-void for_each_expected(const ModelConfig& config, Weights* weights,
-                       const std::function<void(const std::string&, std::vector<int64_t>,
-                                                Tensor*)>& visit) {
+void for_each_expected(const ModelConfig& config, Weights* weights, const TensorVisitor& visit) {
+  if (config.architecture == Architecture::kQwenV1) return for_each_expected_v1(config, weights, visit);
   const int64_t hidden = config.hidden_size;
   const int64_t inter = config.intermediate_size;
   const int64_t q_dim = config.q_dim();
@@ -137,11 +177,12 @@ Weights make_synthetic_weights(const ModelConfig& config, Backend& backend, uint
     *dest = Tensor{cursor, dtype, rows, shape.back()};
     cursor += stored_bytes(rows * shape.back(), dtype);
     // Unit-variance outputs for unit-variance inputs: uniform(±sqrt(3 / fan_in)).
-    if (name.find("norm") != std::string::npos) {
+    // Norms are `*norm*` (Qwen2/3) or `ln_*` (v1); the embedding `embed_tokens` or `wte`.
+    if (name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos) {
       backend.fill_random(*dest, seed + index, 0.f, 1.f);
     } else if (name.find("bias") != std::string::npos) {
       backend.fill_random(*dest, seed + index, 0.02f, 0.f);
-    } else if (name.find("embed_tokens") != std::string::npos) {
+    } else if (name.find("embed_tokens") != std::string::npos || name.find("wte") != std::string::npos) {
       backend.fill_random(*dest, seed + index, 1.f, 0.f);
     } else {
       backend.fill_random(*dest, seed + index, std::sqrt(3.f / static_cast<float>(shape.back())), 0.f);

@@ -54,11 +54,14 @@ BpeModel::BpeModel(const std::array<int32_t, 256>& byte_ids, const std::vector<M
   merged_by_rank_.resize(merges.size());
   const size_t mask = capacity - 1;
   constexpr int32_t kIdLimit = (1 << kIdBits) - 1;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const MergeRule& rule = merges[rank];
+  for (size_t index = 0; index < merges.size(); ++index) {
+    const MergeRule& rule = merges[index];
     if (rule.left < 0 || rule.left >= kIdLimit || rule.right < 0 || rule.right >= kIdLimit) {
       throw Error(ErrorCategory::kUnsupported, "BPE merges of token ids of 2^20 - 1 and above");
     }
+    const size_t rank = rule.rank >= 0 ? static_cast<size_t>(rule.rank) : index;
+    if (rank >= (size_t{1} << kRankBits)) throw Error(ErrorCategory::kUnsupported, "BPE ranks of 2^24 and above");
+    if (rank >= merged_by_rank_.size()) merged_by_rank_.resize(rank + 1, -1);
     merged_by_rank_[rank] = rule.merged;
     const uint64_t key = pair_key(rule.left, rule.right);
     const uint64_t packed = (key << kRankBits) | rank;

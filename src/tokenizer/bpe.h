@@ -22,6 +22,9 @@ struct MergeRule {
   int32_t left;
   int32_t right;
   int32_t merged;
+  // Its priority; -1: its index in the list. Rules that make the same token may share a
+  // rank (tiktoken's vocabularies rank the merged token, not the pair).
+  int32_t rank = -1;
 };
 
 // Reusable buffers for BpeModel::encode_piece, owned by one encode call.

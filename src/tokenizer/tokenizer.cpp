@@ -57,6 +57,8 @@ void Tokenizer::Impl::encode(std::string_view text, bool allow_special,
   }
   if (text.empty()) return;
   EncodeScratch scratch(*this, text.size());
+  std::string whole_nfc;  // tiktoken's wrapper normalises the whole text, added tokens too
+  if (nfc_whole_text && nfc && nfc->normalize(text, whole_nfc)) text = whole_nfc;
   scratch.segments.clear();
   raw_matcher->split(text, !allow_special, scratch.segments);
   for (const tok::Segment& segment : scratch.segments) {
@@ -66,7 +68,7 @@ void Tokenizer::Impl::encode(std::string_view text, bool allow_special,
     }
     // HF normalises each stretch of text between added tokens on its own.
     std::string_view piece = text.substr(segment.begin, segment.end - segment.begin);
-    if (nfc && nfc->normalize(piece, scratch.normalized)) piece = scratch.normalized;
+    if (nfc && !nfc_whole_text && nfc->normalize(piece, scratch.normalized)) piece = scratch.normalized;
     if (normalized_matcher->empty()) {
       pre_tokenize(*this, piece, 0, scratch, ids);
       continue;

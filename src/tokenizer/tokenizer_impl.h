@@ -37,6 +37,7 @@ struct Tokenizer::Impl {
 
   // Encoding pipeline.
   std::optional<tok::NfcNormalizer> nfc;                       // absent: no normalizer
+  bool nfc_whole_text = false;  // NFC before added tokens are found (tiktoken), not between
   std::vector<tok::RegexSplitter> splitters;                   // applied in order to each piece
   std::unique_ptr<tok::AddedTokenMatcher> raw_matcher;         // tokens with normalized=false
   std::unique_ptr<tok::AddedTokenMatcher> normalized_matcher;  // tokens with normalized=true
@@ -49,7 +50,15 @@ struct Tokenizer::Impl {
   void encode(std::string_view text, bool allow_special, std::vector<int32_t>& ids) const;
 };
 
-// Builds the tokenizer from tokenizer.json (tokenizer_load.cpp).
+// Builds the tokenizer from tokenizer.json (tokenizer_load.cpp), or from the original Qwen's
+// qwen.tiktoken when a model folder has that instead.
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path);
+
+// The original Qwen's tokenizer from qwen.tiktoken (tiktoken_load.cpp).
+std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path& file);
+
+// Completes the vocabulary once the BPE tokens and impl.added are known: ids of added tokens,
+// their matchers and every token's decoded bytes (shared by both loaders).
+void finish_vocabulary(Tokenizer::Impl& impl);
 
 }  // namespace qwenrt

@@ -109,7 +109,6 @@ class Loader {
   void load_added_tokens(const json& root, Tokenizer::Impl& impl);
   static void add_token(Tokenizer::Impl& impl, AddedToken token);
   void load_config(Tokenizer::Impl& impl);
-  void finish(Tokenizer::Impl& impl);
 
   std::filesystem::path source_;
   std::filesystem::path config_path_;
@@ -371,7 +370,9 @@ void Loader::load_config(Tokenizer::Impl& impl) {
   impl.pad = named("pad_token");
 }
 
-void Loader::finish(Tokenizer::Impl& impl) {
+}  // namespace
+
+void finish_vocabulary(Tokenizer::Impl& impl) {
   using Kind = Tokenizer::Impl::Kind;
   int32_t max_id = static_cast<int32_t>(impl.kind.size()) - 1;
   for (const AddedToken& token : impl.added) max_id = std::max(max_id, token.id);
@@ -419,6 +420,8 @@ void Loader::finish(Tokenizer::Impl& impl) {
   impl.token_bytes_at[impl.kind.size()] = static_cast<uint32_t>(impl.token_bytes.size());
 }
 
+namespace {
+
 void Loader::load(Tokenizer::Impl& impl) {
   std::filesystem::path json_path = source_;
   if (std::filesystem::is_directory(source_)) json_path = source_ / "tokenizer.json";
@@ -439,12 +442,31 @@ void Loader::load(Tokenizer::Impl& impl) {
   load_model(*model, parsed, impl);
   load_added_tokens(root, impl);
   load_config(impl);
-  finish(impl);
+  finish_vocabulary(impl);
+}
+
+// Whether tokenizer_config.json or config.json in `dir` names the original Qwen's tokenizer
+// (so a missing qwen.tiktoken, not tokenizer.json, is what to report).
+bool names_qwen_v1_tokenizer(const std::filesystem::path& dir) {
+  for (const char* name : {"tokenizer_config.json", "config.json"}) {
+    const std::filesystem::path file = dir / name;
+    if (!std::filesystem::exists(file)) continue;
+    const json config = json::parse(Loader::read_file(file), nullptr, /*allow_exceptions=*/false);
+    if (config.is_object() && config.value("tokenizer_class", json()) == "QWenTokenizer") return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path) {
+  // The original Qwen's folders carry qwen.tiktoken (and a tokenizer_config.json naming
+  // QWenTokenizer) instead of tokenizer.json.
+  if (path.extension() == ".tiktoken") return load_tiktoken_impl(path);
+  if (std::filesystem::is_directory(path) && !std::filesystem::exists(path / "tokenizer.json") &&
+      (std::filesystem::exists(path / "qwen.tiktoken") || names_qwen_v1_tokenizer(path))) {
+    return load_tiktoken_impl(path / "qwen.tiktoken");
+  }
   auto impl = std::make_unique<Tokenizer::Impl>();
   Loader(path).load(*impl);
   return impl;

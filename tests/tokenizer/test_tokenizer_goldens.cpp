@@ -19,6 +19,7 @@ namespace qwenrt {
 namespace {
 
 using test::ids_of;
+using test::nfc;
 using test::qwen_tokenizer;
 
 std::vector<std::filesystem::path> golden_files() {
@@ -50,18 +51,6 @@ std::vector<Golden> goldens() {
       out.push_back({file.filename().string() + ":" + std::to_string(line), std::move(row)});
     }
   }
-  return out;
-}
-
-std::string nfc(const std::string& text) {
-  utf8proc_uint8_t* result = nullptr;
-  const auto length =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &result,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  EXPECT_GE(length, 0);
-  std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
-  std::free(result);
   return out;
 }
 

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <utf8proc.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -81,6 +83,19 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
     if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
   }
   return rows;
+}
+
+// NFC by utf8proc (the tests' view of what normalised text looks like).
+inline std::string nfc(const std::string& text) {
+  utf8proc_uint8_t* result = nullptr;
+  const auto length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &result,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  EXPECT_GE(length, 0);
+  std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
+  std::free(result);
+  return out;
 }
 
 inline std::vector<int32_t> ids_of(const nlohmann::json& value) {

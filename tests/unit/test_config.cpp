@@ -320,7 +320,7 @@ TEST(Config, RejectsVocabSmallerThanSpecialIds) {
 
 TEST(Config, RejectsUnsupportedArchitectures) {
   for (const char* name :
-       {"QWenLMHeadModel", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "LlamaForCausalLM"}) {
+       {"Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "LlamaForCausalLM"}) {
     json raw = qwen2_config();
     raw["architectures"] = {name};
     // The message names the architecture found and the ones that are supported.

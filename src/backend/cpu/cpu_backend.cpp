@@ -190,8 +190,10 @@ class CpuBackend final : public Backend {
         add_bias(k_row, epilogue.k_bias, kv_dim);
         add_bias(v_row, epilogue.v_bias, kv_dim);
         const float position = static_cast<float>(batch.positions[t]);
+        const int rope_row = batch.rope_rows != nullptr ? batch.rope_rows[batch.token_seq[t]] : 0;
+        const float* inv_freq = epilogue.inv_freq + static_cast<int64_t>(rope_row) * half;
         for (int i = 0; i < half; ++i) {
-          float angle = position * epilogue.inv_freq[i];  // fp32 product, as transformers
+          float angle = position * inv_freq[i];  // fp32 product, as transformers
           cos_table[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * epilogue.rope_scaling;
           sin_table[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * epilogue.rope_scaling;
         }
@@ -207,6 +209,9 @@ class CpuBackend final : public Backend {
           }
         };
         for (int h = 0; h < attn.n_heads; ++h) norm_and_rotate(q_row + h * head_dim, epilogue.q_norm);
+        if (const float logn = logn_scale(epilogue.logn_length, batch.positions[t]); logn != 1.f) {
+          for (int64_t i = 0; i < q_dim; ++i) q_row[i] *= logn;
+        }
         for (int h = 0; h < attn.n_kv_heads; ++h) norm_and_rotate(k_row + h * head_dim, epilogue.k_norm);
         const int64_t slot = batch.slot_mapping[t];
         float* k_dst = static_cast<float*>(cache.k) + slot * kv_dim;

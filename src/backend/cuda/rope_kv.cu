@@ -4,7 +4,8 @@
 // n_kv_heads k heads, then n_kv_heads v heads; lane l owns the RoPE pairs (i, i + d/2)
 // for i = l, l + kWarpSize, ... Layout: q [n_tokens, n_heads*d], k/v [n_tokens,
 // n_kv_heads*d], cache [num_blocks, block_size, n_kv_heads, d]. Bound: memory (one read
-// and one or two writes of q, k, v); angles in fp32 with accurate cosf/sinf.
+// and one or two writes of q, k, v); angles in fp32 with accurate cosf/sinf. The original
+// Qwen adds a RoPE table row per sequence (its dynamic-NTK alpha) and the logn query scale.
 #include "backend/cuda/common.h"
 
 namespace qwenrt::cuda {
@@ -17,9 +18,12 @@ constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / gpu::kWarpSize;
 struct EpilogueArgs {
   const int32_t* positions;
   const int32_t* slot_mapping;
-  const float* inv_freq;
+  const int32_t* token_seq;
+  const int32_t* rope_rows;  // [n_seqs] row of inv_freq per sequence; null: row 0
+  const float* inv_freq;     // [rows, head_dim / 2]
   float rope_scaling;
   float norm_eps;
+  int logn_length;  // 0: off
   int n_tokens;
   int n_heads;
   int n_kv_heads;
@@ -88,17 +92,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
   }
   if (kind != 2) {
     const float position = static_cast<float>(args.positions[token]);
+    const float* inv_freq =
+        args.inv_freq + (args.rope_rows != nullptr ? args.rope_rows[args.token_seq[token]] : 0) * half;
+    // LogN (queries only): log(p + 1) / log(logn_length) in double, rounded to fp32, as the
+    // CPU backend and the original's table.
+    float logn = 1.f;
+    if (kind == 0 && args.logn_length > 0 && args.positions[token] + 1 > args.logn_length) {
+      logn = static_cast<float>(log(static_cast<double>(args.positions[token]) + 1.0) /
+                                log(static_cast<double>(args.logn_length)));
+    }
 #pragma unroll
     for (int j = 0; j < kMaxPairsPerLane; ++j) {
       const int i = lane + j * gpu::kWarpSize;
       if (i < half) {
-        const float angle = position * args.inv_freq[i];
+        const float angle = position * inv_freq[i];
         const float c = cosf(angle) * args.rope_scaling;
         const float s = sinf(angle) * args.rope_scaling;
         const float x1 = lo[j];
         const float x2 = hi[j];
-        lo[j] = x1 * c - x2 * s;
-        hi[j] = x2 * c + x1 * s;
+        lo[j] = (x1 * c - x2 * s) * logn;
+        hi[j] = (x2 * c + x1 * s) * logn;
       }
     }
   }
@@ -152,8 +165,10 @@ void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn
   }
   if (batch.n_tokens == 0) return;
 
-  EpilogueArgs args{batch.positions, batch.slot_mapping, epilogue.inv_freq, epilogue.rope_scaling,
-                    epilogue.norm_eps, batch.n_tokens, attn.n_heads, attn.n_kv_heads, d};
+  EpilogueArgs args{batch.positions,   batch.slot_mapping,    batch.token_seq,
+                    batch.rope_rows,   epilogue.inv_freq,     epilogue.rope_scaling,
+                    epilogue.norm_eps, epilogue.logn_length,  batch.n_tokens,
+                    attn.n_heads,      attn.n_kv_heads,       d};
   const int jobs = attn.n_heads + 2 * attn.n_kv_heads;
   const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
   dispatch_half(q.dtype, "qkv_rope_kvwrite", [&](auto tag) {

@@ -137,6 +137,17 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   } else if (!std::filesystem::exists(config_path)) {
     throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
   }
+  // The original Qwen's folders carry no template: its Chat models build ChatML in code
+  // (qwen_generation_utils.make_context), with this default system prompt.
+  if (!config.contains("chat_template") && config.value("tokenizer_class", nlohmann::json()) == "QWenTokenizer") {
+    config["chat_template"] =
+        "{%- if messages | length == 0 or messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+        "{%- for message in messages %}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  }
   return from_tokenizer_config(config);
 }
 

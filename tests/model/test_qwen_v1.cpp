@@ -1,0 +1,280 @@
+// The original Qwen (QWenLMHeadModel): two tiny checkpoints in the released layout whose
+// goldens were computed in fp32 by Qwen's own modeling_qwen.py. qwen1-a has seq_length 64
+// with dynamic NTK and logn on, and sequences past 64 tokens; qwen1-b-no-ntk has both off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "../unit/test_util.h"
+#include "backend/backend.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "qwen_v1_batch.h"
+#include "qwenrt/engine.h"
+
+namespace qwenrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kLogprobTolerance = 1e-3;  // absolute, as the acceptance criterion
+
+fs::path v1_dir(const std::string& name) {
+  return fs::path(QWENRT_TEST_DATA) / "qwen1" / name;
+}
+
+nlohmann::json load_golden(const fs::path& dir) {
+  std::ifstream in(dir / "golden.json");
+  return nlohmann::json::parse(in);
+}
+
+EngineOptions cpu_options() {
+  EngineOptions options;
+  options.device = "cpu";
+  options.threads = 2;
+  options.max_context = 512;
+  return options;
+}
+
+class QwenV1Model : public ::testing::TestWithParam<std::string> {
+ protected:
+  fs::path dir() const { return v1_dir(GetParam()); }
+};
+
+// Every score sequence within kLogprobTolerance of the goldens; returns the largest difference.
+double expect_scores_match(Engine& engine, const nlohmann::json& golden) {
+  EXPECT_FALSE(golden["score"].empty());
+  double worst = 0;
+  for (const auto& item : golden["score"]) {
+    const auto ids = item["ids"].get<std::vector<int32_t>>();
+    const auto expected = item["logprobs"].get<std::vector<double>>();
+    ScoreResult result = engine.score(ids);
+    EXPECT_EQ(result.logprobs.size(), expected.size());
+    for (size_t i = 0; i < expected.size() && i < result.logprobs.size(); ++i) {
+      worst = std::max(worst, std::abs(result.logprobs[i] - expected[i]));
+      EXPECT_NEAR(result.logprobs[i], expected[i], kLogprobTolerance)
+          << ids.size() << "-token sequence, position " << i + 1;
+    }
+  }
+  return worst;
+}
+
+// Every greedy continuation identical to the goldens (made through the original's KV cache).
+void expect_greedy_match(Engine& engine, const nlohmann::json& golden) {
+  EXPECT_FALSE(golden["greedy"].empty());
+  for (const auto& item : golden["greedy"]) {
+    const auto prompt = item["prompt"].get<std::vector<int32_t>>();
+    const auto expected = item["greedy"].get<std::vector<int32_t>>();
+    GenerateOptions generate;
+    generate.max_new_tokens = static_cast<int>(expected.size());
+    EXPECT_EQ(engine.generate(prompt, generate).ids, expected)
+        << "prompt of " << prompt.size() << " tokens";
+  }
+}
+
+TEST_P(QwenV1Model, ScoreAndGreedyMatchOriginalCode) {
+  const auto golden = load_golden(dir());
+  Engine engine(dir(), cpu_options());
+  RecordProperty("max_abs_logprob_diff", std::to_string(expect_scores_match(engine, golden)));
+  expect_greedy_match(engine, golden);
+}
+
+// Prefill in chunks of 7 tokens: every chunk must use the alpha of the whole prompt (a chunk's
+// own length would give a different RoPE base and other tokens).
+TEST_P(QwenV1Model, ChunkedPrefillKeepsTheWholePromptsAlpha) {
+  const auto golden = load_golden(dir());
+  EngineOptions small = cpu_options();
+  small.max_batch_tokens = 7;
+  small.max_logit_rows = 7;
+  Engine engine(dir(), small);
+  expect_greedy_match(engine, golden);
+  expect_scores_match(engine, golden);
+}
+
+// The released 7B/14B/72B folders are sharded with model.safetensors.index.json: the same
+// tensors in three shards give the same numbers.
+TEST_P(QwenV1Model, ShardedFolderMatchesOriginalCode) {
+  ModelFiles single(dir());
+  std::vector<test::TensorSpec> tensors;
+  for (const std::string& name : single.names()) {
+    const SafetensorsTensor* tensor = single.find(name);
+    tensors.push_back(
+        {name, tensor->dtype_name, tensor->shape,
+         std::string(reinterpret_cast<const char*>(tensor->data), tensor->byte_size)});
+  }
+  test::TempDir sharded;
+  std::ifstream in(dir() / "config.json");
+  test::write_model(sharded.path(), nlohmann::json::parse(in), tensors, /*shards=*/3);
+  ASSERT_TRUE(fs::exists(sharded.path() / "model.safetensors.index.json"));
+  Engine engine(sharded.path(), cpu_options());
+  const auto golden = load_golden(dir());
+  expect_scores_match(engine, golden);
+  expect_greedy_match(engine, golden);
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, QwenV1Model, ::testing::Values("qwen1-a", "qwen1-b-no-ntk"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+TEST(QwenV1, ConfigFieldsAsReleased) {
+  ModelConfig config = load_model_config(v1_dir("qwen1-a"));
+  EXPECT_EQ(config.architecture, Architecture::kQwenV1);
+  EXPECT_EQ(config.head_dim, 16);
+  EXPECT_EQ(config.num_kv_heads, 4);
+  EXPECT_EQ(config.intermediate_size, 128);  // half of config.json's 256
+  EXPECT_EQ(config.seq_length, 64);
+  EXPECT_TRUE(config.use_dynamic_ntk);
+  EXPECT_TRUE(config.use_logn_attn);
+  EXPECT_TRUE(config.attention_bias);
+  EXPECT_FALSE(config.qk_norm);
+  EXPECT_EQ(config.chat_format, "raw");
+  // The original's alpha: max(2^ceil(log2(L / 64) + 1) - 1, 1) = 2^(index + 1) - 1.
+  EXPECT_EQ(ntk_alpha_index(config, 1), 0);
+  EXPECT_EQ(ntk_alpha_index(config, 64), 0);
+  EXPECT_EQ(ntk_alpha_index(config, 65), 1);   // alpha 3
+  EXPECT_EQ(ntk_alpha_index(config, 128), 1);  // log2(2) + 1 = 2 exactly: alpha 3
+  EXPECT_EQ(ntk_alpha_index(config, 129), 2);  // alpha 7
+  EXPECT_EQ(ntk_alpha_index(config, 200), 2);
+  EXPECT_EQ(ntk_alpha_index(config, 257), 3);  // alpha 15
+  ModelConfig plain = load_model_config(v1_dir("qwen1-b-no-ntk"));
+  EXPECT_FALSE(plain.use_logn_attn);
+  EXPECT_EQ(ntk_alpha_index(plain, 1000), 0);
+
+  // Qwen-7B's config.json and generation_config.json as released.
+  auto read = [](const std::string& name) {
+    std::ifstream in(fs::path(QWENRT_TEST_DATA) / "qwen1" / name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string generation = read("Qwen-7B.generation_config.json");
+  ModelConfig qwen7b = parse_model_config(read("Qwen-7B.config.json"), "config.json", &generation);
+  EXPECT_EQ(qwen7b.hidden_size, 4096);
+  EXPECT_EQ(qwen7b.num_heads, 32);
+  EXPECT_EQ(qwen7b.head_dim, 128);
+  EXPECT_EQ(qwen7b.intermediate_size, 11008);
+  EXPECT_EQ(qwen7b.seq_length, 8192);
+  EXPECT_EQ(qwen7b.vocab_size, 151936);
+  EXPECT_EQ(qwen7b.eos_token_ids, std::vector<int>{151643});
+  EXPECT_EQ(qwen7b.chat_format, "raw");
+  EXPECT_FALSE(qwen7b.tie_word_embeddings);
+  EXPECT_EQ(model_context_limit(qwen7b), kLognMaxContext);  // max_position_embeddings is 32768
+}
+
+TEST(QwenV1, LognScaleAsTheOriginalTable) {
+  EXPECT_EQ(logn_scale(0, 5000), 1.f);  // off
+  EXPECT_EQ(logn_scale(64, 63), 1.f);   // p + 1 = 64 is not past seq_length
+  EXPECT_FLOAT_EQ(logn_scale(64, 64), static_cast<float>(std::log(65.0) / std::log(64.0)));
+  EXPECT_FLOAT_EQ(logn_scale(8192, 32766),
+                  static_cast<float>(std::log(32767.0) / std::log(8192.0)));
+}
+
+TEST(QwenV1, ContextIsCappedAtTheLognTable) {
+  EngineOptions options = cpu_options();
+  options.max_context = kLognMaxContext + 1;
+  try {
+    Engine engine(v1_dir("qwen1-a"), options);
+    ADD_FAILURE() << "a context past the logn table was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("32767"), std::string::npos) << e.what();
+  }
+}
+
+// A Session must not reuse keys computed under another alpha: a prompt that crosses
+// seq_length recomputes the cached turn, and the answers equal those of fresh runs.
+TEST(QwenV1, SessionRecomputesWhenTheAlphaChanges) {
+  const auto golden = load_golden(v1_dir("qwen1-a"));
+  Engine engine(v1_dir("qwen1-a"), cpu_options());
+  const auto long_prompt = golden["greedy"][1]["prompt"].get<std::vector<int32_t>>();
+  const auto expected = golden["greedy"][1]["greedy"].get<std::vector<int32_t>>();
+  ASSERT_GT(long_prompt.size(), 64u);
+  std::unique_ptr<Session> session = engine.new_session();
+  GenerateOptions one;
+  one.max_new_tokens = 1;
+  // 40 tokens: alpha 1. Then the 120-token prompt that starts with them: alpha 3.
+  engine.generate(*session, {long_prompt.begin(), long_prompt.begin() + 40}, one);
+  GenerateOptions generate;
+  generate.max_new_tokens = static_cast<int>(expected.size());
+  GenerateResult result = engine.generate(*session, long_prompt, generate);
+  EXPECT_EQ(result.reused_tokens, 0);
+  EXPECT_EQ(result.ids, expected);
+  // The same alpha again: the cache is reused.
+  GenerateResult again = engine.generate(*session, long_prompt, generate);
+  EXPECT_EQ(again.reused_tokens, static_cast<int>(long_prompt.size()) - 1);
+  EXPECT_EQ(again.ids, expected);
+}
+
+// One forward pass over sequences with different alphas gives each sequence the logits it
+// gets alone: the alpha travels with each sequence, not with the model.
+TEST(QwenV1, BatchMixesAlphas) {
+  const auto golden = load_golden(v1_dir("qwen1-a"));
+  const auto long_ids = golden["score"][1]["ids"].get<std::vector<int32_t>>();  // 200: alpha 7
+  const auto short_ids = golden["score"][0]["ids"].get<std::vector<int32_t>>();
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  const test::MixedAlphaResult result =
+      test::mixed_alpha_batch(*backend, v1_dir("qwen1-a"), long_ids, 2, short_ids);
+  EXPECT_LT(result.first_diff, 1e-5);
+  EXPECT_LT(result.second_diff, 1e-5);
+  EXPECT_GT(result.alpha_effect, 0.1);  // the alpha does change the result (0.55 measured)
+}
+
+// A copy of qwen1-a with config.json edited; the error must be one line naming the file.
+void expect_folder_error(const std::function<void(nlohmann::json&)>& edit,
+                         const std::string& needle) {
+  test::TempDir dir;
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors"}) {
+    fs::copy_file(v1_dir("qwen1-a") / name, dir.path() / name);
+  }
+  std::ifstream in(v1_dir("qwen1-a") / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  edit(config);
+  fs::permissions(dir.path() / "config.json", fs::perms::owner_all, fs::perm_options::add);
+  test::write_file(dir.path() / "config.json", config.dump(2));
+  try {
+    Engine engine(dir.path(), cpu_options());
+    ADD_FAILURE() << "accepted a folder with " << needle;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find((dir.path() / "config.json").string()), std::string::npos) << message;
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST(QwenV1, BadFoldersGiveOneLineErrors) {
+  expect_folder_error([](auto& c) { c["rotary_pct"] = 0.5; }, "rotary_pct");
+  expect_folder_error([](auto& c) { c["kv_channels"] = 8; }, "kv_channels");
+  expect_folder_error([](auto& c) { c.erase("kv_channels"); }, "kv_channels");
+  expect_folder_error([](auto& c) { c["intermediate_size"] = 255; }, "intermediate_size");
+  expect_folder_error([](auto& c) { c["no_bias"] = false; }, "no_bias");
+  expect_folder_error([](auto& c) { c["bf16"] = true, c["fp16"] = true; }, "bf16");
+  expect_folder_error([](auto& c) { c["seq_length"] = 0; }, "seq_length");
+  // Tensors checked against the config: a config with another width no longer matches.
+  test::TempDir dir;
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(v1_dir("qwen1-a") / name, dir.path() / name);
+  std::ifstream in(v1_dir("qwen1-a") / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["intermediate_size"] = 512;
+  fs::permissions(dir.path() / "config.json", fs::perms::owner_all, fs::perm_options::add);
+  test::write_file(dir.path() / "config.json", config.dump());
+  try {
+    Engine engine(dir.path(), cpu_options());
+    ADD_FAILURE() << "accepted mismatched MLP weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("transformer.h.0.mlp.w2.weight"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace qwenrt
