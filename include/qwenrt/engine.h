@@ -38,12 +38,13 @@ struct MemoryPlan {
   size_t mapped_weights = 0; // checkpoint bytes mapped from disk
   size_t kv_pool = 0;
   size_t workspace = 0;
+  size_t backend_workspace = 0;  // the backend's fixed buffers: matrix library, attention partials, sampling
   int kv_blocks = 0;
   int kv_block_size = 0;
   size_t kv_bytes_per_token = 0;
   int max_context = 0;
   size_t device_total = 0;       // device memory in all (0 on the CPU)
-  size_t used_before_load = 0;   // in use before the plan was allocated: runtime context, others
+  size_t used_before_load = 0;   // in use before the plan, backend buffers excluded: runtime context, others
 };
 
 // Where the time to a loaded, ready engine went.

@@ -204,6 +204,8 @@ class Backend {
   // Whether weights in host memory (e.g. mmapped files) can be used in place.
   virtual bool uses_host_memory() const = 0;
   virtual DeviceMemoryInfo memory_info() const = 0;
+  // Device memory the backend holds for itself (fixed workspaces), 0 on the CPU.
+  virtual size_t workspace_bytes() const { return 0; }
 
   // ---- memory: called while planning/loading, never per token ----
   virtual DeviceBuffer allocate(size_t bytes, const char* what) = 0;

@@ -92,7 +92,12 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     out["matmul_fraction"] = result.matmul_fraction;
     out["memory"] = {{"weights", plan.weights},          {"mapped_weights", plan.mapped_weights},
                      {"kv_cache", plan.kv_pool},         {"workspace", plan.workspace},
+                     {"backend_workspace", plan.backend_workspace},
                      {"runtime_other", plan.used_before_load}, {"peak_used", result.peak_used_bytes},
+                     {"beyond_weights_kv_runtime",
+                      result.peak_used_bytes > plan.weights + plan.kv_pool + plan.used_before_load
+                          ? result.peak_used_bytes - plan.weights - plan.kv_pool - plan.used_before_load
+                          : 0},
                      {"device_total", plan.device_total}};
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;

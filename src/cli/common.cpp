@@ -109,10 +109,15 @@ void print_memory_report(Engine& engine, size_t request_kv_bytes) {
                format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str(), plan.max_context);
   std::fprintf(stderr, "  workspace      %s\n", format_bytes(static_cast<double>(plan.workspace)).c_str());
   if (plan.device_total > 0) {
+    std::fprintf(stderr, "  backend        %s (matrix library, attention partials, sampling)\n",
+                 format_bytes(static_cast<double>(engine.memory_plan().backend_workspace)).c_str());
     std::fprintf(stderr, "  runtime/other  %s (in use before loading: driver context, other processes)\n",
                  format_bytes(static_cast<double>(plan.used_before_load)).c_str());
-    std::fprintf(stderr, "  peak in use    %s of %s\n", format_bytes(static_cast<double>(engine.device_used_peak())).c_str(),
-                 format_bytes(static_cast<double>(plan.device_total)).c_str());
+    const size_t peak = engine.device_used_peak();
+    const size_t planned = plan.weights + plan.kv_pool + plan.used_before_load;
+    std::fprintf(stderr, "  peak in use    %s of %s; %s beyond weights, KV cache and runtime\n",
+                 format_bytes(static_cast<double>(peak)).c_str(), format_bytes(static_cast<double>(plan.device_total)).c_str(),
+                 format_bytes(static_cast<double>(peak > planned ? peak - planned : 0)).c_str());
   }
   if (request_kv_bytes > 0) {
     std::fprintf(stderr, "  this request   %s of KV cache\n", format_bytes(static_cast<double>(request_kv_bytes)).c_str());

@@ -105,7 +105,8 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   plan_.workspace = QwenModel::workspace_bytes(config, dtype, limits);
   DeviceMemoryInfo memory = backend_->memory_info();
   plan_.device_total = memory.total_bytes;
-  plan_.used_before_load = memory.total_bytes - memory.free_bytes;
+  plan_.backend_workspace = backend_->workspace_bytes();
+  plan_.used_before_load = memory.total_bytes - memory.free_bytes - plan_.backend_workspace;
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace + sampling_bytes;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
@@ -125,6 +126,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   const auto warmup_start = std::chrono::steady_clock::now();
   if (plan_.device_total > 0) warm_up();
   startup_.warmup_seconds = seconds_since(warmup_start);
+  plan_.backend_workspace = backend_->workspace_bytes();  // with what the warm-up sized
   device_used_now();
 }
 

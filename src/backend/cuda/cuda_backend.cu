@@ -172,6 +172,11 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return dtype_; }
   bool uses_host_memory() const override { return false; }
 
+  size_t workspace_bytes() const override {
+    return cublas_workspace_.bytes() + attention_workspace_.bytes() + status_buffer_.bytes() +
+           penalty_logits_.bytes() + penalty_counts_.bytes();
+  }
+
   DeviceMemoryInfo memory_info() const override {
     DeviceMemoryInfo info;
     QWENRT_CUDA_CALL(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "memory_info", "");
