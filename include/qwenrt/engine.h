@@ -26,6 +26,9 @@ struct EngineOptions {
   int max_context = 0;             // tokens per sequence; 0 = min(model max, 32768)
   double kv_cache_gb = 0;          // KV pool size; 0 = kv_cache_tokens
   int64_t kv_cache_tokens = 0;     // KV pool size in tokens when kv_cache_gb is 0; 0 = one max_context sequence
+  // On a GPU, when neither size is given: the KV pool takes this fraction of the free device
+  // memory less weights and workspace (as vLLM's gpu_memory_utilization); 0 = off.
+  double kv_memory_fraction = 0;
   int max_batch_tokens = 512;      // tokens per forward pass (prompt chunk size)
   int max_logit_rows = 128;        // rows of logits per pass (score chunk size)
   int max_seqs = 8;                // sequences per forward pass (the batched step's width)
@@ -131,6 +134,19 @@ struct StepInput {
   // The context the penalties see: every token before the one sampled. Only read when the
   // sampling parameters have a penalty.
   std::span<const int32_t> history;
+  // >= 0: also report the sampled token's log-probability and this many most likely
+  // alternatives (from the model's distribution before sampling parameters apply).
+  int top_logprobs = -1;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+// What Engine::step reports for an input that asked for log-probabilities.
+struct StepLogprobs {
+  float sampled = 0;             // log p(sampled token)
+  std::vector<TokenLogprob> top;  // most likely first
 };
 
 // A conversation whose KV cache outlives one generate() call. Each prompt given with the
@@ -182,7 +198,9 @@ class Engine {
   // One forward pass over every input (at most max_seqs() of them, max_batch_tokens() new
   // tokens in all); advances each sequence and writes, per input, the sampled token or -1.
   // Sequences may join and leave between calls; each carries its own sampling state.
-  void step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled);
+  // `logprobs`, when given, gets one entry per input (filled for those that asked).
+  void step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
+            std::vector<StepLogprobs>* logprobs = nullptr);
   std::unique_ptr<SequenceBlocks> new_sequence();
   BlockAllocator& block_allocator() { return *blocks_; }
   int max_seqs() const;
@@ -220,6 +238,7 @@ class Engine {
   std::vector<SequenceChunk> step_chunks_;
   std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_;
   std::vector<SampleRow> step_rows_host_;
+  std::vector<float> step_logits_host_;
   MemoryPlan plan_;
   size_t peak_used_ = 0;
 };

@@ -24,6 +24,26 @@ std::string gib(size_t bytes) {
   return text;
 }
 
+// log_softmax of one row of logits at `token`, and the `top` most likely tokens.
+StepLogprobs log_probabilities(const std::vector<float>& logits, int32_t token, int top) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float value : logits) sum += std::exp(static_cast<double>(value) - max_logit);
+  const double log_norm = max_logit + std::log(sum);
+  StepLogprobs out;
+  out.sampled = static_cast<float>(logits[static_cast<size_t>(token)] - log_norm);
+  const int count = std::min<int>(top, static_cast<int>(logits.size()));
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < count; ++i) {
+    out.top.push_back(TokenLogprob{order[i], static_cast<float>(logits[order[i]] - log_norm)});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
@@ -89,6 +109,18 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
       throw Error(ErrorCategory::kInvalidArgument,
                   "--kv-cache-gb " + std::to_string(options.kv_cache_gb) +
                       " is smaller than one KV block (" + std::to_string(kv_bytes_per_block) + " bytes)");
+    }
+  } else if (options.kv_memory_fraction > 0 && backend_->memory_info().total_bytes > 0) {
+    const DeviceMemoryInfo free_memory = backend_->memory_info();
+    const double budget = options.kv_memory_fraction * static_cast<double>(free_memory.free_bytes) -
+                          static_cast<double>(weight_bytes + QwenModel::workspace_bytes(config, dtype, limits)) -
+                          static_cast<double>(limits.max_seqs) * (max_context + 2) * sizeof(int32_t);
+    limits.num_blocks = static_cast<int>(std::min(budget / static_cast<double>(kv_bytes_per_block), double(1 << 30)));
+    if (limits.num_blocks < limits.max_blocks_per_seq) {
+      throw Error(ErrorCategory::kOutOfMemory,
+                  "after the weights only " + gib(static_cast<size_t>(std::max(budget, 0.0))) +
+                      " is left for the KV cache, less than one " + std::to_string(max_context) +
+                      "-token sequence needs: lower --max-context or give --kv-cache-gb");
     }
   } else if (options.kv_cache_tokens > 0) {
     // Every sequence's last block may be part-filled: round each up.
@@ -231,7 +263,8 @@ std::unique_ptr<SequenceBlocks> Engine::new_sequence() {
   return std::make_unique<SequenceBlocks>(*blocks_, plan_.kv_block_size);
 }
 
-void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled) {
+void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
+                  std::vector<StepLogprobs>* logprobs) {
   step_chunks_.clear();
   step_logit_rows_.clear();
   step_rows_host_.clear();
@@ -275,8 +308,19 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   step_out_host_.resize(n_rows);
   backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
   size_t row = 0;
+  if (logprobs != nullptr) logprobs->assign(inputs.size(), StepLogprobs{});
+  const int vocab = model_->config().vocab_size;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].sample) sampled[i] = step_out_host_[row++];
+    if (!inputs[i].sample) continue;
+    sampled[i] = step_out_host_[row];
+    if (logprobs != nullptr && inputs[i].top_logprobs >= 0) {
+      // Rare (a request asking for logprobs): one row of logits to the host.
+      step_logits_host_.resize(static_cast<size_t>(vocab));
+      backend_->copy_to_host(step_logits_host_.data(), logits.row_slice(static_cast<int64_t>(row), 1).data,
+                             static_cast<size_t>(vocab) * sizeof(float));
+      (*logprobs)[i] = log_probabilities(step_logits_host_, sampled[i], inputs[i].top_logprobs);
+    }
+    ++row;
   }
 }
 

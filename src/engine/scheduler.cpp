@@ -13,6 +13,7 @@ const char* finish_reason_name(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
     case FinishReason::kNone: break;
   }
   return "";
@@ -224,9 +225,19 @@ const std::vector<SequenceEvent>& Scheduler::step() {
     inputs_.push_back(StepInput{sequence->blocks.get(),
                                 std::span<const int32_t>(sequence->tokens).subspan(static_cast<size_t>(start),
                                                                                    static_cast<size_t>(sequence->chunk)),
-                                samples, sampling, sequence->tokens});
+                                samples, sampling, sequence->tokens, sequence->request.top_logprobs});
   }
-  engine_.step(inputs_, sampled_);
+  try {
+    engine_.step(inputs_, sampled_, &logprobs_);
+  } catch (const std::exception&) {
+    // The batch's sequences end with an error; their blocks go back and the rest carry on.
+    for (Sequence* sequence : batch_) {
+      finish(*sequence, FinishReason::kError);
+      std::erase_if(running_, [&](const auto& s) { return s.get() == sequence; });
+    }
+    update_stats();
+    return events_;
+  }
   ++steps_;
 
   std::vector<Sequence*> finished;
@@ -241,7 +252,7 @@ const std::vector<SequenceEvent>& Scheduler::step() {
     ++sequence.generated;
     ++generated_tokens_;
     if (prefix_cache_) sequence.blocks->publish_full_blocks(sequence.tokens);
-    events_.push_back(SequenceEvent{sequence.id, token, FinishReason::kNone});
+    events_.push_back(SequenceEvent{sequence.id, token, FinishReason::kNone, std::move(logprobs_[k])});
     const SequenceRequest& request = sequence.request;
     const bool may_stop = sequence.generated >= request.min_tokens;
     const bool is_eos = !request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();

@@ -32,9 +32,11 @@ struct SequenceRequest {
   std::vector<int32_t> stop_ids;  // besides the model's end-of-sequence ids
   SamplingParams sampling;
   uint64_t stream = 0;      // choice index: the random stream within the seed
+  int top_logprobs = -1;    // >= 0: report each token's log-probability and this many alternatives
 };
 
-enum class FinishReason { kNone, kStop, kLength, kCancelled };
+// kError: the forward pass failed for the batch (e.g. non-finite logits); the server stays up.
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason reason);
 
 // One thing a step did for a sequence: a new token, its end, or both.
@@ -42,6 +44,7 @@ struct SequenceEvent {
   uint64_t id = 0;
   int32_t token = -1;  // -1: no token (a cancellation)
   FinishReason finish = FinishReason::kNone;
+  StepLogprobs logprobs;  // when the request asked for them
 };
 
 struct SchedulerStats {
@@ -98,6 +101,7 @@ class Scheduler {
   std::vector<Sequence*> batch_;  // this step's sequences
   int budget_ = 0;                // this step's batch tokens left
   std::vector<int32_t> sampled_;
+  std::vector<StepLogprobs> logprobs_;
   int64_t preemptions_ = 0, prompt_tokens_ = 0, computed_prompt_tokens_ = 0, generated_tokens_ = 0, steps_ = 0;
 };
 
