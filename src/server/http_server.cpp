@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -10,6 +12,8 @@
 
 namespace qwenrt::server {
 namespace {
+
+constexpr int kListenBacklog = 4096;
 
 // Compares in time that depends only on the lengths, not on where the texts differ.
 bool same_secret(const std::string& given, const std::string& expected) {
@@ -55,12 +59,25 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
 HttpServer::~HttpServer() { stop(); }
 
 bool HttpServer::bind() {
+  // cpp-httplib listens with a backlog of 5: hundreds of clients reconnecting at once
+  // overflow it (dropped connections, resets). The socket is kept here to listen again
+  // with a deep queue once bound (Linux updates the backlog of a listening socket).
+  int listen_socket = -1;
+  http_->set_socket_options([&listen_socket](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket = sock;
+  });
+  bool bound = false;
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
-    return port_ > 0;
+    bound = port_ > 0;
+  } else {
+    port_ = options_.port;
+    bound = http_->bind_to_port(options_.host, options_.port);
   }
-  port_ = options_.port;
-  return http_->bind_to_port(options_.host, options_.port);
+  if (bound && listen_socket >= 0) ::listen(listen_socket, kListenBacklog);
+  return bound;
 }
 
 void HttpServer::serve() { http_->listen_after_bind(); }
