@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "core/error.h"
 #include "core/random_bits.h"
@@ -23,6 +24,12 @@ std::string error_body(const ApiError& error) {
                  {"param", error.param.empty() ? json(nullptr) : json(error.param)},
                  {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
   return body.dump();
+}
+
+uint64_t process_unique_bits() {
+  static const uint64_t salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  return splitmix64(salt ^ splitmix64(counter.fetch_add(1)));
 }
 
 ApiError invalid_request(std::string message, std::string param) {
@@ -185,8 +192,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   } else {
     // No seed: every request its own stream (a counter keeps them apart).
-    static std::atomic<uint64_t> counter{0x5eed};
-    s.seed = splitmix64(counter.fetch_add(1));
+    s.seed = process_unique_bits();
   }
 
   if (const json* stop = field(body, "stop")) {

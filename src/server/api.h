@@ -34,6 +34,10 @@ struct ApiError : std::runtime_error {
 std::string error_body(const ApiError& error);
 ApiError invalid_request(std::string message, std::string param = "");
 
+// 64 random-looking bits, different on every call and in every run of the server (request
+// ids, tool-call ids, the seed of a request that gives none).
+uint64_t process_unique_bits();
+
 // Parses a request body as JSON. Library failures become one 400 ApiError line.
 nlohmann::json parse_json_body(std::string_view body);
 

@@ -31,10 +31,8 @@ void send_error(httplib::Response& res, const ApiError& error) {
 }
 
 std::string new_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{1};
   char text[48];
-  std::snprintf(text, sizeof(text), "%s-%016llx", prefix,
-                static_cast<unsigned long long>(splitmix64(counter.fetch_add(1) ^ 0xc0ffee)));
+  std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
   return text;
 }
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "core/random_bits.h"
+#include "server/api.h"
 
 namespace qwenrt::server {
 namespace {
@@ -23,8 +23,7 @@ size_t partial_tag(std::string_view text, std::string_view tag) {
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 std::string new_call_id() {
-  static std::atomic<uint64_t> counter{1};
-  const uint64_t bits = splitmix64(counter.fetch_add(1) ^ 0x7001ca11ull);
+  const uint64_t bits = process_unique_bits();
   char text[32];
   std::snprintf(text, sizeof(text), "call_%016llx", static_cast<unsigned long long>(bits));
   return text;
