@@ -171,6 +171,27 @@ await test('seeded sampling repeats; n choices differ', async () => {
   assert.equal(a.usage.completion_tokens, 48);
 });
 
+await test('a stop string ends the text before it, streamed and not', async () => {
+  const base = { model, prompt: [72, 101, 108, 108, 111], max_tokens: 40, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(base)).choices[0].text;
+  // A stop string from the middle of what greedy decoding writes.
+  const chars = Array.from(full);
+  const stop = chars.slice(10, 12).join('');
+  const expected = full.slice(0, full.indexOf(stop));
+  assert.ok(stop.length > 0 && expected.length < full.length);
+  const whole = await client.completions.create({ ...base, stop: [stop] });
+  assert.equal(whole.choices[0].text, expected);
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+  let streamed = '';
+  let finish = null;
+  for await (const chunk of await client.completions.create({ ...base, stop, stream: true })) {
+    streamed += chunk.choices[0]?.text ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(streamed, expected);
+  assert.equal(finish, 'stop');
+});
+
 await test('max_tokens cutting a character still gives valid UTF-8', async () => {
   // Byte-level ids: 0xE2 0x82 0xAC is "€"; the completion continues from inside it.
   for (const maxTokens of [1, 2, 3]) {
