@@ -5,18 +5,7 @@ with a ChatML chat template, so `qwenrt serve` can be tested end to end on them.
 import json
 import pathlib
 
-
-def bytes_to_unicode():
-    # GPT-2's byte alphabet: printable bytes map to themselves, the rest to 256 + n.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars = keep[:]
-    n = 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(keep, chars)}
+from gen_tokenizer_variants import byte_alphabet  # GPT-2's byte alphabet
 
 
 ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<think>", False),
@@ -36,7 +25,7 @@ TEMPLATE = (
 def main():
     out = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "serve"
     out.mkdir(parents=True, exist_ok=True)
-    byte_chars = bytes_to_unicode()
+    byte_chars = byte_alphabet()
     vocab = {byte_chars[b]: b for b in range(256)}
     added = [{"id": 256 + i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": special} for i, (text, special) in enumerate(ADDED)]

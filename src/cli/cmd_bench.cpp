@@ -37,6 +37,14 @@ void print_memory(const MemoryPlan& plan, size_t peak_used) {
   }
 }
 
+nlohmann::ordered_json json_header(const std::string& model_name, const DeviceInfo& info, const std::string& dtype) {
+  nlohmann::ordered_json out;
+  out["model"] = model_name;
+  out["device"] = info.name;
+  out["dtype"] = dtype;
+  return out;
+}
+
 nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
   return {{"weights", plan.weights},          {"mapped_weights", plan.mapped_weights},
           {"kv_cache", plan.kv_pool},         {"workspace", plan.workspace},
@@ -56,10 +64,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
   DeviceInfo info = engine.backend().device_info();
   std::string dtype = dtype_name(engine.backend().activation_dtype());
   if (args.format == "json") {
-    nlohmann::ordered_json out;
-    out["model"] = model_name;
-    out["device"] = info.name;
-    out["dtype"] = dtype;
+    nlohmann::ordered_json out = json_header(model_name, info, dtype);
     out["batch"] = result.batch;
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
@@ -140,10 +145,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   DeviceInfo info = engine->backend().device_info();
   std::string dtype = dtype_name(engine->backend().activation_dtype());
   if (args.format == "json") {
-    nlohmann::ordered_json out;
-    out["model"] = model_name;
-    out["device"] = info.name;
-    out["dtype"] = dtype;
+    nlohmann::ordered_json out = json_header(model_name, info, dtype);
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;

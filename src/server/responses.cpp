@@ -84,6 +84,18 @@ json ResponseBuilder::completion_logprobs(const Choice& choice) const {
           {"text_offset", offsets}};
 }
 
+// The event's text through the choice's tag parser; at the choice's end, what it held too.
+ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
+  ParsedDelta parsed = choice.parser.push(event.text);
+  if (!event.finish_reason.empty()) {
+    ParsedDelta rest = choice.parser.flush();
+    parsed.content += rest.content;
+    parsed.reasoning += rest.reasoning;
+    for (auto& call : rest.tool_calls) parsed.tool_calls.push_back(std::move(call));
+  }
+  return parsed;
+}
+
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
   choice.completion_tokens += event.tokens;
@@ -117,13 +129,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
                                     {"logprobs", nullptr},
                                     {"finish_reason", nullptr}}})));
   }
-  ParsedDelta parsed = choice.parser.push(event.text);
-  if (!event.finish_reason.empty()) {
-    ParsedDelta rest = choice.parser.flush();
-    parsed.content += rest.content;
-    parsed.reasoning += rest.reasoning;
-    for (auto& call : rest.tool_calls) parsed.tool_calls.push_back(std::move(call));
-  }
+  ParsedDelta parsed = parse(choice, event);
   json delta = json::object();
   if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
   if (!parsed.content.empty()) delta["content"] = parsed.content;
@@ -169,13 +175,7 @@ void ResponseBuilder::collect(const ChoiceEvent& event) {
     return;
   }
   if (request_.chat) {
-    ParsedDelta parsed = choice.parser.push(event.text);
-    if (!event.finish_reason.empty()) {
-      ParsedDelta rest = choice.parser.flush();
-      parsed.content += rest.content;
-      parsed.reasoning += rest.reasoning;
-      for (auto& call : rest.tool_calls) parsed.tool_calls.push_back(std::move(call));
-    }
+    ParsedDelta parsed = parse(choice, event);
     choice.content += parsed.content;
     choice.reasoning += parsed.reasoning;
     for (auto& call : parsed.tool_calls) choice.tool_calls.push_back(std::move(call));

@@ -42,6 +42,7 @@ class ResponseBuilder {
     std::string finish;
     int completion_tokens = 0;
   };
+  static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage() const;
   std::string finish_reason(const Choice& choice) const;
