@@ -218,6 +218,7 @@ class Engine {
   void init(const ModelConfig& config, const EngineOptions& options,
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void warm_up();
+  void warm_up_batched();
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
   Tensor decode_step(SequenceBlocks& sequence, int32_t token);

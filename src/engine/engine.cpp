@@ -162,7 +162,10 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes);
   step_history_lens_ = step_out_ + limits.max_seqs;
   step_history_ = step_history_lens_ + limits.max_seqs;
-  if (plan_.device_total > 0) warm_up();
+  if (plan_.device_total > 0) {
+    warm_up();
+    warm_up_batched();
+  }
   device_used_now();
 }
 
@@ -200,6 +203,30 @@ void Engine::warm_up() {
   sampled.top_p = 0.9f;
   sampled.repetition_penalty = 1.1f;
   backend_->sample(logits, sampled, 0, history, history_len, plan_.max_context, out);
+  backend_->synchronize();
+}
+
+// The batched step's first use pays the same one-time costs at its own sizes: the matrix
+// products of a max_seqs-row decode pass and the per-row sampler, whose penalty buffers grow
+// here to the planned batch instead of during the first busy second of a server.
+void Engine::warm_up_batched() {
+  const int rows = std::min(model_->limits().max_seqs, blocks_->free_blocks());
+  if (rows < 2) return;
+  std::vector<std::unique_ptr<SequenceBlocks>> sequences;
+  std::vector<StepInput> inputs;
+  static const int32_t kToken = 0;
+  SampleRow sampled;
+  sampled.params.temperature = 0.7f;
+  sampled.params.top_k = 20;
+  sampled.params.repetition_penalty = 1.1f;
+  for (int i = 0; i < rows; ++i) {
+    sequences.push_back(new_sequence());
+    if (!sequences.back()->reserve(1)) return;
+    inputs.push_back(StepInput{sequences.back().get(), std::span<const int32_t>(&kToken, 1), true,
+                               i % 2 == 0 ? sampled : SampleRow{}, std::span<const int32_t>(&kToken, 1)});
+  }
+  std::vector<int32_t> out;
+  step(inputs, out);
   backend_->synchronize();
 }
 

@@ -321,6 +321,19 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   out.parse_tool_calls = !tools.is_null();
   out.parse_reasoning = true;
+  // Templates of thinking-only models end the prompt with "<think>\n": the output then
+  // starts inside the reasoning and only closes it.
+  if (const auto think = model.tokenizer->token_to_id("<think>")) {
+    for (size_t back = 1; back <= std::min<size_t>(3, out.prompt.size()); ++back) {
+      const int32_t id = out.prompt[out.prompt.size() - back];
+      if (id == *think) {
+        out.reasoning_open = true;
+        break;
+      }
+      const std::string text = model.tokenizer->decode(std::span<const int32_t>(&id, 1));
+      if (text.find_first_not_of(" \n") != std::string::npos) break;
+    }
+  }
   parse_common(body, model, limits, out, limits.max_context);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));

@@ -74,6 +74,7 @@ struct GenerationRequest {
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
   bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content
+  bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
 };
 
 GenerationRequest parse_chat_request(const nlohmann::json& body, const ModelText& model, const RequestLimits& limits);

@@ -45,9 +45,9 @@ bool parse_tool_call(std::string_view body, ToolCall& call) {
 
 }  // namespace
 
-OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls)
+OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open)
     : parse_reasoning_(parse_reasoning), parse_tool_calls_(parse_tool_calls),
-      state_(parse_reasoning ? State::kStart : State::kContent) {}
+      state_(!parse_reasoning ? State::kContent : reasoning_open ? State::kReasoning : State::kStart) {}
 
 ParsedDelta OutputParser::push(std::string_view text) {
   buffer_ += text;

@@ -26,7 +26,8 @@ struct ParsedDelta {
 
 class OutputParser {
  public:
-  OutputParser(bool parse_reasoning, bool parse_tool_calls);
+  // reasoning_open: the text starts inside <think> (the prompt opened it).
+  OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open = false);
   ParsedDelta push(std::string_view text);
   // The end of the output: whatever is held back is released.
   ParsedDelta flush();

@@ -30,7 +30,8 @@ class ResponseBuilder {
  private:
   struct Choice {
     explicit Choice(const GenerationRequest& request)
-        : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls) {}
+        : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls,
+                 request.reasoning_open) {}
     OutputParser parser;
     bool started = false;
     std::string content, reasoning;

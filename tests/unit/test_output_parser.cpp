@@ -84,6 +84,18 @@ TEST(OutputParser, UnfinishedTagsAtTheEnd) {
   EXPECT_EQ(parse_in_pieces("<thi", 1, true, true, false).content, "<thi");
 }
 
+TEST(OutputParser, ReasoningOpenedByThePrompt) {
+  const std::string text = "Let me think.\n</think>\n\nDone.";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    OutputParser parser(true, false, /*reasoning_open=*/true);
+    Parsed parsed;
+    for (size_t i = 0; i < text.size(); i += piece) add(parsed, parser.push(text.substr(i, piece)));
+    add(parsed, parser.flush());
+    EXPECT_EQ(parsed.reasoning, "Let me think.\n") << piece;
+    EXPECT_EQ(parsed.content, "Done.") << piece;
+  }
+}
+
 TEST(OutputParser, ArgumentsGivenAsTextAreKept) {
   Parsed parsed = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", 5, true, true);
   ASSERT_EQ(parsed.calls.size(), 1u);
