@@ -206,6 +206,8 @@ def main():
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--disconnect-share", type=float, default=0.0)
     parser.add_argument("--bad-share", type=float, default=0.0)
+    parser.add_argument("--prime", action="store_true",
+                        help="send one request alone first and report its TTFT apart (prefix-cache check)")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--soak", action="store_true", help="fail on any error, leaked block or memory growth")
     parser.add_argument("--seed", type=int, default=1)
@@ -257,6 +259,14 @@ def main():
             else:
                 client.stream(rng)
 
+    first_ttft = None
+    if args.prime:
+        client.stream(random.Random(args.seed))
+        first_ttft = stats.ttft[0] if stats.ttft else None
+        stats.ttft.clear()
+        stats.itl.clear()
+        stats.generated = 0
+        stats.completed = 0
     rss_start = None
     started = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.concurrency)]
@@ -292,6 +302,8 @@ def main():
         "disconnects": stats.disconnects, "bad_requests_answered": stats.bad_ok, "errors": stats.errors,
         "kv_blocks_held_when_idle": leaked, "kv_blocks_cached_when_idle": cached,
     }
+    if first_ttft is not None:
+        report["first_request_ttft_ms"] = round(first_ttft * 1e3, 2)
     if rss_start is not None:
         report["server_rss_mib"] = {"after_warmup": round(rss_start / 1024, 1), "end": round(rss_end / 1024, 1)}
     if args.json:
@@ -302,6 +314,8 @@ def main():
         print(f"  streams        {stats.completed} completed, {stats.disconnects} disconnected on purpose")
         print(f"  TTFT ms        p50 {report['ttft_ms']['p50']}  p90 {report['ttft_ms']['p90']}  p99 {report['ttft_ms']['p99']}")
         print(f"  inter-token ms p50 {report['itl_ms']['p50']}  p90 {report['itl_ms']['p90']}  p99 {report['itl_ms']['p99']}")
+        if first_ttft is not None:
+            print(f"  first request  TTFT {report['first_request_ttft_ms']} ms (sent alone, before the others)")
         print(f"  bad requests   {stats.bad_ok} answered with a 4xx error")
         print(f"  errors         {stats.errors or 'none'}")
         print(f"  KV when idle   {leaked} blocks held by sequences, {cached} kept by the prefix cache")
