@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "core/error.h"
@@ -121,6 +122,10 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
 void EngineService::shut_down(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   closed_ = true;
+  fail_all(reason);
+}
+
+void EngineService::fail_all(const std::string& reason) {
   for (auto& choice : choices_) {
     scheduler_.cancel(choice->id);
     ChoiceEvent event;
@@ -221,9 +226,17 @@ void EngineService::run() {
         continue;
       }
     }
-    const std::vector<SequenceEvent>& events = scheduler_.step();
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const SequenceEvent& event : events) dispatch(event);
+    try {
+      const std::vector<SequenceEvent>& events = scheduler_.step();
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const SequenceEvent& event : events) dispatch(event);
+    } catch (const std::exception& error) {
+      // A broken invariant must not take the server down: the requests in flight end
+      // with the error, their sequences are cancelled, and new ones are served.
+      std::fprintf(stderr, "qwenrt serve: %s\n", error.what());
+      std::lock_guard<std::mutex> lock(mutex_);
+      fail_all(std::string("internal error: ") + error.what());
+    }
   }
 }
 

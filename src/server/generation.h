@@ -93,6 +93,8 @@ class EngineService : public GenerationService {
   void run();
   void dispatch(const SequenceEvent& event);
   void end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error = "");
+  // Ends every unfinished choice with an error event (mutex_ held).
+  void fail_all(const std::string& reason);
 
   Engine& engine_;
   const Tokenizer& tokenizer_;
