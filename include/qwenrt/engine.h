@@ -24,10 +24,15 @@ struct EngineOptions {
   DType dtype = DType::kBF16;      // GPU weights/activations; the CPU computes in fp32
   int threads = 0;                 // CPU threads; 0 = all cores
   int max_context = 0;             // tokens per sequence; 0 = min(model max, 32768)
-  double kv_cache_gb = 0;          // KV pool size; 0 = enough for one max_context sequence
+  double kv_cache_gb = 0;          // KV pool size; 0 = kv_cache_tokens
+  int64_t kv_cache_tokens = 0;     // KV pool size in tokens when kv_cache_gb is 0; 0 = one max_context sequence
+  // On a GPU, when neither size is given: the KV pool takes this fraction of the free device
+  // memory less weights and workspace (as vLLM's gpu_memory_utilization); 0 = off.
+  double kv_memory_fraction = 0;
   int max_batch_tokens = 512;      // tokens per forward pass (prompt chunk size)
   int max_logit_rows = 128;        // rows of logits per pass (score chunk size)
   bool record_decode = true;       // GPU: replay each decode step as one recorded graph
+  int max_seqs = 8;                // sequences per forward pass (the batched step's width)
   // Called while weights load: (bytes done, bytes total).
   std::function<void(uint64_t, uint64_t)> load_progress;
 };
@@ -95,6 +100,27 @@ struct BenchResult {
   size_t peak_used_bytes = 0;         // device memory in use at the measured peak (0 on CPU)
 };
 
+struct BatchBenchOptions {
+  int batch = 8;          // sequences decoded together
+  int prompt_tokens = 128;
+  int gen_tokens = 128;
+  int repeat = 3;
+  int warmup = 1;
+  uint64_t seed = 1;
+};
+
+struct BatchBenchResult {
+  int batch = 0, prompt_tokens = 0, gen_tokens = 0, repeat = 0;
+  double prefill_seconds = 0;         // median time to prefill every prompt (and sample once)
+  double decode_seconds = 0;          // median time of the gen_tokens batched decode steps
+  double prefill_tokens_per_s = 0;    // batch × prompt_tokens / prefill_seconds
+  double decode_tokens_per_s = 0;     // batch × gen_tokens / decode_seconds (S_TG)
+  double step_ms_median = 0, step_ms_p90 = 0, step_ms_max = 0;  // decode steps, wall clock
+  size_t kv_bytes_in_use = 0;         // KV blocks held at the end of decoding
+  int kv_blocks_in_use = 0, kv_blocks_total = 0;
+  size_t peak_used_bytes = 0;
+};
+
 struct ScoreResult {
   std::vector<double> logprobs;  // log p(ids[i] | ids[:i]) for i = 1..n-1
   std::vector<int32_t> argmax;   // the most likely token at each of those positions
@@ -104,6 +130,37 @@ struct ScoreResult {
 };
 
 class SequenceBlocks;
+class BlockAllocator;
+struct SequenceChunk;
+
+// One sequence's part of Engine::step: `tokens` are appended to `sequence` (its blocks
+// reserved for them) and, when `sample` is set, the token after them is drawn with
+// `sampling` (its position is filled in by step: the sequence's length after the step).
+struct StepInput {
+  SequenceBlocks* sequence = nullptr;
+  std::span<const int32_t> tokens;
+  bool sample = false;
+  SampleRow sampling;
+  // The context the penalties see: every token before the one sampled. Only read when the
+  // sampling parameters have a penalty.
+  std::span<const int32_t> history;
+  // >= 0: also report the sampled token's log-probability and this many most likely
+  // alternatives (from the model's distribution before sampling parameters apply).
+  int top_logprobs = -1;
+  // The sequence's dynamic-NTK alpha (the original Qwen; 0 otherwise): ntk_alpha_index of
+  // its whole prompt, the same on every step of the sequence (model/config.h).
+  int ntk_alpha_index = 0;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+// What Engine::step reports for an input that asked for log-probabilities.
+struct StepLogprobs {
+  float sampled = 0;             // log p(sampled token)
+  std::vector<TokenLogprob> top;  // most likely first
+};
 
 // A conversation whose KV cache outlives one generate() call. Each prompt given with the
 // session reuses the cached positions it shares as a prefix with what the session has seen
@@ -149,6 +206,24 @@ class Engine {
   std::unique_ptr<Session> new_session();
   ScoreResult score(const std::vector<int32_t>& ids);
   BenchResult bench(const BenchOptions& options);
+  // N sequences with their own random prompts, prefilled, then decoded together.
+  BatchBenchResult bench_batch(const BatchBenchOptions& options);
+
+  // ---- the batched step (what the scheduler and bench_batch drive) ----
+  // One forward pass over every input (at most max_seqs() of them, max_batch_tokens() new
+  // tokens in all); advances each sequence and writes, per input, the sampled token or -1.
+  // Sequences may join and leave between calls; each carries its own sampling state.
+  // `logprobs`, when given, gets one entry per input (filled for those that asked).
+  void step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
+            std::vector<StepLogprobs>* logprobs = nullptr);
+  std::unique_ptr<SequenceBlocks> new_sequence();
+  BlockAllocator& block_allocator() { return *blocks_; }
+  int max_seqs() const;
+  int max_batch_tokens() const;
+  int max_context() const { return plan_.max_context; }
+  // Throws kInvalidArgument when `ids` is empty, has an id outside the vocabulary or does
+  // not fit the context.
+  void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
 
   // Device memory in use now (0 on the CPU), and the largest value seen by any call.
   size_t device_used_now();
@@ -157,8 +232,8 @@ class Engine {
  private:
   void init(const ModelConfig& config, const EngineOptions& options,
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
-  void check_prompt(const std::vector<int32_t>& ids, const char* what) const;
   void warm_up();
+  void warm_up_batched();
   // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
@@ -169,6 +244,18 @@ class Engine {
   std::unique_ptr<QwenModel> model_;
   std::unique_ptr<class BlockAllocator> blocks_;
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
+  // The batched step's sampling state in backend memory: rows [max_seqs] SampleRow, out ids
+  // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context].
+  DeviceBuffer step_buffer_;
+  SampleRow* step_rows_ = nullptr;
+  int32_t* step_out_ = nullptr;
+  int32_t* step_history_lens_ = nullptr;
+  int32_t* step_history_ = nullptr;
+  // Host staging reused by every step (no allocation once grown).
+  std::vector<SequenceChunk> step_chunks_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_;
+  std::vector<SampleRow> step_rows_host_;
+  std::vector<float> step_logits_host_;
   MemoryPlan plan_;
   StartupTimes startup_;
   size_t peak_used_ = 0;

@@ -126,6 +126,15 @@ struct SamplingParams {
   }
 };
 
+// One row's sampling for Backend::sample_rows: its parameters and the key of its random
+// draw, u = sample_uniform(params.seed, position, stream). Keying by the sequence position
+// (not by the row's place in the batch) gives a request the same draws alone or batched.
+struct SampleRow {
+  SamplingParams params;
+  uint64_t position = 0;  // position of the token being sampled in its sequence
+  uint64_t stream = 0;    // the request's choice index: n choices draw independently
+};
+
 // Owning handle to a backend allocation; frees on destruction.
 class DeviceBuffer {
  public:
@@ -267,6 +276,11 @@ class Backend {
   virtual void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                       const int32_t* history, const int32_t* history_lens, int history_stride,
                       int32_t* out_ids) = 0;
+  // The same with each row's own parameters and random key: rows [n] in backend memory.
+  // `history` may be null when no row has a penalty; a row whose history_lens entry is 0
+  // (or that has no penalty set) is not penalised.
+  virtual void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                           const int32_t* history_lens, int history_stride, int32_t* out_ids) = 0;
 };
 
 // What `qwenrt doctor` reports about the GPUs and the build.

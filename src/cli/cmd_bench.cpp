@@ -1,5 +1,6 @@
 // qwenrt bench: prompt tokens/s, time to first token, decode tokens/s and device memory,
-// with the fraction of the device's bandwidth and matrix throughput reached.
+// with the fraction of the device's bandwidth and matrix throughput reached. With --batch N,
+// N sequences are prefilled and then decoded together (the batched step).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -18,11 +19,86 @@ struct BenchArgs {
   int gen = 128;
   int repeat = 3;
   int warmup = 1;
-  int prefill_chunk = 0;
+  int prefill_chunk = 0;  // tokens per forward pass (0: the engine's default)
   bool no_graphs = false;
   SamplingArgs sampling;
+  int batch = 0;  // 0: the single-sequence benchmark
   std::string format = "table";
 };
+
+void print_memory(const MemoryPlan& plan, size_t peak_used) {
+  std::printf("memory\n");
+  std::printf("  %-20s %s\n", "weights", format_bytes(static_cast<double>(plan.weights ? plan.weights : plan.mapped_weights)).c_str());
+  std::printf("  %-20s %s (%d tokens, %s/token)\n", "KV cache", format_bytes(static_cast<double>(plan.kv_pool)).c_str(),
+              plan.kv_blocks * plan.kv_block_size, format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str());
+  std::printf("  %-20s %s\n", "workspace", format_bytes(static_cast<double>(plan.workspace)).c_str());
+  if (plan.device_total > 0) {
+    std::printf("  %-20s %s\n", "runtime/other", format_bytes(static_cast<double>(plan.used_before_load)).c_str());
+    std::printf("  %-20s %s of %s\n", "peak in use", format_bytes(static_cast<double>(peak_used)).c_str(),
+                format_bytes(static_cast<double>(plan.device_total)).c_str());
+  }
+}
+
+nlohmann::ordered_json json_header(const std::string& model_name, const DeviceInfo& info, const std::string& dtype) {
+  nlohmann::ordered_json out;
+  out["model"] = model_name;
+  out["device"] = info.name;
+  out["dtype"] = dtype;
+  return out;
+}
+
+nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
+  return {{"weights", plan.weights},          {"mapped_weights", plan.mapped_weights},
+          {"kv_cache", plan.kv_pool},         {"workspace", plan.workspace},
+          {"runtime_other", plan.used_before_load}, {"peak_used", peak_used},
+          {"device_total", plan.device_total}};
+}
+
+int report_batch(Engine& engine, const BenchArgs& args, const std::string& model_name) {
+  BatchBenchOptions bench;
+  bench.batch = args.batch;
+  bench.prompt_tokens = args.prompt;
+  bench.gen_tokens = args.gen;
+  bench.repeat = args.repeat;
+  bench.warmup = args.warmup;
+  BatchBenchResult result = engine.bench_batch(bench);
+  const MemoryPlan& plan = engine.memory_plan();
+  DeviceInfo info = engine.backend().device_info();
+  std::string dtype = dtype_name(engine.backend().activation_dtype());
+  if (args.format == "json") {
+    nlohmann::ordered_json out = json_header(model_name, info, dtype);
+    out["batch"] = result.batch;
+    out["prompt_tokens"] = result.prompt_tokens;
+    out["gen_tokens"] = result.gen_tokens;
+    out["repeat"] = result.repeat;
+    out["max_batch_tokens"] = engine.max_batch_tokens();
+    out["prefill_tokens_per_s"] = result.prefill_tokens_per_s;
+    out["prefill_ms"] = result.prefill_seconds * 1e3;
+    out["decode_tokens_per_s"] = result.decode_tokens_per_s;
+    out["decode_ms"] = result.decode_seconds * 1e3;
+    out["step_ms"] = {{"median", result.step_ms_median}, {"p90", result.step_ms_p90}, {"max", result.step_ms_max}};
+    out["kv"] = {{"blocks_in_use", result.kv_blocks_in_use},
+                 {"blocks_total", result.kv_blocks_total},
+                 {"bytes_in_use", result.kv_bytes_in_use}};
+    out["memory"] = memory_json(plan, result.peak_used_bytes);
+    std::printf("%s\n", out.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("qwenrt bench: %s on %s, %s, batch %d, prompt %d, gen %d each, %d run%s (medians)\n",
+              model_name.c_str(), info.name.c_str(), dtype.c_str(), result.batch, result.prompt_tokens,
+              result.gen_tokens, result.repeat, result.repeat == 1 ? "" : "s");
+  std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d prompts, %d tokens per pass)\n", "prefill",
+              result.prefill_tokens_per_s, result.prefill_seconds * 1e3, result.batch, engine.max_batch_tokens());
+  std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d steps; decode time only)\n", "decode",
+              result.decode_tokens_per_s, result.decode_seconds * 1e3, result.gen_tokens);
+  std::printf("  %-20s %10.2f ms median, %.2f p90, %.2f max\n", "decode step", result.step_ms_median,
+              result.step_ms_p90, result.step_ms_max);
+  std::printf("  %-20s %10s (%d of %d blocks)\n", "KV in use",
+              format_bytes(static_cast<double>(result.kv_bytes_in_use)).c_str(), result.kv_blocks_in_use,
+              result.kv_blocks_total);
+  print_memory(plan, result.peak_used_bytes);
+  return kExitOk;
+}
 
 int run_bench(BenchArgs args, const CLI::App& cmd) {
   const bool have_model = !args.model.model_dir.empty();
@@ -44,8 +120,16 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   }
   EngineOptions options = engine_options(args.model);
   if (args.model.max_context == 0) options.max_context = args.prompt + args.gen;
-  if (args.prefill_chunk > 0) options.max_batch_tokens = args.prefill_chunk;
   options.record_decode = !args.no_graphs;
+  if (args.batch > 0) {
+    options.max_seqs = args.batch;
+    if (args.prefill_chunk > 0) options.max_batch_tokens = args.prefill_chunk;
+    options.max_batch_tokens = std::max(options.max_batch_tokens, args.batch);
+    // The pool holds every sequence's prompt and generated tokens, unless --kv-cache-gb says otherwise.
+    if (args.model.kv_cache_gb == 0) options.kv_cache_tokens = options.max_context * args.batch;
+  } else if (args.prefill_chunk > 0) {
+    options.max_batch_tokens = args.prefill_chunk;
+  }
   std::string model_name = have_model ? args.model.model_dir : args.synthetic + " (synthetic)";
   if (args.format == "table") {
     std::fprintf(stderr, "preparing %s on %s...\n", model_name.c_str(), args.model.device.c_str());
@@ -53,6 +137,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   std::unique_ptr<Engine> engine =
       have_model ? std::make_unique<Engine>(args.model.model_dir, options)
                  : std::make_unique<Engine>(synthetic_config(args.synthetic), options, 1234);
+  if (args.batch > 0) return report_batch(*engine, args, model_name);
   BenchOptions bench;
   bench.prompt_tokens = args.prompt;
   bench.gen_tokens = args.gen;
@@ -71,10 +156,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   DeviceInfo info = engine->backend().device_info();
   std::string dtype = dtype_name(engine->backend().activation_dtype());
   if (args.format == "json") {
-    nlohmann::ordered_json out;
-    out["model"] = model_name;
-    out["device"] = info.name;
-    out["dtype"] = dtype;
+    nlohmann::ordered_json out = json_header(model_name, info, dtype);
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
@@ -90,15 +172,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     out["bandwidth_fraction"] = result.bandwidth_fraction;
     out["prefill_flops"] = result.prefill_flops;
     out["matmul_fraction"] = result.matmul_fraction;
-    out["memory"] = {{"weights", plan.weights},          {"mapped_weights", plan.mapped_weights},
-                     {"kv_cache", plan.kv_pool},         {"workspace", plan.workspace},
-                     {"backend_workspace", plan.backend_workspace},
-                     {"runtime_other", plan.used_before_load}, {"peak_used", result.peak_used_bytes},
-                     {"beyond_weights_kv_runtime",
-                      result.peak_used_bytes > plan.weights + plan.kv_pool + plan.used_before_load
-                          ? result.peak_used_bytes - plan.weights - plan.kv_pool - plan.used_before_load
-                          : 0},
-                     {"device_total", plan.device_total}};
+    out["memory"] = memory_json(plan, result.peak_used_bytes);
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;
   }
@@ -119,16 +193,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   std::printf("  %-20s %10.1f tok/s  (%.2f ms/token)%s\n", "decode", result.decode_tokens_per_s,
               result.decode_seconds * 1e3 / result.gen_tokens,
               fraction(result.bandwidth_fraction, info.peak_bandwidth, "GB/s", 1e9).c_str());
-  std::printf("memory\n");
-  std::printf("  %-20s %s\n", "weights", format_bytes(static_cast<double>(plan.weights ? plan.weights : plan.mapped_weights)).c_str());
-  std::printf("  %-20s %s (%d tokens, %s/token)\n", "KV cache", format_bytes(static_cast<double>(plan.kv_pool)).c_str(),
-              plan.kv_blocks * plan.kv_block_size, format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str());
-  std::printf("  %-20s %s\n", "workspace", format_bytes(static_cast<double>(plan.workspace)).c_str());
-  if (plan.device_total > 0) {
-    std::printf("  %-20s %s\n", "runtime/other", format_bytes(static_cast<double>(plan.used_before_load)).c_str());
-    std::printf("  %-20s %s of %s\n", "peak in use", format_bytes(static_cast<double>(result.peak_used_bytes)).c_str(),
-                format_bytes(static_cast<double>(plan.device_total)).c_str());
-  }
+  print_memory(plan, result.peak_used_bytes);
   return kExitOk;
 }
 
@@ -157,11 +222,14 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--warmup", args->warmup, "untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--prefill-chunk", args->prefill_chunk,
-                  "prompt tokens per forward pass (default: 512, or the whole prompt if shorter)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk,--max-batch-tokens", args->prefill_chunk,
+                  "prompt tokens per forward pass (default 512, at least --batch)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
   add_sampling_options(cmd, args->sampling);
+  cmd->add_option("--batch", args->batch,
+                  "decode this many sequences together, each with its own random prompt (0: one sequence)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_bench(*args, *cmd); });
 }

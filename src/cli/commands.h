@@ -20,5 +20,6 @@ void add_doctor_command(CLI::App& root, int& exit_code);
 void add_tokenize_command(CLI::App& root, int& exit_code);
 void add_template_command(CLI::App& root, int& exit_code);
 void add_chat_command(CLI::App& root, int& exit_code);
+void add_serve_command(CLI::App& root, int& exit_code);
 
 }  // namespace qwenrt::cli

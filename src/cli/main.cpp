@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   cli::add_tokenize_command(app, exit_code);
   cli::add_template_command(app, exit_code);
   cli::add_chat_command(app, exit_code);
+  cli::add_serve_command(app, exit_code);
   std::string known;
   bool is_known = false;
   for (const CLI::App* command : app.get_subcommands({})) {

@@ -24,6 +24,26 @@ std::string gib(size_t bytes) {
   return text;
 }
 
+// log_softmax of one row of logits at `token`, and the `top` most likely tokens.
+StepLogprobs log_probabilities(const std::vector<float>& logits, int32_t token, int top) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float value : logits) sum += std::exp(static_cast<double>(value) - max_logit);
+  const double log_norm = max_logit + std::log(sum);
+  StepLogprobs out;
+  out.sampled = static_cast<float>(logits[static_cast<size_t>(token)] - log_norm);
+  const int count = std::min<int>(top, static_cast<int>(logits.size()));
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < count; ++i) {
+    out.top.push_back(TokenLogprob{order[i], static_cast<float>(logits[order[i]] - log_norm)});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
@@ -79,9 +99,14 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
                     ", the longest context of the original Qwen's logn attention");
   }
   limits.max_blocks_per_seq = (max_context + limits.block_size - 1) / limits.block_size;
-  limits.max_batch_tokens = std::max(1, std::min(options.max_batch_tokens, max_context));
-  limits.max_logit_rows = std::max(1, std::min(options.max_logit_rows, limits.max_batch_tokens));
-  limits.max_seqs = 8;
+  if (options.max_seqs < 1) throw Error(ErrorCategory::kInvalidArgument, "--max-seqs must be positive");
+  // One sequence never needs more than its context per pass; several together may.
+  limits.max_batch_tokens = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(options.max_batch_tokens, static_cast<int64_t>(max_context) * options.max_seqs)));
+  // A pass holds at least one token per sequence, so more sequences than tokens never fit.
+  limits.max_seqs = std::min(options.max_seqs, limits.max_batch_tokens);
+  // A decode step of max_seqs sequences needs a logits row each.
+  limits.max_logit_rows = std::max(limits.max_seqs, std::min(options.max_logit_rows, limits.max_batch_tokens));
   limits.record_decode = options.record_decode;
   const size_t kv_bytes_per_token = QwenModel::kv_bytes_per_token(config, dtype);
   const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
@@ -92,6 +117,22 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
                   "--kv-cache-gb " + std::to_string(options.kv_cache_gb) +
                       " is smaller than one KV block (" + std::to_string(kv_bytes_per_block) + " bytes)");
     }
+  } else if (options.kv_memory_fraction > 0 && backend_->memory_info().total_bytes > 0) {
+    const DeviceMemoryInfo free_memory = backend_->memory_info();
+    const double budget = options.kv_memory_fraction * static_cast<double>(free_memory.free_bytes) -
+                          static_cast<double>(weight_bytes + QwenModel::workspace_bytes(config, dtype, limits)) -
+                          static_cast<double>(limits.max_seqs) * (max_context + 2) * sizeof(int32_t);
+    limits.num_blocks = static_cast<int>(std::min(budget / static_cast<double>(kv_bytes_per_block), double(1 << 30)));
+    if (limits.num_blocks < limits.max_blocks_per_seq) {
+      throw Error(ErrorCategory::kOutOfMemory,
+                  "after the weights only " + gib(static_cast<size_t>(std::max(budget, 0.0))) +
+                      " is left for the KV cache, less than one " + std::to_string(max_context) +
+                      "-token sequence needs: lower --max-context or give --kv-cache-gb");
+    }
+  } else if (options.kv_cache_tokens > 0) {
+    // Every sequence's last block may be part-filled: round each up.
+    limits.num_blocks = static_cast<int>(std::min<int64_t>(
+        (options.kv_cache_tokens + limits.block_size - 1) / limits.block_size + options.max_seqs, 1 << 30));
   } else {
     limits.num_blocks = limits.max_blocks_per_seq;
   }
@@ -108,7 +149,10 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   plan_.backend_workspace = backend_->workspace_bytes();
   plan_.used_before_load = memory.total_bytes - memory.free_bytes - plan_.backend_workspace;
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
-  size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace + sampling_bytes;
+  const size_t step_rows_bytes = (static_cast<size_t>(limits.max_seqs) * sizeof(SampleRow) + 255) / 256 * 256;
+  const size_t step_bytes = step_rows_bytes + static_cast<size_t>(limits.max_seqs) * (2 + max_context) * sizeof(int32_t);
+  plan_.workspace += sampling_bytes + step_bytes;
+  size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
     throw Error(ErrorCategory::kOutOfMemory,
                 "the model needs " + gib(needed) + " on " + backend_->name() + " (weights " +
@@ -120,11 +164,19 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   const auto load_start = std::chrono::steady_clock::now();
   Weights weights = make_weights(*backend_);
   model_ = std::make_unique<QwenModel>(config, std::move(weights), *backend_, limits);
-  blocks_ = std::make_unique<BlockAllocator>(limits.num_blocks);
+  blocks_ = std::make_unique<BlockAllocator>(limits.num_blocks, limits.block_size);
   sampling_buffer_ = backend_->allocate(sampling_bytes, "sampling state");
   startup_.load_seconds = seconds_since(load_start);
+  step_buffer_ = backend_->allocate(step_bytes, "batched sampling state");
+  step_rows_ = static_cast<SampleRow*>(step_buffer_.data());
+  step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes);
+  step_history_lens_ = step_out_ + limits.max_seqs;
+  step_history_ = step_history_lens_ + limits.max_seqs;
   const auto warmup_start = std::chrono::steady_clock::now();
-  if (plan_.device_total > 0) warm_up();
+  if (plan_.device_total > 0) {
+    warm_up();
+    warm_up_batched();
+  }
   startup_.warmup_seconds = seconds_since(warmup_start);
   plan_.backend_workspace = backend_->workspace_bytes();  // with what the warm-up sized
   device_used_now();
@@ -164,6 +216,30 @@ void Engine::warm_up() {
   sampled.top_p = 0.9f;
   sampled.repetition_penalty = 1.1f;
   backend_->sample(logits, sampled, 0, history, history_len, plan_.max_context, out);
+  backend_->synchronize();
+}
+
+// The batched step's first use pays the same one-time costs at its own sizes: the matrix
+// products of a max_seqs-row decode pass and the per-row sampler, whose penalty buffers grow
+// here to the planned batch instead of during the first busy second of a server.
+void Engine::warm_up_batched() {
+  const int rows = std::min(model_->limits().max_seqs, blocks_->free_blocks());
+  if (rows < 2) return;
+  std::vector<std::unique_ptr<SequenceBlocks>> sequences;
+  std::vector<StepInput> inputs;
+  static const int32_t kToken = 0;
+  SampleRow sampled;
+  sampled.params.temperature = 0.7f;
+  sampled.params.top_k = 20;
+  sampled.params.repetition_penalty = 1.1f;
+  for (int i = 0; i < rows; ++i) {
+    sequences.push_back(new_sequence());
+    if (!sequences.back()->reserve(1)) return;
+    inputs.push_back(StepInput{sequences.back().get(), std::span<const int32_t>(&kToken, 1), true,
+                               i % 2 == 0 ? sampled : SampleRow{}, std::span<const int32_t>(&kToken, 1)});
+  }
+  std::vector<int32_t> out;
+  step(inputs, out);
   backend_->synchronize();
 }
 
@@ -220,6 +296,74 @@ Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alph
   return logits;
 }
 
+int Engine::max_seqs() const { return model_->limits().max_seqs; }
+int Engine::max_batch_tokens() const { return model_->limits().max_batch_tokens; }
+
+std::unique_ptr<SequenceBlocks> Engine::new_sequence() {
+  return std::make_unique<SequenceBlocks>(*blocks_, plan_.kv_block_size);
+}
+
+void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
+                  std::vector<StepLogprobs>* logprobs) {
+  step_chunks_.clear();
+  step_logit_rows_.clear();
+  step_rows_host_.clear();
+  int32_t offset = 0;
+  bool penalties = false;
+  for (const StepInput& input : inputs) {
+    QWENRT_CHECK(input.sequence != nullptr && !input.tokens.empty(), "a step input without a sequence or tokens");
+    step_chunks_.push_back(SequenceChunk{input.sequence, input.tokens, input.ntk_alpha_index});
+    offset += static_cast<int32_t>(input.tokens.size());
+    if (!input.sample) continue;
+    step_logit_rows_.push_back(offset - 1);
+    SampleRow row = input.sampling;
+    row.position = static_cast<uint64_t>(input.sequence->length()) + input.tokens.size();
+    step_rows_host_.push_back(row);
+    penalties = penalties || row.params.has_penalties();
+  }
+  Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
+  for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
+  sampled.assign(inputs.size(), -1);
+  const size_t n_rows = step_rows_host_.size();
+  if (n_rows == 0) return;
+  backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
+  if (penalties) {
+    // Penalties look at the whole context (prompt and generated), as transformers does.
+    step_lens_host_.assign(n_rows, 0);
+    size_t row = 0;
+    for (const StepInput& input : inputs) {
+      if (!input.sample) continue;
+      if (step_rows_host_[row].params.has_penalties()) {
+        QWENRT_CHECK(static_cast<int>(input.history.size()) <= plan_.max_context, "sampling history over the context");
+        backend_->copy_to_device(step_history_ + row * static_cast<size_t>(plan_.max_context), input.history.data(),
+                                 input.history.size() * sizeof(int32_t));
+        step_lens_host_[row] = static_cast<int32_t>(input.history.size());
+      }
+      ++row;
+    }
+    backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
+  }
+  backend_->sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
+                        penalties ? step_history_lens_ : nullptr, plan_.max_context, step_out_);
+  step_out_host_.resize(n_rows);
+  backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
+  size_t row = 0;
+  if (logprobs != nullptr) logprobs->assign(inputs.size(), StepLogprobs{});
+  const int vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].sample) continue;
+    sampled[i] = step_out_host_[row];
+    if (logprobs != nullptr && inputs[i].top_logprobs >= 0) {
+      // Rare (a request asking for logprobs): one row of logits to the host.
+      step_logits_host_.resize(static_cast<size_t>(vocab));
+      backend_->copy_to_host(step_logits_host_.data(), logits.row_slice(static_cast<int64_t>(row), 1).data,
+                             static_cast<size_t>(vocab) * sizeof(float));
+      (*logprobs)[i] = log_probabilities(step_logits_host_, sampled[i], inputs[i].top_logprobs);
+    }
+    ++row;
+  }
+}
+
 Session::Session(std::unique_ptr<SequenceBlocks> sequence) : sequence_(std::move(sequence)) {}
 
 Session::~Session() = default;
@@ -230,7 +374,7 @@ void Session::reset() {
 }
 
 std::unique_ptr<Session> Engine::new_session() {
-  return std::unique_ptr<Session>(new Session(std::make_unique<SequenceBlocks>(*blocks_, plan_.kv_block_size)));
+  return std::unique_ptr<Session>(new Session(new_sequence()));
 }
 
 GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
@@ -257,51 +401,43 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   size_t reused = 0;
   const size_t shared = alpha == session.ntk_alpha_index_ ? std::min(session.ids_.size(), prompt.size() - 1) : 0;
   while (reused < shared && session.ids_[reused] == prompt[reused]) ++reused;
-  sequence.truncate(static_cast<int>(reused));
+  reused = static_cast<size_t>(sequence.truncate(static_cast<int>(reused)));
   session.ids_.resize(reused);
   session.ntk_alpha_index_ = alpha;
   result.reused_tokens = static_cast<int>(reused);
   if (!sequence.reserve(static_cast<int>(prompt.size() - reused))) {
     throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the prompt: raise --kv-cache-gb");
   }
-  auto* history_device = static_cast<int32_t*>(sampling_buffer_.data());
-  int32_t* out_device = history_device + plan_.max_context;
-  int32_t* history_len_device = out_device + 1;  // sample() reads the length in backend memory
-  const bool penalties = options.sampling.has_penalties();
-  // Penalties look at the whole context (prompt and generated), as transformers does: the
-  // session's ids, which the device history mirrors.
-  if (penalties) backend_->copy_to_device(history_device, prompt.data(), prompt.size() * sizeof(int32_t));
-
+  const SampleRow sampling{options.sampling, 0, 0};
+  std::vector<int32_t> sampled;
   auto start = std::chrono::steady_clock::now();
-  Tensor logits;
+  // The prompt in chunks of the batch limit; the last chunk samples the first new token.
+  std::span<const int32_t> rest = std::span<const int32_t>(prompt).subspan(reused);
+  const size_t chunk_size = static_cast<size_t>(model_->limits().max_batch_tokens);
   try {
-    logits = prefill(sequence, std::span<const int32_t>(prompt).subspan(reused), alpha);
+    for (size_t begin = 0; begin < rest.size(); begin += chunk_size) {
+      const size_t count = std::min(rest.size() - begin, chunk_size);
+      const bool last = begin + count == rest.size();
+      StepInput input{&sequence, rest.subspan(begin, count), last, sampling, prompt};
+      input.ntk_alpha_index = alpha;
+      step(std::span<const StepInput>(&input, 1), sampled);
+    }
   } catch (...) {
     session.reset();  // a part-written prompt leaves nothing worth keeping
     throw;
   }
   session.ids_ = prompt;
-  backend_->synchronize();
   result.prompt_seconds = seconds_since(start);
+  result.time_to_first_token = result.prompt_seconds;
+  auto decode_start = std::chrono::steady_clock::now();
 
   std::vector<int32_t> stop_ids = options.extra_stop_ids;
   if (options.stop_at_eos) {
     for (int id : model_->config().eos_token_ids) stop_ids.push_back(id);
   }
   result.finish_reason = "length";
-  auto decode_start = start;
-  for (int step = 0; step < options.max_new_tokens; ++step) {
-    int32_t history_len = static_cast<int32_t>(session.ids_.size());
-    if (penalties) backend_->copy_to_device(history_len_device, &history_len, sizeof(int32_t));
-    backend_->sample(logits, options.sampling, static_cast<uint64_t>(step),
-                     penalties ? history_device : nullptr, penalties ? history_len_device : nullptr,
-                     plan_.max_context, out_device);
-    int32_t token = 0;
-    backend_->copy_to_host(&token, out_device, sizeof(int32_t));
-    if (step == 0) {
-      result.time_to_first_token = seconds_since(start);
-      decode_start = std::chrono::steady_clock::now();
-    }
+  for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
+    const int32_t token = sampled[0];
     result.ids.push_back(token);
     bool keep_going = on_token ? on_token(token) : true;
     if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
@@ -312,16 +448,21 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
       result.finish_reason = "cancelled";
       break;
     }
-    if (step + 1 == options.max_new_tokens) break;
+    if (step_index + 1 == options.max_new_tokens) break;
     if (sequence.length() + 1 > plan_.max_context || !sequence.reserve(1)) {
       result.finish_reason = "length";
       break;
     }
-    if (penalties) {
-      backend_->copy_to_device(history_device + session.ids_.size(), &token, sizeof(int32_t));
-    }
-    logits = decode_step(sequence, token, alpha);
+    // The history the next draw sees includes this token; ids_ mirrors the cache after it.
     session.ids_.push_back(token);
+    StepInput input{&sequence, std::span<const int32_t>(&session.ids_.back(), 1), true, sampling, session.ids_};
+    input.ntk_alpha_index = alpha;
+    try {
+      step(std::span<const StepInput>(&input, 1), sampled);
+    } catch (...) {
+      session.reset();
+      throw;
+    }
   }
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);

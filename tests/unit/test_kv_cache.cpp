@@ -160,5 +160,92 @@ TEST(SequenceBlocks, TruncateKeepsThePrefixAndReturnsTheRest) {
   EXPECT_THROW(seq.truncate(1), Error);
 }
 
+// Prefix cache: reference counts, chain hashes, sharing, eviction of the oldest unheld block.
+std::vector<int32_t> counting(int n, int start = 0) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = start + i;
+  return ids;
+}
+
+TEST(BlockAllocator, ReferenceCounts) {
+  BlockAllocator allocator(2, 4);
+  const int block = allocator.allocate();
+  allocator.retain(block);
+  EXPECT_EQ(allocator.references(block), 2);
+  allocator.release(block);
+  EXPECT_EQ(allocator.free_blocks(), 1);  // still held once
+  allocator.release(block);
+  EXPECT_EQ(allocator.free_blocks(), 2);
+  EXPECT_THROW(allocator.retain(block), Error);
+}
+
+TEST(PrefixCache, SharesFullBlocksOfTheSamePrefix) {
+  BlockAllocator allocator(8, 4);
+  const std::vector<int32_t> tokens = counting(10);  // two full blocks and two tokens
+  SequenceBlocks first(allocator, 4);
+  ASSERT_TRUE(first.reserve(10));
+  first.advance(10);
+  first.publish_full_blocks(tokens);
+  EXPECT_EQ(allocator.held_blocks(), 3);
+
+  SequenceBlocks second(allocator, 4);
+  EXPECT_EQ(second.adopt_cached_prefix(tokens), 8);
+  EXPECT_EQ(second.length(), 8);
+  EXPECT_EQ(std::vector<int32_t>(second.block_table()),
+            std::vector<int32_t>(first.block_table().begin(), first.block_table().begin() + 2));
+  EXPECT_EQ(allocator.held_blocks(), 3);  // shared, not copied
+  EXPECT_EQ(allocator.references(first.block_table()[0]), 2);
+  EXPECT_EQ(allocator.hits(), 2);
+
+  // A different second block shares only the first.
+  std::vector<int32_t> other = tokens;
+  other[5] = 99;
+  SequenceBlocks third(allocator, 4);
+  EXPECT_EQ(third.adopt_cached_prefix(other), 4);
+  // The same tokens at a different place in the chain do not match.
+  SequenceBlocks fourth(allocator, 4);
+  EXPECT_EQ(fourth.adopt_cached_prefix(std::vector<int32_t>(tokens.begin() + 4, tokens.end())), 0);
+}
+
+TEST(PrefixCache, UnheldBlocksStayCachedUntilNeededThenTheOldestGoes) {
+  BlockAllocator allocator(3, 4);
+  {
+    SequenceBlocks a(allocator, 4);
+    ASSERT_TRUE(a.reserve(4));
+    a.advance(4);
+    a.publish_full_blocks(counting(4, 100));
+  }
+  {
+    SequenceBlocks b(allocator, 4);
+    ASSERT_TRUE(b.reserve(4));
+    b.advance(4);
+    b.publish_full_blocks(counting(4, 200));
+  }
+  EXPECT_EQ(allocator.held_blocks(), 0);
+  EXPECT_EQ(allocator.cached_unheld_blocks(), 2);
+  EXPECT_EQ(allocator.free_blocks(), 3);  // cached blocks still count as available
+  {
+    SequenceBlocks c(allocator, 4);
+    ASSERT_TRUE(c.reserve(8));  // the free block, then the oldest cached one (a's)
+    EXPECT_EQ(allocator.cached_unheld_blocks(), 1);
+  }
+  SequenceBlocks again_a(allocator, 4);
+  EXPECT_EQ(again_a.adopt_cached_prefix(counting(5, 100)), 0);  // evicted
+  SequenceBlocks again_b(allocator, 4);
+  EXPECT_EQ(again_b.adopt_cached_prefix(counting(5, 200)), 4);  // kept
+  EXPECT_EQ(allocator.cached_unheld_blocks(), 0);
+}
+
+TEST(PrefixCache, TruncateNeverKeepsPartOfAPublishedBlock) {
+  BlockAllocator allocator(4, 4);
+  SequenceBlocks seq(allocator, 4);
+  ASSERT_TRUE(seq.reserve(8));
+  seq.advance(8);
+  seq.publish_full_blocks(counting(8));
+  EXPECT_EQ(seq.truncate(6), 4);  // writing positions 6.. would change the published block
+  EXPECT_EQ(seq.block_table().size(), 1u);
+  EXPECT_EQ(seq.truncate(4), 4);
+}
+
 }  // namespace
 }  // namespace qwenrt

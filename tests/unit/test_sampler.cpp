@@ -160,6 +160,40 @@ TEST(Sampler, SeedReproducibility) {
   EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 3u);
 }
 
+// sample_rows: each row its own parameters and its own (seed, position, stream) key, so a
+// row's draw does not depend on which other rows share the batch or where it sits.
+TEST(Sampler, BackendPerRowParametersAndKeys) {
+  auto backend = make_cpu_backend(1);
+  std::vector<float> logits;
+  for (int r = 0; r < 3; ++r) logits.insert(logits.end(), kLogits.begin(), kLogits.end());
+  Tensor view{logits.data(), DType::kF32, 3, 8};
+  SampleRow rows[3];
+  rows[0].params = sampling(1.0f);
+  rows[0].params.seed = 7;
+  rows[1].params = SamplingParams{};  // greedy
+  rows[2].params = sampling(0.7f);
+  rows[2].params.top_k = 3;
+  rows[2].params.seed = 7;
+  rows[2].stream = 1;
+  std::vector<int32_t> row0, row2;
+  for (uint64_t position = 0; position < 100; ++position) {
+    for (auto& row : rows) row.position = position;
+    int32_t out[3] = {-1, -1, -1};
+    backend->sample_rows(view, rows, nullptr, nullptr, 0, out);
+    EXPECT_EQ(out[0], sample_row(kLogits.data(), 8, rows[0].params, position, 0));
+    EXPECT_EQ(out[1], sample_row(kLogits.data(), 8, rows[1].params, position, 0));
+    EXPECT_EQ(out[2], sample_row(kLogits.data(), 8, rows[2].params, position, 1));
+    // The same row alone gives the same token.
+    int32_t alone = -1;
+    backend->sample_rows(Tensor{logits.data(), DType::kF32, 1, 8}, &rows[2], nullptr, nullptr, 0, &alone);
+    EXPECT_EQ(alone, out[2]);
+    row0.push_back(out[0]);
+    row2.push_back(out[2]);
+  }
+  EXPECT_GT(std::set<int32_t>(row0.begin(), row0.end()).size(), 3u);
+  EXPECT_LE(std::set<int32_t>(row2.begin(), row2.end()).size(), 3u);  // top_k 3
+}
+
 TEST(Sampler, BackendRowsDrawIndependently) {
   auto backend = make_cpu_backend(1);
   std::vector<float> logits;

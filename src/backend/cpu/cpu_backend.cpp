@@ -305,24 +305,36 @@ class CpuBackend final : public Backend {
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
               int32_t* out_ids) override {
-    require_f32(logits, "sample", "logits");
-    const int vocab = static_cast<int>(logits.cols);
-    std::vector<float> row(vocab);
     for (int64_t r = 0; r < logits.rows; ++r) {
-      std::memcpy(row.data(), logits.as<float>() + r * vocab, sizeof(float) * vocab);
-      for (float value : row) {
-        if (!std::isfinite(value)) {
-          throw Error(ErrorCategory::kInternal, "non-finite logits in row " + std::to_string(r));
-        }
-      }
-      if (history != nullptr && history_lens != nullptr) {
-        apply_penalties(row.data(), vocab, params, history + r * history_stride, history_lens[r]);
-      }
-      out_ids[r] = sample_row(row.data(), vocab, params, step, static_cast<uint64_t>(r));
+      const int32_t* row_history = history != nullptr && history_lens != nullptr ? history + r * history_stride : nullptr;
+      out_ids[r] = sample_one(logits, r, SampleRow{params, step, static_cast<uint64_t>(r)}, row_history,
+                              row_history != nullptr ? history_lens[r] : 0);
+    }
+  }
+
+  void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                   const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
+    for (int64_t r = 0; r < logits.rows; ++r) {
+      const int32_t* row_history = history != nullptr && history_lens != nullptr ? history + r * history_stride : nullptr;
+      out_ids[r] = sample_one(logits, r, rows[r], row_history, row_history != nullptr ? history_lens[r] : 0);
     }
   }
 
  private:
+  static int32_t sample_one(const Tensor& logits, int64_t r, const SampleRow& key, const int32_t* history,
+                            int history_len) {
+    require_f32(logits, "sample", "logits");
+    const int vocab = static_cast<int>(logits.cols);
+    std::vector<float> row(logits.as<float>() + r * vocab, logits.as<float>() + (r + 1) * vocab);
+    for (float value : row) {
+      if (!std::isfinite(value)) {
+        throw Error(ErrorCategory::kInternal, "non-finite logits in row " + std::to_string(r));
+      }
+    }
+    if (history != nullptr) apply_penalties(row.data(), vocab, key.params, history, history_len);
+    return sample_row(row.data(), vocab, key.params, key.position, key.stream);
+  }
+
   ThreadPool pool_;
 };
 

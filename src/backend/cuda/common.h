@@ -150,5 +150,9 @@ struct SamplingWorkspace {
 void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                    const int32_t* history, const int32_t* history_lens, int history_stride,
                    int32_t* out_ids, const SamplingWorkspace& ws, Stream stream);
+// The same with per-row parameters and random keys, rows [n] in device memory.
+void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                        const int32_t* history_lens, int history_stride, int32_t* out_ids,
+                        const SamplingWorkspace& ws, Stream stream);
 
 }  // namespace qwenrt::cuda

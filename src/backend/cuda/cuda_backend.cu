@@ -372,17 +372,32 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
               int32_t* out_ids) override {
-    if (params.has_penalties() && history != nullptr && history_lens != nullptr) {
-      reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
-    }
+    const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
+    const SamplingWorkspace ws = sampling_workspace(logits, penalise);
+    launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
+    check_sampled(logits, ws);
+  }
+
+  void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                   const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
+    const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);
+    launch_sample_rows(logits, rows, history, history_lens, history_stride, out_ids, ws, stream_);
+    check_sampled(logits, ws);
+  }
+
+ private:
+  SamplingWorkspace sampling_workspace(const Tensor& logits, bool penalise) {
+    if (penalise) reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
     SamplingWorkspace ws;
     ws.logits = static_cast<float*>(penalty_logits_.data());
     ws.counts = static_cast<int32_t*>(penalty_counts_.data());
     ws.status = static_cast<int32_t*>(status_buffer_.data());
     ws.rows = penalty_rows_;
     ws.vocab = penalty_vocab_;
-    launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws,
-                  stream_);
+    return ws;
+  }
+
+  void check_sampled(const Tensor& logits, const SamplingWorkspace& ws) {
     // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
     QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_),
@@ -399,7 +414,6 @@ class CudaBackend final : public Backend {
     }
   }
 
- private:
   // The penalty copy and counts grow to the largest batch seen (the first step at the
   // planned batch size), then stay: no allocation on later steps.
   void reserve_penalty_workspace(size_t rows, size_t vocab) {

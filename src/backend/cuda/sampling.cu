@@ -8,7 +8,8 @@
 // row (L2-resident) per cut; greedy is one pass. With top_k <= kCompactMax (the usual
 // configurations) only the count select runs over the row; the kept candidates are then
 // sorted in shared memory and finished in the CPU sampler's exact double arithmetic.
-// Non-finite logits raise a flag.
+// Non-finite logits raise a flag. Each row's parameters and random key come either from one
+// set for every row (sample) or from a per-row array in device memory (sample_rows).
 #include <cfloat>
 
 #include "backend/cuda/common.h"
@@ -31,6 +32,18 @@ __device__ __forceinline__ uint32_t descending_bits(float value) {
   const uint32_t u = __float_as_uint(value);
   const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return ~ascending;
+}
+
+// The parameters and random key of `row`: its own entry of `rows`, or else the shared
+// `uniform` set with the key (step, row).
+__device__ __forceinline__ SampleRow row_key(const SampleRow* rows, const SamplingParams& uniform,
+                                             uint64_t step, int row) {
+  if (rows != nullptr) return rows[row];
+  SampleRow key;
+  key.params = uniform;
+  key.position = step;
+  key.stream = static_cast<uint64_t>(row);
+  return key;
 }
 
 struct RowView {
@@ -195,13 +208,16 @@ __global__ void penalty_kernel(const float* __restrict__ logits, float* __restri
                                int32_t* __restrict__ counts, int vocab,
                                const int32_t* __restrict__ history,
                                const int32_t* __restrict__ history_lens, int history_stride,
-                               SamplingParams params) {
+                               const SampleRow* __restrict__ rows, SamplingParams uniform) {
   const int row = blockIdx.x;
+  const SamplingParams params = row_key(rows, uniform, 0, row).params;
   const float* src = logits + static_cast<int64_t>(row) * vocab;
   float* dst = penalised + static_cast<int64_t>(row) * vocab;
   int32_t* row_counts = counts + static_cast<int64_t>(row) * vocab;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) dst[i] = src[i];
-  if (history == nullptr || history_lens == nullptr) return;
+  const bool has_penalties = params.repetition_penalty != 1.f || params.presence_penalty != 0.f ||
+                            params.frequency_penalty != 0.f;
+  if (history == nullptr || history_lens == nullptr || !has_penalties) return;
   const int n = history_lens[row];
   const int32_t* hist = history + static_cast<int64_t>(row) * history_stride;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -229,7 +245,8 @@ __global__ void penalty_kernel(const float* __restrict__ logits, float* __restri
 // sampler's arithmetic: probabilities exp(l·(1/T) − top) in double, normalised, top_p and
 // min_p cuts, renormalised, first cumulative > u.
 __device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
-                               uint64_t step, int row, SelectSmem& sm, int32_t* out_ids) {
+                               uint64_t position, uint64_t stream, int row, SelectSmem& sm,
+                               int32_t* out_ids) {
   __shared__ uint64_t keys[kCompactMax];
   __shared__ int count;
   if (threadIdx.x == 0) count = 0;
@@ -289,7 +306,7 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
   }
   double kept_sum = 0;
   for (int i = 0; i < keep; ++i) kept_sum += probs[i];
-  const double u = unit_float(sample_bits(params.seed, step, static_cast<uint64_t>(row)));
+  const double u = unit_float(sample_bits(params.seed, position, stream));
   int pick = keep - 1;
   double cumulative = 0;
   for (int i = 0; i < keep; ++i) {
@@ -303,13 +320,16 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
 }
 
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const float* __restrict__ logits, int vocab, SamplingParams params,
-                  uint64_t step, int32_t* __restrict__ out_ids, int32_t* __restrict__ status) {
+    sample_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
+                  SamplingParams uniform, uint64_t step, int32_t* __restrict__ out_ids,
+                  int32_t* __restrict__ status) {
   __shared__ SelectSmem sm;
   __shared__ float best_value_s[kSampleWarps];
   __shared__ int best_index_s[kSampleWarps];
   __shared__ float sum_s[kSampleWarps];
   const int row = blockIdx.x;
+  const SampleRow key_of_row = row_key(rows, uniform, step, row);
+  const SamplingParams& params = key_of_row.params;
   const float* x = logits + static_cast<int64_t>(row) * vocab;
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
@@ -368,7 +388,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (params.top_k > 0 && min(params.top_k, vocab) <= kCompactMax) {
     // Few candidates: gather them, sort them, and finish exactly as the CPU sampler does
     // (double precision, same summation order), so same-seed draws are identical.
-    sample_compact(view, min(params.top_k, vocab), params, step, row, sm, out_ids);
+    sample_compact(view, min(params.top_k, vocab), params, key_of_row.position, key_of_row.stream,
+                   row, sm, out_ids);
     return;
   }
   // top_p: smallest prefix whose probability (over the top_k prefix) reaches top_p.
@@ -397,7 +418,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   kept_mass = gpu::block_sum(kept_mass, sum_s);
   kept_count = gpu::block_sum(kept_count, sum_s);
-  const float u = unit_float(sample_bits(params.seed, step, static_cast<uint64_t>(row)));
+  const float u = unit_float(sample_bits(params.seed, key_of_row.position, key_of_row.stream));
   if (!select_crossing(view, true, true, u * kept_mass, index_bits, sm, &key)) {
     // None exceeded u (rounding): the last kept candidate.
     if (!select_crossing(view, false, false, kept_count, index_bits, sm, &key))
@@ -408,28 +429,49 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 }  // namespace
 
-void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
-                   const int32_t* history, const int32_t* history_lens, int history_stride,
-                   int32_t* out_ids, const SamplingWorkspace& ws, Stream stream) {
-  const int rows = static_cast<int>(logits.rows);
+namespace {
+
+// rows == nullptr: every row uses `uniform` with the key (step, row).
+void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const SamplingParams& uniform,
+                           uint64_t step, bool penalise, const int32_t* history,
+                           const int32_t* history_lens, int history_stride, int32_t* out_ids,
+                           const SamplingWorkspace& ws, Stream stream) {
+  const int n_rows = static_cast<int>(logits.rows);
   const int vocab = static_cast<int>(logits.cols);
   // Built only on the error paths: this runs once per generated token.
   const auto sizes = [&] { return "logits " + shape_string(logits); };
   QWENRT_CHECK(logits.dtype == DType::kF32, "sample: logits must be fp32 (" + sizes() + ")");
-  if (rows == 0) return;
+  if (n_rows == 0) return;
   QWENRT_CUDA_CALL(cudaMemsetAsync(ws.status, 0, sizeof(int32_t), stream), "sample", sizes());
   const float* source = logits.as<const float>();
-  if (params.has_penalties() && history != nullptr && history_lens != nullptr) {
-    QWENRT_CHECK(ws.rows >= static_cast<size_t>(rows) && ws.vocab >= static_cast<size_t>(vocab),
+  if (penalise && history != nullptr && history_lens != nullptr) {
+    QWENRT_CHECK(ws.rows >= static_cast<size_t>(n_rows) && ws.vocab >= static_cast<size_t>(vocab),
                  "sample: penalty workspace too small (" + sizes() + ")");
-    penalty_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
-        source, ws.logits, ws.counts, vocab, history, history_lens, history_stride, params);
+    penalty_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
+        source, ws.logits, ws.counts, vocab, history, history_lens, history_stride, rows, uniform);
     QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes());
     source = ws.logits;
   }
-  sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(
-      source, vocab, params, step, out_ids, ws.status);
+  sample_kernel<<<static_cast<unsigned>(n_rows), kSampleThreads, 0, stream>>>(
+      source, vocab, rows, uniform, step, out_ids, ws.status);
   QWENRT_CUDA_LAUNCHED("sample", sizes());
+}
+
+}  // namespace
+
+void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                   const int32_t* history, const int32_t* history_lens, int history_stride,
+                   int32_t* out_ids, const SamplingWorkspace& ws, Stream stream) {
+  launch_sample_kernels(logits, nullptr, params, step, params.has_penalties(), history, history_lens,
+                        history_stride, out_ids, ws, stream);
+}
+
+void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                        const int32_t* history_lens, int history_stride, int32_t* out_ids,
+                        const SamplingWorkspace& ws, Stream stream) {
+  // Which rows have penalties is known only on the device: a history means some may.
+  launch_sample_kernels(logits, rows, SamplingParams{}, 0, history != nullptr, history, history_lens,
+                        history_stride, out_ids, ws, stream);
 }
 
 }  // namespace qwenrt::cuda

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Load generator for `qwenrt serve` (Python standard library only, so it runs on GPU hosts
+without Node): N concurrent streams over loopback, each finished stream replaced at once.
+
+Prompts are random token ids (a shared prefix optional) sent to /v1/completions with
+ignore_eos, so every stream generates exactly its max_tokens. A share of the requests can be
+disconnects (the client closes after a few tokens) and bad requests (each must get a 4xx
+with an OpenAI-style error). Reports generated tok/s over the wall time (prefill included),
+time to first token and inter-token latency percentiles, errors by kind, and checks through
+/metrics that no KV block is held by a sequence once the server is idle (blocks kept by the
+prefix cache are reported separately). With --soak it also checks that the server's memory
+stays flat and exits non-zero on any failure.
+
+Examples:
+  scripts/loadgen.py --url http://127.0.0.1:8080 --concurrency 256 --prompt-tokens 128 --max-tokens 128 --duration 60
+  scripts/loadgen.py --spawn build/qwenrt --model M --concurrency 64 --shared-prefix 1024 --requests 64
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def parse_range(text):
+    low, _, high = text.partition(":")
+    return int(low), int(high or low)
+
+
+def percentiles(values):
+    if not values:
+        return {"p50": None, "p90": None, "p99": None}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return {"p50": pick(0.50), "p90": pick(0.90), "p99": pick(0.99)}
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ttft, self.itl = [], []
+        self.generated = 0
+        self.completed = 0
+        self.disconnects = 0
+        self.bad_ok = 0
+        self.errors = {}
+
+    def error(self, kind):
+        with self.lock:
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+
+
+BAD_REQUESTS = [
+    (b'{"prompt": [1, 2', "not JSON"),
+    (b'\xff\xfe{}', "not UTF-8"),
+    (json.dumps({"prompt": [1, 2], "max_tokens": 0}).encode(), "max_tokens 0"),
+    (json.dumps({"prompt": [1, 2], "temperature": -1}).encode(), "temperature < 0"),
+    (json.dumps({"prompt": [1, 2], "top_p": 0}).encode(), "top_p 0"),
+    (json.dumps({"prompt": [-5]}).encode(), "negative token id"),
+    (json.dumps({"prompt": [1], "model": "no-such-model"}).encode(), "unknown model"),
+    (json.dumps({"prompt": [1], "stop": ["a"] * 50}).encode(), "too many stops"),
+    (json.dumps({"prompt": "x", "max_tokens": 10 ** 9}).encode(), "max_tokens over the context"),
+]
+
+
+class Client:
+    def __init__(self, args, stats, prefix):
+        url = urllib.parse.urlparse(args.url)
+        self.host, self.port = url.hostname, url.port or 80
+        self.args, self.stats, self.prefix = args, stats, prefix
+        self.headers = {"Content-Type": "application/json"}
+        if args.api_key:
+            self.headers["Authorization"] = "Bearer " + args.api_key
+
+    def connection(self):
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.args.timeout)
+
+    def bad_request(self, rng):
+        body, kind = rng.choice(BAD_REQUESTS)
+        conn = self.connection()
+        try:
+            conn.request("POST", "/v1/completions", body=body, headers=self.headers)
+            response = conn.getresponse()
+            payload = response.read()
+            if 400 <= response.status < 500 and b'"error"' in payload:
+                with self.stats.lock:
+                    self.stats.bad_ok += 1
+            else:
+                self.stats.error(f"bad request '{kind}' got {response.status}")
+        except Exception as error:  # the server must answer, not drop the connection
+            self.stats.error(f"bad request '{kind}': {type(error).__name__}")
+        finally:
+            conn.close()
+
+    def stream(self, rng, disconnect_after=None):
+        args = self.args
+        prompt = self.prefix + [rng.randrange(args.id_range) for _ in range(rng.randint(*args.prompt_tokens))]
+        body = {"prompt": prompt, "max_tokens": rng.randint(*args.max_tokens), "stream": True,
+                "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": args.temperature}
+        if args.model_name:
+            body["model"] = args.model_name
+        conn = self.connection()
+        start = time.perf_counter()
+        last = None
+        tokens_seen = 0
+        usage = None
+        phase = "sending"
+        try:
+            conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=self.headers)
+            phase = "waiting for the response"
+            response = conn.getresponse()
+            phase = "reading the stream"
+            if response.status != 200:
+                self.stats.error(f"status {response.status}")
+                response.read()
+                return
+            ttft, gaps = None, []
+            while True:
+                line = response.readline()
+                if not line:
+                    self.stats.error("stream ended without [DONE]")
+                    return
+                line = line.strip()
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:]
+                if data == b"[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    self.stats.error("error event: " + chunk["error"].get("message", "")[:60])
+                    return
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                if chunk.get("choices"):
+                    now = time.perf_counter()
+                    if ttft is None:
+                        ttft = now - start
+                    elif last is not None:
+                        gaps.append(now - last)
+                    last = now
+                    tokens_seen += 1
+                    if disconnect_after is not None and tokens_seen >= disconnect_after:
+                        with self.stats.lock:
+                            self.stats.disconnects += 1
+                        return  # closing the socket is the disconnect
+            with self.stats.lock:
+                self.stats.completed += 1
+                if ttft is not None:
+                    self.stats.ttft.append(ttft)
+                self.stats.itl.extend(gaps)
+                self.stats.generated += usage["completion_tokens"] if usage else 0
+        except Exception as error:
+            self.stats.error(f"{type(error).__name__} while {phase}")
+        finally:
+            conn.close()
+
+
+def get(args, path):
+    url = urllib.parse.urlparse(args.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
+    headers = {"Authorization": "Bearer " + args.api_key} if args.api_key else {}
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def metric(text, name):
+    match = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--spawn", help="start this qwenrt binary's `serve` (with --model) on a free port")
+    parser.add_argument("--model", help="model folder for --spawn")
+    parser.add_argument("--tokenizer", help="tokenizer folder for --spawn")
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra argument for --spawn's serve")
+    parser.add_argument("--model-name", default="", help="the 'model' field (default: none sent)")
+    parser.add_argument("--api-key", default=os.environ.get("QWENRT_API_KEY", ""))
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=0, help="seconds of load (steady state)")
+    parser.add_argument("--requests", type=int, default=0, help="or this many streams in all")
+    parser.add_argument("--prompt-tokens", type=parse_range, default=(128, 128), help="N or LOW:HIGH")
+    parser.add_argument("--max-tokens", type=parse_range, default=(128, 128), help="N or LOW:HIGH")
+    parser.add_argument("--shared-prefix", type=int, default=0, help="tokens every prompt starts with")
+    parser.add_argument("--id-range", type=int, default=256, help="prompt token ids are drawn from [0, N)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--disconnect-share", type=float, default=0.0)
+    parser.add_argument("--bad-share", type=float, default=0.0)
+    parser.add_argument("--prime", action="store_true",
+                        help="send one request alone first and report its TTFT apart (prefix-cache check)")
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--soak", action="store_true", help="fail on any error, leaked block or memory growth")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    args = parser.parse_args()
+    if not args.duration and not args.requests:
+        args.requests = args.concurrency
+
+    server = None
+    if args.spawn:
+        command = [args.spawn, "serve", "-m", args.model, "--port", "0"] + args.serve_arg
+        if args.tokenizer:
+            command += ["--tokenizer", args.tokenizer]
+        server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        for line in server.stderr:
+            match = re.search(r"on http://([^:]+):(\d+)", line)
+            if match:
+                args.url = f"http://{match.group(1)}:{match.group(2)}"
+                break
+        else:
+            sys.exit("loadgen: the server did not start")
+        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+
+    rng_master = random.Random(args.seed)
+    prefix = [rng_master.randrange(args.id_range) for _ in range(args.shared_prefix)]
+    stats = Stats()
+    client = Client(args, stats, prefix)
+    deadline = time.perf_counter() + args.duration if args.duration else None
+    budget = [args.requests]
+    budget_lock = threading.Lock()
+
+    def take():
+        if deadline is not None:
+            return time.perf_counter() < deadline
+        with budget_lock:
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            return True
+
+    def worker(index):
+        rng = random.Random(args.seed * 7919 + index)
+        while take():
+            roll = rng.random()
+            if roll < args.bad_share:
+                client.bad_request(rng)
+            elif roll < args.bad_share + args.disconnect_share:
+                client.stream(rng, disconnect_after=rng.randint(1, 4))
+            else:
+                client.stream(rng)
+
+    first_ttft = None
+    if args.prime:
+        client.stream(random.Random(args.seed))
+        first_ttft = stats.ttft[0] if stats.ttft else None
+        stats.ttft.clear()
+        stats.itl.clear()
+        stats.generated = 0
+        stats.completed = 0
+    rss_start = None
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    if server and args.soak and args.duration:
+        # The baseline after a short warm-up: allocations that grow once (thread stacks,
+        # staging buffers) are not a leak.
+        time.sleep(min(5.0, args.duration / 4))
+        rss_start = rss_kib(server.pid)
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+
+    # Idle: every sequence ends within a step of its stream ending or being dropped.
+    leaked = None
+    cached = None
+    for _ in range(100):
+        status, text = get(args, "/metrics")
+        if status == 200 and metric(text, "qwenrt_requests_active") == 0:
+            leaked = metric(text, "qwenrt_kv_blocks_used")
+            cached = metric(text, "qwenrt_kv_blocks_cached")
+            if leaked == 0:
+                break
+        time.sleep(0.1)
+    rss_end = rss_kib(server.pid) if server else None
+
+    report = {
+        "concurrency": args.concurrency, "wall_s": round(wall, 3), "completed_streams": stats.completed,
+        "generated_tokens": stats.generated, "generated_tok_per_s": round(stats.generated / wall, 1),
+        "ttft_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.ttft).items()},
+        "itl_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.itl).items()},
+        "disconnects": stats.disconnects, "bad_requests_answered": stats.bad_ok, "errors": stats.errors,
+        "kv_blocks_held_when_idle": leaked, "kv_blocks_cached_when_idle": cached,
+    }
+    if first_ttft is not None:
+        report["first_request_ttft_ms"] = round(first_ttft * 1e3, 2)
+    if rss_start is not None:
+        report["server_rss_mib"] = {"after_warmup": round(rss_start / 1024, 1), "end": round(rss_end / 1024, 1)}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"loadgen: {args.concurrency} concurrent streams, {wall:.1f} s")
+        print(f"  generated      {stats.generated} tokens, {report['generated_tok_per_s']} tok/s (wall, prefill included)")
+        print(f"  streams        {stats.completed} completed, {stats.disconnects} disconnected on purpose")
+        print(f"  TTFT ms        p50 {report['ttft_ms']['p50']}  p90 {report['ttft_ms']['p90']}  p99 {report['ttft_ms']['p99']}")
+        print(f"  inter-token ms p50 {report['itl_ms']['p50']}  p90 {report['itl_ms']['p90']}  p99 {report['itl_ms']['p99']}")
+        if first_ttft is not None:
+            print(f"  first request  TTFT {report['first_request_ttft_ms']} ms (sent alone, before the others)")
+        print(f"  bad requests   {stats.bad_ok} answered with a 4xx error")
+        print(f"  errors         {stats.errors or 'none'}")
+        print(f"  KV when idle   {leaked} blocks held by sequences, {cached} kept by the prefix cache")
+        if rss_start is not None:
+            print(f"  server RSS     {report['server_rss_mib']['after_warmup']} MiB after warm-up, "
+                  f"{report['server_rss_mib']['end']} MiB at the end")
+
+    failures = []
+    if leaked != 0:
+        failures.append(f"KV blocks still held when idle: {leaked}")
+    if args.soak:
+        if stats.errors:
+            failures.append(f"errors: {stats.errors}")
+        if server and server.poll() is not None:
+            failures.append(f"the server exited with {server.returncode}")
+        if rss_start is not None and rss_end > rss_start * 1.25 + 32 * 1024:
+            failures.append(f"server memory grew from {rss_start} KiB to {rss_end} KiB")
+        if stats.completed == 0:
+            failures.append("no stream completed")
+    if server:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    for failure in failures:
+        print("loadgen: FAIL: " + failure, file=sys.stderr)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+// qwenrt serve: the OpenAI-compatible HTTP server (src/server) over the scheduler.
+// SIGTERM/SIGINT: stop taking requests, let running ones finish up to --drain-timeout,
+// then end the rest with an error event.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#ifdef QWENRT_HAVE_HTTP
+#include "server/http_server.h"
+#endif
+
+namespace qwenrt::cli {
+namespace {
+
+struct ServeArgs {
+  ModelArgs model;
+  std::string tokenizer;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key, api_key_file;
+  int max_seqs = 0;          // 0: 256 on a GPU, 16 on the CPU
+  int max_batch_tokens = 0;  // 0: 2048 on a GPU, 512 on the CPU (at least max_seqs)
+  double kv_memory_fraction = 0.9;
+  int max_queue = 1024;
+  std::string served_model_name;
+  int max_n = 8, max_stop = 4, max_stop_bytes = 256, max_logprobs = 20;
+  double max_body_mb = 4;
+  int max_connections = 1024;
+  int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
+};
+
+std::string read_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorCategory::kIo, "cannot read --api-key-file " + path);
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  if (key.empty()) throw Error(ErrorCategory::kInvalidArgument, "--api-key-file " + path + " is empty");
+  return key;
+}
+
+int run_serve(const ServeArgs& args) {
+#ifndef QWENRT_HAVE_HTTP
+  (void)args;
+  throw Error(ErrorCategory::kUnsupported, "this build has no HTTP server (cpp-httplib was not found at configure time)");
+#else
+  std::string api_key = args.api_key;
+  if (!args.api_key_file.empty()) api_key = read_key_file(args.api_key_file);
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) api_key = env;
+  }
+  // Signals go to the waiting thread below only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a signal
+
+  ModelArgs model_args = args.model;
+  if (model_args.device == "auto") model_args.device = cuda_backend_available() ? "cuda" : "cpu";
+  const bool gpu = model_args.device != "cpu";
+  EngineOptions options = engine_options(model_args);
+  options.max_seqs = args.max_seqs > 0 ? args.max_seqs : (gpu ? 256 : 16);
+  options.max_batch_tokens = std::max(args.max_batch_tokens > 0 ? args.max_batch_tokens : (gpu ? 2048 : 512), options.max_seqs);
+  if (args.model.kv_cache_gb == 0) {
+    if (gpu) {
+      options.kv_memory_fraction = args.kv_memory_fraction;
+    } else {
+      options.kv_cache_tokens = 65536;
+    }
+  }
+  std::fprintf(stderr, "loading %s on %s...\n", args.model.model_dir.c_str(), model_args.device.c_str());
+  Engine engine(args.model.model_dir, options);
+  Tokenizer tokenizer = Tokenizer::load(args.tokenizer.empty() ? args.model.model_dir : args.tokenizer);
+  std::unique_ptr<ChatTemplate> chat_template;
+  try {
+    chat_template = std::make_unique<ChatTemplate>(
+        ChatTemplate::load(args.tokenizer.empty() ? args.model.model_dir : args.tokenizer));
+  } catch (const Error& error) {
+    std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n", error.what());
+  }
+
+  server::Metrics metrics;
+  server::EngineServiceOptions service_options;
+  service_options.max_requests = options.max_seqs + args.max_queue;
+  server::EngineService service(engine, tokenizer, metrics, service_options);
+  server::ServerOptions server_options;
+  server_options.host = args.host;
+  server_options.port = args.port;
+  server_options.api_key = api_key;
+  server_options.max_body_bytes = static_cast<size_t>(args.max_body_mb * (1 << 20));
+  server_options.max_connections = args.max_connections;
+  server_options.read_timeout_s = args.read_timeout;
+  server_options.write_timeout_s = args.write_timeout;
+  server::RequestLimits& limits = server_options.limits;
+  limits.max_n = args.max_n;
+  limits.max_stop = args.max_stop;
+  limits.max_stop_bytes = args.max_stop_bytes;
+  limits.max_logprobs = args.max_logprobs;
+  limits.max_context = engine.max_context();
+  limits.vocab_size = engine.config().vocab_size;
+  limits.served_model_name = args.served_model_name.empty()
+                                 ? std::filesystem::path(args.model.model_dir).lexically_normal().filename().string()
+                                 : args.served_model_name;
+  if (limits.served_model_name.empty()) limits.served_model_name = args.model.model_dir;
+  server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config()};
+  server::HttpServer http(service, model_text, server_options, metrics);
+  if (!http.bind()) {
+    throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) +
+                                        " (in use, or not an address of this machine)");
+  }
+  if (args.model.memory_report) print_memory_report(engine);
+  http.set_ready(true);
+  std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequences per step, %d KV blocks of %d tokens)%s\n",
+               limits.served_model_name.c_str(), args.host.c_str(), http.bound_port(), engine.max_seqs(),
+               engine.memory_plan().kv_blocks, engine.memory_plan().kv_block_size,
+               api_key.empty() ? "" : ", API key required");
+  std::fflush(stderr);
+
+  std::thread waiter([&] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::fprintf(stderr, "signal %d: draining (up to %d s)\n", signal_number, args.drain_timeout);
+    http.begin_drain();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(args.drain_timeout);
+    while (service.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    service.shut_down("the server is shutting down");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last events reach their clients
+    http.stop();
+  });
+  http.serve();
+  // serve() also returns when listening fails; wake the waiter so it can finish.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return kExitOk;
+#endif
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& root, int& exit_code) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  add_model_options(cmd, args->model);
+  cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
+  cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--api-key", args->api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health (visible in ps: prefer "
+                  "--api-key-file or QWENRT_API_KEY)");
+  cmd->add_option("--api-key-file", args->api_key_file, "read the API key from the first line of this file");
+  cmd->add_option("--max-seqs", args->max_seqs, "sequences per forward pass (default: 256 on a GPU, 16 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
+                  "tokens per forward pass: decodes plus prefill chunks (default: 2048 on a GPU, 512 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-memory-fraction", args->kv_memory_fraction,
+                  "GPU: share of the free device memory for weights, workspace and KV cache when --kv-cache-gb is 0")
+      ->check(CLI::Range(0.05, 0.99))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", args->max_queue, "requests waiting beyond --max-seqs; more get 429")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", args->served_model_name, "the model name clients use (default: the folder's name)");
+  cmd->add_option("--max-n", args->max_n, "largest n (choices) per request")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-logprobs", args->max_logprobs, "largest top_logprobs / logprobs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-body-mb", args->max_body_mb, "request body size limit in MiB (larger: 413)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections, "connections served at once (a thread each)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", args->read_timeout, "seconds a client may take to send its request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", args->write_timeout,
+                  "seconds a write may block on a client that stops reading; then its request is cancelled")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", args->drain_timeout,
+                  "on SIGTERM, seconds running requests may take to finish before they are ended with an error")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->callback([args, &exit_code]() { exit_code = run_serve(*args); });
+}
+
+}  // namespace qwenrt::cli

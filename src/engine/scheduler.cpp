@@ -1,0 +1,309 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "engine/kv_cache.h"
+
+namespace qwenrt {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+struct Scheduler::Sequence {
+  uint64_t id = 0;
+  SequenceRequest request;
+  std::vector<int32_t> tokens;  // prompt, then generated
+  int generated = 0;
+  std::unique_ptr<SequenceBlocks> blocks;  // null while waiting
+  int chunk = 0;                           // tokens this step computes
+
+  int computed() const { return blocks ? blocks->length() : 0; }
+  int pending() const { return static_cast<int>(tokens.size()) - computed(); }
+};
+
+Scheduler::Scheduler(Engine& engine, bool prefix_cache)
+    : engine_(engine), prefix_cache_(prefix_cache), eos_ids_(engine.config().eos_token_ids) {
+  update_stats();
+}
+
+Scheduler::~Scheduler() = default;
+
+uint64_t Scheduler::submit(SequenceRequest request) {
+  engine_.check_prompt(request.prompt, "the prompt");
+  const int prompt_tokens = static_cast<int>(request.prompt.size());
+  if (prompt_tokens >= engine_.max_context()) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "the prompt has " + std::to_string(prompt_tokens) + " tokens, at or over the context limit of " +
+                    std::to_string(engine_.max_context()) + " (leave room for at least one new token)");
+  }
+  if (request.max_new_tokens < 1) {
+    throw Error(ErrorCategory::kInvalidArgument, "the number of new tokens must be at least 1");
+  }
+  const BlockAllocator& blocks = engine_.block_allocator();
+  const int64_t pool_tokens = static_cast<int64_t>(blocks.num_blocks()) * blocks.block_size();
+  if (prompt_tokens + 1 > pool_tokens) {
+    throw Error(ErrorCategory::kInvalidArgument, "the prompt has " + std::to_string(prompt_tokens) +
+                                                     " tokens but the KV cache holds only " +
+                                                     std::to_string(pool_tokens));
+  }
+  const SamplingParams& p = request.sampling;
+  if (!std::isfinite(p.temperature) || p.temperature < 0 || !(p.top_p > 0 && p.top_p <= 1) || p.top_k < 0 ||
+      !(p.min_p >= 0 && p.min_p <= 1) || !(p.repetition_penalty > 0) || !std::isfinite(p.presence_penalty) ||
+      !std::isfinite(p.frequency_penalty) || !std::isfinite(p.repetition_penalty)) {
+    throw Error(ErrorCategory::kInvalidArgument, "sampling parameters out of range");
+  }
+  auto sequence = std::make_unique<Sequence>();
+  sequence->tokens = request.prompt;
+  sequence->request = std::move(request);
+  std::lock_guard<std::mutex> lock(mutex_);
+  sequence->id = next_id_++;
+  const uint64_t id = sequence->id;
+  submitted_.push_back(std::move(sequence));
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_.push_back(id);
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return submitted_.empty() && cancelled_.empty() && stats_.running == 0 && stats_.waiting == 0;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Scheduler::take_submissions() {
+  std::vector<uint64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& sequence : submitted_) {
+      prompt_tokens_ += static_cast<int64_t>(sequence->tokens.size());
+      waiting_.push_back(std::move(sequence));
+    }
+    submitted_.clear();
+    cancelled.swap(cancelled_);
+  }
+  for (uint64_t id : cancelled) {
+    for (auto* queue : {&running_, &waiting_}) {
+      auto found = std::find_if(queue->begin(), queue->end(), [&](const auto& s) { return s->id == id; });
+      if (found == queue->end()) continue;
+      finish(**found, FinishReason::kCancelled);
+      queue->erase(found);
+      break;
+    }
+  }
+}
+
+// Gives the sequence's blocks back (published ones stay cached) and reports its end; the
+// caller removes it from its queue.
+void Scheduler::finish(Sequence& sequence, FinishReason reason) {
+  sequence.blocks.reset();
+  if (!events_.empty() && events_.back().id == sequence.id && events_.back().finish == FinishReason::kNone) {
+    events_.back().finish = reason;
+  } else {
+    events_.push_back(SequenceEvent{sequence.id, -1, reason});
+  }
+}
+
+void Scheduler::preempt(Sequence& sequence) {
+  auto in_batch = std::find(batch_.begin(), batch_.end(), &sequence);
+  if (in_batch != batch_.end()) {
+    budget_ += sequence.chunk;
+    batch_.erase(in_batch);
+  }
+  sequence.blocks.reset();
+  sequence.chunk = 0;
+  ++preemptions_;
+  auto found = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == &sequence; });
+  QWENRT_CHECK(found != running_.end(), "preempting a sequence that is not running");
+  std::unique_ptr<Sequence> owned = std::move(*found);
+  running_.erase(found);
+  // Back to the queue in arrival order: it goes before every later arrival.
+  auto place = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& s) { return s->id > owned->id; });
+  waiting_.insert(place, std::move(owned));
+}
+
+// Reserves `count` positions for a running sequence, preempting the newest running ones
+// while the pool is short. False when `sequence` itself had to go.
+bool Scheduler::reserve_or_preempt(Sequence& sequence, int count) {
+  while (!sequence.blocks->reserve(count)) {
+    Sequence& newest = *running_.back();
+    preempt(newest);
+    if (&newest == &sequence) return false;
+  }
+  return true;
+}
+
+// The original Qwen's dynamic NTK: the prompt's length fixes a sequence's RoPE alpha, also
+// when it is recomputed after preemption (its request keeps the prompt).
+int Scheduler::ntk_alpha(const Sequence& sequence) const {
+  return ntk_alpha_index(engine_.config(), static_cast<int>(sequence.request.prompt.size()));
+}
+
+// Cached blocks hold keys under alpha 1; a sequence with another alpha neither uses nor
+// publishes them (keys computed under one alpha are never reused under another).
+bool Scheduler::shares_prefix(const Sequence& sequence) const { return prefix_cache_ && ntk_alpha(sequence) == 0; }
+
+bool Scheduler::admit(Sequence& sequence, int budget) {
+  sequence.blocks = engine_.new_sequence();
+  if (shares_prefix(sequence)) {
+    // At least the last token is computed again: its logits draw the next one.
+    sequence.blocks->adopt_cached_prefix(std::span<const int32_t>(sequence.tokens).first(sequence.tokens.size() - 1));
+  }
+  const int count = std::min(sequence.pending(), budget);
+  if (!sequence.blocks->reserve(count)) {
+    sequence.blocks.reset();
+    return false;
+  }
+  sequence.chunk = count;
+  return true;
+}
+
+const std::vector<SequenceEvent>& Scheduler::step() {
+  events_.clear();
+  take_submissions();
+  batch_.clear();
+  budget_ = engine_.max_batch_tokens();
+  const int seats = engine_.max_seqs();
+  // Running sequences, oldest first: every decode (one token each) before any part-prefilled
+  // prompt, which then takes what budget is left.
+  for (const bool decoding : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget_ > 0;) {
+      Sequence& sequence = *running_[i];
+      const bool in_batch = std::find(batch_.begin(), batch_.end(), &sequence) != batch_.end();
+      if (in_batch || (sequence.pending() == 1) != decoding) {
+        ++i;
+        continue;
+      }
+      const int count = std::min(sequence.pending(), budget_);
+      if (!reserve_or_preempt(sequence, count)) continue;  // it was the newest: gone from running_
+      sequence.chunk = count;
+      budget_ -= count;
+      batch_.push_back(&sequence);
+      ++i;
+    }
+  }
+  // Then waiting ones in arrival order while seats and budget last; admission never preempts.
+  while (!waiting_.empty() && budget_ > 0 && static_cast<int>(running_.size()) < seats) {
+    Sequence& sequence = *waiting_.front();
+    if (!admit(sequence, budget_)) {
+      if (running_.empty() && batch_.empty()) {
+        // Alone and still no room: the pool cannot hold this sequence any further.
+        finish(sequence, FinishReason::kLength);
+        waiting_.erase(waiting_.begin());
+        continue;
+      }
+      break;
+    }
+    budget_ -= sequence.chunk;
+    batch_.push_back(&sequence);
+    std::unique_ptr<Sequence> owned = std::move(waiting_.front());
+    waiting_.erase(waiting_.begin());
+    auto place = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s->id > owned->id; });
+    running_.insert(place, std::move(owned));
+  }
+  if (batch_.empty()) {
+    update_stats();
+    return events_;
+  }
+
+  inputs_.clear();
+  for (Sequence* sequence : batch_) {
+    const int start = sequence->computed();
+    const bool samples = start + sequence->chunk == static_cast<int>(sequence->tokens.size());
+    if (start < static_cast<int>(sequence->request.prompt.size())) {
+      computed_prompt_tokens_ += std::min<int>(sequence->chunk, static_cast<int>(sequence->request.prompt.size()) - start);
+    }
+    SampleRow sampling;
+    sampling.params = sequence->request.sampling;
+    sampling.stream = sequence->request.stream;
+    inputs_.push_back(StepInput{sequence->blocks.get(),
+                                std::span<const int32_t>(sequence->tokens).subspan(static_cast<size_t>(start),
+                                                                                   static_cast<size_t>(sequence->chunk)),
+                                samples, sampling, sequence->tokens, sequence->request.top_logprobs,
+                                ntk_alpha(*sequence)});
+  }
+  try {
+    engine_.step(inputs_, sampled_, &logprobs_);
+  } catch (const std::exception&) {
+    // The batch's sequences end with an error; their blocks go back and the rest carry on.
+    for (Sequence* sequence : batch_) {
+      finish(*sequence, FinishReason::kError);
+      std::erase_if(running_, [&](const auto& s) { return s.get() == sequence; });
+    }
+    update_stats();
+    return events_;
+  }
+  ++steps_;
+
+  std::vector<Sequence*> finished;
+  for (size_t k = 0; k < batch_.size(); ++k) {
+    Sequence& sequence = *batch_[k];
+    if (sampled_[k] < 0) {
+      if (shares_prefix(sequence)) sequence.blocks->publish_full_blocks(sequence.tokens);
+      continue;
+    }
+    const int32_t token = sampled_[k];
+    sequence.tokens.push_back(token);
+    ++sequence.generated;
+    ++generated_tokens_;
+    if (shares_prefix(sequence)) sequence.blocks->publish_full_blocks(sequence.tokens);
+    events_.push_back(SequenceEvent{sequence.id, token, FinishReason::kNone, std::move(logprobs_[k])});
+    const SequenceRequest& request = sequence.request;
+    const bool may_stop = sequence.generated >= request.min_tokens;
+    const bool is_eos = !request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+    const bool is_stop = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
+    FinishReason reason = FinishReason::kNone;
+    if (may_stop && (is_eos || is_stop)) {
+      reason = FinishReason::kStop;
+    } else if (sequence.generated >= request.max_new_tokens ||
+               static_cast<int>(sequence.tokens.size()) > engine_.max_context()) {
+      reason = FinishReason::kLength;
+    }
+    if (reason != FinishReason::kNone) {
+      finish(sequence, reason);
+      finished.push_back(&sequence);
+    }
+  }
+  if (!finished.empty()) {
+    std::erase_if(running_, [&](const auto& s) {
+      return std::find(finished.begin(), finished.end(), s.get()) != finished.end();
+    });
+  }
+  update_stats();
+  return events_;
+}
+
+void Scheduler::update_stats() {
+  const BlockAllocator& blocks = engine_.block_allocator();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.running = static_cast<int>(running_.size());
+  stats_.waiting = static_cast<int>(waiting_.size());
+  stats_.kv_blocks_total = blocks.num_blocks();
+  stats_.kv_blocks_held = blocks.held_blocks();
+  stats_.kv_blocks_cached = blocks.cached_unheld_blocks();
+  stats_.prefix_lookups = blocks.lookups();
+  stats_.prefix_hits = blocks.hits();
+  stats_.preemptions = preemptions_;
+  stats_.prompt_tokens = prompt_tokens_;
+  stats_.computed_prompt_tokens = computed_prompt_tokens_;
+  stats_.generated_tokens = generated_tokens_;
+  stats_.steps = steps_;
+}
+
+}  // namespace qwenrt

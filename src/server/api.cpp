@@ -1,0 +1,387 @@
+#include "server/api.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "core/random_bits.h"
+#include "model/config.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace qwenrt::server {
+
+using nlohmann::json;
+
+std::string error_body(const ApiError& error) {
+  json body = {{"error",
+                {{"message", error.what()},
+                 {"type", error.type},
+                 {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+                 {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
+  return body.dump();
+}
+
+uint64_t process_unique_bits() {
+  static const uint64_t salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  return splitmix64(salt ^ splitmix64(counter.fetch_add(1)));
+}
+
+ApiError invalid_request(std::string message, std::string param) {
+  return ApiError(400, "invalid_request_error", std::move(message), std::move(param));
+}
+
+json parse_json_body(std::string_view body) {
+  if (tok::utf8_valid_prefix(body) != body.size()) throw invalid_request("the request body is not valid UTF-8");
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::exception& error) {
+    // nlohmann's text names the position: "parse error at line 1, column 5: ...".
+    std::string what = error.what();
+    const size_t colon = what.find("] ");
+    throw invalid_request("the request body is not valid JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2)));
+  }
+  if (!parsed.is_object()) throw invalid_request("the request body must be a JSON object");
+  return parsed;
+}
+
+namespace {
+
+// A field that is present and not null.
+const json* field(const json& body, const char* name) {
+  auto found = body.find(name);
+  if (found == body.end() || found->is_null()) return nullptr;
+  return &*found;
+}
+
+double number_field(const json& body, const char* name, double fallback, double low, double high, bool low_open,
+                    const char* range_text) {
+  const json* value = field(body, name);
+  if (value == nullptr) return fallback;
+  if (!value->is_number()) throw invalid_request(std::string("'") + name + "' must be a number", name);
+  const double number = value->get<double>();
+  if (!std::isfinite(number) || number < low || (low_open && number == low) || number > high) {
+    throw invalid_request(std::string("'") + name + "' must be " + range_text + " (got " + value->dump() + ")", name);
+  }
+  return number;
+}
+
+int64_t integer_field(const json& body, const char* name, int64_t fallback, int64_t low, int64_t high) {
+  const json* value = field(body, name);
+  if (value == nullptr) return fallback;
+  if (!value->is_number_integer()) throw invalid_request(std::string("'") + name + "' must be an integer", name);
+  const int64_t number = value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                             ? INT64_MAX
+                             : value->get<int64_t>();
+  if (number < low || number > high) {
+    throw invalid_request(std::string("'") + name + "' must be between " + std::to_string(low) + " and " +
+                              std::to_string(high) + " (got " + value->dump() + ")",
+                          name);
+  }
+  return number;
+}
+
+bool bool_field(const json& body, const char* name, bool fallback) {
+  const json* value = field(body, name);
+  if (value == nullptr) return fallback;
+  if (!value->is_boolean()) throw invalid_request(std::string("'") + name + "' must be a boolean", name);
+  return value->get<bool>();
+}
+
+// Fields of the OpenAI API this server knows but does not implement: refused by name
+// rather than silently ignored (they would change the answer).
+void refuse_unsupported(const json& body) {
+  auto refuse = [](const std::string& name, const std::string& why) {
+    throw ApiError(400, "invalid_request_error", "'" + name + "' is not supported by this server" + why, name,
+                   "unsupported_parameter");
+  };
+  if (const json* v = field(body, "logit_bias"); v != nullptr && !(v->is_object() && v->empty())) refuse("logit_bias", "");
+  if (const json* v = field(body, "response_format");
+      v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
+    refuse("response_format", " (only {\"type\": \"text\"})");
+  }
+  if (const json* v = field(body, "best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    refuse("best_of", " (only 1)");
+  }
+  if (bool_field(body, "echo", false)) refuse("echo", "");
+  if (const json* v = field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
+    refuse("suffix", "");
+  }
+  for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex"}) {
+    if (field(body, name) != nullptr) refuse(name, "");
+  }
+  if (const json* v = field(body, "modalities"); v != nullptr && *v != json::array({"text"})) refuse("modalities", "");
+}
+
+std::string check_model(const json& body, const RequestLimits& limits) {
+  const json* model = field(body, "model");
+  if (model == nullptr) return limits.served_model_name;
+  if (!model->is_string()) throw invalid_request("'model' must be a string", "model");
+  if (model->get<std::string>() != limits.served_model_name) {
+    throw ApiError(404, "not_found_error",
+                   "the model '" + model->get<std::string>() + "' does not exist; this server serves '" +
+                       limits.served_model_name + "'",
+                   "model", "model_not_found");
+  }
+  return limits.served_model_name;
+}
+
+// The fields chat and completions share; `prompt` must already be set.
+void parse_common(const json& body, const ModelText& model, const RequestLimits& limits, GenerationRequest& out,
+                  int default_max_tokens) {
+  refuse_unsupported(body);
+  out.model = check_model(body, limits);
+  out.stream = bool_field(body, "stream", false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");
+    out.include_usage = bool_field(*options, "include_usage", false);
+  }
+  const int prompt_tokens = static_cast<int>(out.prompt.size());
+  const int room = limits.max_context - prompt_tokens;
+  if (room <= 0) {
+    throw ApiError(400, "invalid_request_error",
+                   "the prompt has " + std::to_string(prompt_tokens) + " tokens, at or over the context limit of " +
+                       std::to_string(limits.max_context) + " tokens",
+                   out.chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+  const char* max_name = field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), 1, INT32_MAX);
+  if (max_tokens > room) {
+    throw ApiError(400, "invalid_request_error",
+                   "'" + std::string(max_name) + "' is " + std::to_string(max_tokens) + " but the prompt has " +
+                       std::to_string(prompt_tokens) + " tokens and the context limit is " +
+                       std::to_string(limits.max_context) + ": at most " + std::to_string(room) + " new tokens fit",
+                   max_name, "context_length_exceeded");
+  }
+  out.max_tokens = static_cast<int>(max_tokens);
+  out.min_tokens = static_cast<int>(integer_field(body, "min_tokens", 0, 0, out.max_tokens));
+  out.ignore_eos = bool_field(body, "ignore_eos", false);
+  out.n = static_cast<int>(integer_field(body, "n", 1, 1, limits.max_n));
+
+  // Sampling: generation_config.json's recommendation (as the CLI uses it), then the request.
+  SamplingParams& s = out.sampling;
+  if (model.config != nullptr && model.config->default_do_sample) {
+    s.temperature = model.config->default_temperature.value_or(1.f);
+    s.top_p = model.config->default_top_p.value_or(1.f);
+    s.top_k = model.config->default_top_k.value_or(0);
+    s.min_p = model.config->default_min_p.value_or(0.f);
+    s.repetition_penalty = model.config->default_repetition_penalty.value_or(1.f);
+  }
+  const double kBig = std::numeric_limits<double>::max();
+  s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
+  s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));
+  // vLLM spells "off" as -1; 0 means off here.
+  if (const json* k = field(body, "top_k"); k != nullptr && k->is_number_integer() && k->get<int64_t>() == -1) {
+    s.top_k = 0;
+  } else {
+    s.top_k = static_cast<int>(integer_field(body, "top_k", s.top_k, 0, INT32_MAX));
+  }
+  s.min_p = static_cast<float>(number_field(body, "min_p", s.min_p, 0, 1, false, "in [0, 1]"));
+  s.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", 0, -2, 2, false, "in [-2, 2]"));
+  s.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", 0, -2, 2, false, "in [-2, 2]"));
+  s.repetition_penalty =
+      static_cast<float>(number_field(body, "repetition_penalty", s.repetition_penalty, 0, 2, true, "in (0, 2]"));
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) throw invalid_request("'seed' must be an integer", "seed");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+  } else {
+    // No seed: every request its own stream (a counter keeps them apart).
+    s.seed = process_unique_bits();
+  }
+
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      out.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& item : *stop) {
+        if (!item.is_string()) throw invalid_request("'stop' must be a string or an array of strings", "stop");
+        out.stop.push_back(item.get<std::string>());
+      }
+    } else {
+      throw invalid_request("'stop' must be a string or an array of strings", "stop");
+    }
+    if (static_cast<int>(out.stop.size()) > limits.max_stop) {
+      throw invalid_request("'stop' has " + std::to_string(out.stop.size()) + " strings; at most " +
+                                std::to_string(limits.max_stop) + " are allowed",
+                            "stop");
+    }
+    for (const std::string& text : out.stop) {
+      if (text.empty()) throw invalid_request("'stop' strings must not be empty", "stop");
+      if (static_cast<int>(text.size()) > limits.max_stop_bytes) {
+        throw invalid_request("a 'stop' string has " + std::to_string(text.size()) + " bytes; at most " +
+                                  std::to_string(limits.max_stop_bytes) + " are allowed",
+                              "stop");
+      }
+    }
+  }
+}
+
+std::string message_text(const json& message, size_t index) {
+  const std::string where = "messages[" + std::to_string(index) + "].content";
+  const json* content = field(message, "content");
+  if (content == nullptr) return "";
+  if (content->is_string()) return content->get<std::string>();
+  if (content->is_array()) {
+    std::string text;
+    for (const json& part : *content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        throw invalid_request("'" + where + "' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)",
+                              where);
+      }
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  throw invalid_request("'" + where + "' must be a string or an array of text parts", where);
+}
+
+}  // namespace
+
+GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+  if (model.chat_template == nullptr) {
+    throw invalid_request("this model has no chat template: use /v1/completions", "messages");
+  }
+  GenerationRequest out;
+  out.chat = true;
+  const json* messages = field(body, "messages");
+  if (messages == nullptr) throw invalid_request("'messages' is required", "messages");
+  if (!messages->is_array()) throw invalid_request("'messages' must be an array", "messages");
+  if (messages->empty()) throw invalid_request("'messages' must not be empty", "messages");
+  // The template sees plain messages: roles checked, content flattened to text.
+  nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object()) throw invalid_request("'" + where + "' must be an object", where);
+    const json* role = field(message, "role");
+    if (role == nullptr || !role->is_string()) throw invalid_request("'" + where + ".role' must be a string", where + ".role");
+    const std::string role_name = role->get<std::string>();
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "tool" &&
+        role_name != "developer") {
+      throw invalid_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
+                                role_name + "')",
+                            where + ".role");
+    }
+    nlohmann::ordered_json item = nlohmann::ordered_json::parse(message.dump());
+    item["role"] = role_name == "developer" ? "system" : role_name;
+    item["content"] = message_text(message, i);
+    if (const json* calls = field(message, "tool_calls")) {
+      // Templates expect arguments as objects; the API carries them as JSON text.
+      if (!calls->is_array()) throw invalid_request("'" + where + ".tool_calls' must be an array", where + ".tool_calls");
+      for (auto& call : item["tool_calls"]) {
+        if (call.contains("function") && call["function"].contains("arguments") &&
+            call["function"]["arguments"].is_string()) {
+          try {
+            call["function"]["arguments"] =
+                nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>());
+          } catch (const std::exception&) {
+            throw invalid_request("'" + where + ".tool_calls' arguments must be JSON text", where + ".tool_calls");
+          }
+        }
+      }
+    }
+    conversation.push_back(std::move(item));
+  }
+  nlohmann::ordered_json tools;  // null: none
+  if (const json* given = field(body, "tools")) {
+    if (!given->is_array()) throw invalid_request("'tools' must be an array", "tools");
+    for (const json& tool : *given) {
+      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+          !tool["function"].is_object() || !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+        throw invalid_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+      }
+    }
+    if (!given->empty()) tools = nlohmann::ordered_json::parse(given->dump());
+  }
+  std::string tool_choice = "auto";
+  if (const json* choice = field(body, "tool_choice")) {
+    if (!choice->is_string() || (*choice != "auto" && *choice != "none")) {
+      throw ApiError(400, "invalid_request_error",
+                     "'tool_choice' may be \"auto\" or \"none\"; forcing a tool is not supported by this server",
+                     "tool_choice", "unsupported_parameter");
+    }
+    tool_choice = choice->get<std::string>();
+  }
+  if (tool_choice == "none") tools = nullptr;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    extra = nlohmann::ordered_json::parse(kwargs->dump());
+  }
+  try {
+    out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, true, extra);
+  } catch (const Error& error) {
+    throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
+  }
+  out.parse_tool_calls = !tools.is_null();
+  out.parse_reasoning = true;
+  // Templates of thinking-only models end the prompt with "<think>\n": the output then
+  // starts inside the reasoning and only closes it.
+  if (const auto think = model.tokenizer->token_to_id("<think>")) {
+    for (size_t back = 1; back <= std::min<size_t>(3, out.prompt.size()); ++back) {
+      const int32_t id = out.prompt[out.prompt.size() - back];
+      if (id == *think) {
+        out.reasoning_open = true;
+        break;
+      }
+      const std::string text = model.tokenizer->decode(std::span<const int32_t>(&id, 1));
+      if (text.find_first_not_of(" \n") != std::string::npos) break;
+    }
+  }
+  parse_common(body, model, limits, out, limits.max_context);
+  if (bool_field(body, "logprobs", false)) {
+    out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));
+  } else if (field(body, "top_logprobs") != nullptr) {
+    throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  }
+  return out;
+}
+
+GenerationRequest parse_completion_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+  GenerationRequest out;
+  const json* prompt = field(body, "prompt");
+  if (prompt == nullptr) throw invalid_request("'prompt' is required", "prompt");
+  const json* text = prompt;
+  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) text = &(*prompt)[0];
+  if (text->is_string()) {
+    // Completions take raw text: special-token strings in it become their tokens, as
+    // the model's own documents are written.
+    out.prompt = model.tokenizer->encode(text->get<std::string>(), true);
+    if (out.prompt.empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+    if ((*prompt)[0].is_array() || (*prompt)[0].is_string()) {
+      throw ApiError(400, "invalid_request_error", "several prompts in one request are not supported by this server",
+                     "prompt", "unsupported_parameter");
+    }
+    for (const json& id : *prompt) {
+      if (!id.is_number_integer()) throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
+      const int64_t value = id.get<int64_t>();
+      if (value < 0 || value >= limits.vocab_size) {
+        throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " +
+                                  std::to_string(limits.vocab_size) + ")",
+                              "prompt");
+      }
+      out.prompt.push_back(static_cast<int32_t>(value));
+    }
+  } else {
+    throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
+  }
+  parse_common(body, model, limits, out, 16);  // OpenAI's default for completions
+  if (const json* logprobs = field(body, "logprobs")) {
+    if (logprobs->is_boolean()) {
+      if (logprobs->get<bool>()) out.top_logprobs = 0;
+    } else {
+      out.top_logprobs = static_cast<int>(integer_field(body, "logprobs", 0, 0, limits.max_logprobs));
+    }
+  }
+  return out;
+}
+
+}  // namespace qwenrt::server

@@ -1,0 +1,84 @@
+// The OpenAI API as the server speaks it: errors with their HTTP status, and requests
+// parsed and validated into what the generation service runs. No device code here.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace qwenrt {
+class Tokenizer;
+class ChatTemplate;
+struct ModelConfig;
+}  // namespace qwenrt
+
+namespace qwenrt::server {
+
+// An error that reaches the client as {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  ApiError(int http_status, std::string error_type, std::string message, std::string error_param = "",
+           std::string error_code = "")
+      : std::runtime_error(message), status(http_status), type(std::move(error_type)), param(std::move(error_param)),
+        code(std::move(error_code)) {}
+  int status;
+  std::string type;   // invalid_request_error, authentication_error, not_found_error, ...
+  std::string param;  // the request field at fault, "" for none
+  std::string code;   // a short machine-readable code, "" for none
+};
+
+std::string error_body(const ApiError& error);
+ApiError invalid_request(std::string message, std::string param = "");
+
+// 64 random-looking bits, different on every call and in every run of the server (request
+// ids, tool-call ids, the seed of a request that gives none).
+uint64_t process_unique_bits();
+
+// Parses a request body as JSON. Library failures become one 400 ApiError line.
+nlohmann::json parse_json_body(std::string_view body);
+
+// Caps a request is checked against (each a serve flag).
+struct RequestLimits {
+  int max_n = 8;
+  int max_stop = 4;               // stop strings per request
+  int max_stop_bytes = 256;       // bytes per stop string
+  int max_logprobs = 20;          // top_logprobs / logprobs
+  int max_context = 0;            // the engine's context, tokens
+  int vocab_size = 0;             // the model's
+  std::string served_model_name;
+};
+
+// What the model files contribute to parsing.
+struct ModelText {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: chat completions refused
+  const ModelConfig* config = nullptr;          // sampling defaults from generation_config.json
+};
+
+struct GenerationRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+  std::string model;
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  int min_tokens = 0;
+  bool ignore_eos = false;
+  SamplingParams sampling;
+  int n = 1;
+  std::vector<std::string> stop;
+  int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
+  bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
+  bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content
+  bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
+};
+
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ModelText& model, const RequestLimits& limits);
+GenerationRequest parse_completion_request(const nlohmann::json& body, const ModelText& model,
+                                           const RequestLimits& limits);
+
+}  // namespace qwenrt::server

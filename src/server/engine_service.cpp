@@ -1,0 +1,243 @@
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/stop_strings.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt::server {
+
+using Clock = std::chrono::steady_clock;
+
+void RequestStream::push(ChoiceEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!event.finish_reason.empty()) --unfinished_;
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+std::vector<ChoiceEvent> RequestStream::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<ChoiceEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+void RequestStream::cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+}
+
+bool RequestStream::cancelled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cancelled_;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unfinished_ <= 0 && events_.empty();
+}
+
+// One choice of a request: a scheduler sequence and its text state.
+struct EngineService::Choice {
+  uint64_t id = 0;  // scheduler sequence
+  int index = 0;
+  std::shared_ptr<RequestStream> stream;
+  StreamDecoder decoder;
+  StopMatcher stops;
+  bool logprobs = false;
+  Clock::time_point started, last_token;
+  int tokens = 0;
+  Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
+      : decoder(tokenizer, /*skip_special=*/true), stops(std::move(stop_strings)) {}
+};
+
+EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
+    : engine_(engine), tokenizer_(tokenizer), metrics_(metrics), options_(options), scheduler_(engine) {
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineService::~EngineService() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+}
+
+int EngineService::active_requests() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_;
+}
+
+std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
+  if (options_.max_requests > 0 && active_ >= options_.max_requests) {
+    throw ApiError(429, "rate_limit_error",
+                   "the server has " + std::to_string(active_) + " requests in progress, its limit: retry later", "",
+                   "queue_full");
+  }
+  auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
+  const auto now = Clock::now();
+  std::vector<uint64_t> submitted;
+  for (int i = 0; i < request.n; ++i) {
+    SequenceRequest sequence;
+    sequence.prompt = request.prompt;
+    sequence.max_new_tokens = request.max_tokens;
+    sequence.min_tokens = request.min_tokens;
+    sequence.ignore_eos = request.ignore_eos;
+    sequence.sampling = request.sampling;
+    sequence.stream = static_cast<uint64_t>(i);
+    sequence.top_logprobs = request.top_logprobs;
+    uint64_t id = 0;
+    try {
+      id = scheduler_.submit(std::move(sequence));
+    } catch (const Error& error) {
+      for (uint64_t earlier : submitted) scheduler_.cancel(earlier);
+      std::erase_if(choices_, [&](const auto& c) { return c->stream == stream; });
+      throw invalid_request(error.what());
+    }
+    submitted.push_back(id);
+    auto choice = std::make_unique<Choice>(tokenizer_, request.stop);
+    choice->id = id;
+    choice->index = i;
+    choice->stream = stream;
+    choice->logprobs = request.top_logprobs >= 0;
+    choice->started = now;
+    choices_.push_back(std::move(choice));
+  }
+  ++active_;
+  work_.notify_all();
+  return stream;
+}
+
+void EngineService::shut_down(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  fail_all(reason);
+}
+
+void EngineService::fail_all(const std::string& reason) {
+  for (auto& choice : choices_) {
+    scheduler_.cancel(choice->id);
+    ChoiceEvent event;
+    event.choice = choice->index;
+    event.finish_reason = "error";
+    event.error = reason;
+    choice->stream->push(std::move(event));
+  }
+  // Each request counts once however many choices it has.
+  std::vector<RequestStream*> counted;
+  for (auto& choice : choices_) {
+    if (std::find(counted.begin(), counted.end(), choice->stream.get()) == counted.end()) {
+      counted.push_back(choice->stream.get());
+      --active_;
+    }
+  }
+  choices_.clear();
+}
+
+// Sends a choice's last text and its finish reason, and forgets it.
+void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error) {
+  ChoiceEvent event;
+  event.choice = choice.index;
+  if (reason != "error" && !choice.stops.stopped()) {
+    event.text = choice.stops.push(choice.decoder.flush());
+    if (!choice.stops.stopped()) event.text += choice.stops.flush();
+  }
+  event.finish_reason = choice.stops.stopped() ? "stop" : reason;
+  event.error = error;
+  std::shared_ptr<RequestStream> stream = choice.stream;
+  std::erase_if(choices_, [&](const auto& c) { return c->id == id; });
+  const bool last = std::none_of(choices_.begin(), choices_.end(), [&](const auto& c) { return c->stream == stream; });
+  if (last) --active_;
+  stream->push(std::move(event));
+}
+
+void EngineService::dispatch(const SequenceEvent& event) {
+  auto found = std::find_if(choices_.begin(), choices_.end(), [&](const auto& c) { return c->id == event.id; });
+  if (found == choices_.end()) return;  // ended already (a stop string, a cancel)
+  Choice& choice = **found;
+  if (event.token >= 0) {
+    const auto now = Clock::now();
+    if (choice.tokens == 0) {
+      metrics_.observe_time_to_first_token(std::chrono::duration<double>(now - choice.started).count());
+    } else {
+      metrics_.observe_inter_token(std::chrono::duration<double>(now - choice.last_token).count());
+    }
+    choice.last_token = now;
+    ++choice.tokens;
+    ChoiceEvent out;
+    out.choice = choice.index;
+    out.tokens = 1;
+    out.text = choice.stops.push(choice.decoder.push(event.token));
+    if (choice.logprobs) {
+      LogprobEntry entry;
+      entry.token = tokenizer_.decode(std::span<const int32_t>(&event.token, 1));
+      entry.logprob = event.logprobs.sampled;
+      for (const TokenLogprob& alternative : event.logprobs.top) {
+        entry.top.emplace_back(tokenizer_.decode(std::span<const int32_t>(&alternative.id, 1)), alternative.logprob);
+      }
+      out.logprobs.push_back(std::move(entry));
+    }
+    if (choice.stops.stopped()) {
+      // The stop string ends the choice here; the sequence is cancelled at the next step.
+      scheduler_.cancel(choice.id);
+      choice.stream->push(std::move(out));
+      end_choice(event.id, choice, "stop");
+      return;
+    }
+    if (event.finish == FinishReason::kNone) {
+      choice.stream->push(std::move(out));
+      return;
+    }
+    choice.stream->push(std::move(out));
+  }
+  switch (event.finish) {
+    case FinishReason::kNone: return;
+    case FinishReason::kStop: end_choice(event.id, choice, "stop"); return;
+    case FinishReason::kLength: end_choice(event.id, choice, "length"); return;
+    case FinishReason::kCancelled: end_choice(event.id, choice, "error", "the request was cancelled"); return;
+    case FinishReason::kError:
+      end_choice(event.id, choice, "error", "the engine failed while generating this request");
+      return;
+  }
+}
+
+void EngineService::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      // Cancellations from the connections (clients gone): the scheduler ends them next step.
+      for (const auto& choice : choices_) {
+        if (choice->stream->cancelled()) scheduler_.cancel(choice->id);
+      }
+      if (scheduler_.idle()) {
+        work_.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
+    }
+    try {
+      const std::vector<SequenceEvent>& events = scheduler_.step();
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const SequenceEvent& event : events) dispatch(event);
+    } catch (const std::exception& error) {
+      // A broken invariant must not take the server down: the requests in flight end
+      // with the error, their sequences are cancelled, and new ones are served.
+      std::fprintf(stderr, "qwenrt serve: %s\n", error.what());
+      std::lock_guard<std::mutex> lock(mutex_);
+      fail_all(std::string("internal error: ") + error.what());
+    }
+  }
+}
+
+}  // namespace qwenrt::server

@@ -1,0 +1,112 @@
+// The engine as the HTTP layer sees it: a request goes in, a stream of per-choice text
+// events comes out, and the stream can be cancelled from the connection's thread.
+// EngineService runs the real scheduler on its own thread; the tests' scripted service
+// stands behind the same interface for the tool-call and reasoning wire format.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "server/api.h"
+
+namespace qwenrt::server {
+
+class Metrics;
+
+struct LogprobEntry {
+  std::string token;  // the token's text (bytes as decoded)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+struct ChoiceEvent {
+  int choice = 0;
+  std::string text;  // new text: valid UTF-8, nothing past a stop string
+  int tokens = 0;    // generated tokens this event accounts for
+  std::vector<LogprobEntry> logprobs;
+  std::string finish_reason;  // "" while the choice runs; "stop", "length", "error"
+  std::string error;          // with "error"
+};
+
+// One request's events, produced by the service's thread and consumed by the connection's.
+class RequestStream {
+ public:
+  RequestStream(int choices, int prompt_tokens) : unfinished_(choices), prompt_tokens_(prompt_tokens) {}
+  void push(ChoiceEvent event);
+  // The events so far, waiting up to `timeout` for the first one (empty on timeout).
+  std::vector<ChoiceEvent> wait(std::chrono::milliseconds timeout);
+  // Asks the service to stop generating (the client went away); blocks return within a step.
+  void cancel();
+  bool cancelled() const;
+  int prompt_tokens() const { return prompt_tokens_; }
+  // Every choice has sent its finishing event.
+  bool finished() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<ChoiceEvent> events_;
+  int unfinished_;
+  bool cancelled_ = false;
+  int prompt_tokens_;
+};
+
+class GenerationService {
+ public:
+  virtual ~GenerationService() = default;
+  // Queues a request. Throws ApiError: 400 for what the engine refuses, 429 when the
+  // queue is full, 503 while shutting down.
+  virtual std::shared_ptr<RequestStream> start(const GenerationRequest& request) = 0;
+  // Requests started and not yet finished.
+  virtual int active_requests() const = 0;
+  // Stops taking requests and ends every running one with an error event.
+  virtual void shut_down(const std::string& reason) = 0;
+  // Scheduler counters for /metrics (zeros where there is no scheduler).
+  virtual SchedulerStats scheduler_stats() const = 0;
+};
+
+struct EngineServiceOptions {
+  int max_requests = 0;  // started and unfinished; more get 429 (0: no cap)
+};
+
+// The real service: a scheduler over the engine, stepped on a thread of its own, with
+// detokenization and stop strings per choice.
+class EngineService : public GenerationService {
+ public:
+  EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options);
+  ~EngineService() override;
+  std::shared_ptr<RequestStream> start(const GenerationRequest& request) override;
+  int active_requests() const override;
+  void shut_down(const std::string& reason) override;
+  SchedulerStats scheduler_stats() const override { return scheduler_.stats(); }
+
+ private:
+  struct Choice;
+  void run();
+  void dispatch(const SequenceEvent& event);
+  void end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error = "");
+  // Ends every unfinished choice with an error event (mutex_ held).
+  void fail_all(const std::string& reason);
+
+  Engine& engine_;
+  const Tokenizer& tokenizer_;
+  Metrics& metrics_;
+  EngineServiceOptions options_;
+  Scheduler scheduler_;
+  mutable std::mutex mutex_;  // guards everything below; held while dispatching a step's events
+  std::condition_variable work_;
+  std::vector<std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id
+  int active_ = 0;
+  bool stopping_ = false, closed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace qwenrt::server

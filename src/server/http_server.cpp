@@ -1,0 +1,211 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/random_bits.h"
+#include "server/responses.h"
+
+namespace qwenrt::server {
+namespace {
+
+constexpr int kListenBacklog = 4096;
+
+// Compares in time that depends only on the lengths, not on where the texts differ.
+bool same_secret(const std::string& given, const std::string& expected) {
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    difference |= static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
+  }
+  return difference == 0;
+}
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  if (error.status == 429) res.set_header("Retry-After", "1");
+  res.set_content(error_body(error), "application/json");
+}
+
+std::string new_id(const char* prefix) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
+  return text;
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
+    : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
+      http_(std::make_unique<httplib::Server>()), created_(unix_time()) {
+  const int threads = std::max(options_.max_connections, 4);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(options_.read_timeout_s, 0);
+  http_->set_write_timeout(options_.write_timeout_s, 0);
+  http_->set_keep_alive_max_count(1000);
+  add_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+bool HttpServer::bind() {
+  // cpp-httplib listens with a backlog of 5: hundreds of clients reconnecting at once
+  // overflow it (dropped connections, resets). The socket is kept here to listen again
+  // with a deep queue once bound (Linux updates the backlog of a listening socket).
+  int listen_socket = -1;
+  http_->set_socket_options([&listen_socket](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket = sock;
+  });
+  bool bound = false;
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    bound = port_ > 0;
+  } else {
+    port_ = options_.port;
+    bound = http_->bind_to_port(options_.host, options_.port);
+  }
+  if (bound && listen_socket >= 0) ::listen(listen_socket, kListenBacklog);
+  return bound;
+}
+
+void HttpServer::serve() { http_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (http_->is_running()) http_->stop();
+}
+
+void HttpServer::add_routes() {
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const bool ok = header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options_.api_key);
+    if (ok) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "authentication_error",
+                             header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key", "",
+                             "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib raises itself (413, 404, 400 for a malformed request line) get the same JSON.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      send_error(res, ApiError(413, "invalid_request_error", "the request body is over the size limit", "",
+                               "request_too_large"));
+    } else if (res.status == 404) {
+      send_error(res, ApiError(404, "not_found_error", "no route " + req.method + " " + req.path));
+    } else {
+      send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
+    }
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.count_request(req.path, res.status);
+  });
+
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_ && !draining_) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    } else {
+      res.status = 503;
+      res.set_content(draining_ ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}", "application/json");
+    }
+  });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json body = {{"object", "list"},
+                           {"data",
+                            {{{"id", options_.limits.served_model_name},
+                              {"object", "model"},
+                              {"created", created_},
+                              {"owned_by", "qwenrt"},
+                              {"max_model_len", options_.limits.max_context}}}}};
+    res.set_content(body.dump(), "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(service_.scheduler_stats(), service_.active_requests()),
+                    "text/plain; version=0.0.4");
+  });
+  auto generation = [this](bool chat) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      if (draining_ || !ready_) {
+        send_error(res, ApiError(503, "server_error",
+                                 draining_ ? "the server is shutting down" : "the model is still loading", "",
+                                 "unavailable"));
+        return;
+      }
+      std::shared_ptr<GenerationRequest> request;
+      std::shared_ptr<RequestStream> stream;
+      try {
+        const nlohmann::json body = parse_json_body(req.body);
+        request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, model_, options_.limits)
+                                                           : parse_completion_request(body, model_, options_.limits));
+        stream = service_.start(*request);
+      } catch (const ApiError& error) {
+        send_error(res, error);
+        return;
+      } catch (const std::exception& error) {
+        send_error(res, invalid_request(error.what()));
+        return;
+      }
+      auto builder = std::make_shared<ResponseBuilder>(*request, new_id(chat ? "chatcmpl" : "cmpl"), unix_time(),
+                                                       stream->prompt_tokens());
+      const bool streaming = request->stream;
+      const auto heartbeat = std::chrono::milliseconds(options_.heartbeat_ms);
+      // Both kinds are sent chunked: the stream as SSE; the whole response after blank
+      // heartbeats (JSON allows leading whitespace), whose failing write shows that the
+      // client has gone, so its generation is cancelled rather than run to the end.
+      res.set_chunked_content_provider(
+          streaming ? "text/event-stream" : "application/json",
+          [request, stream, builder, streaming, heartbeat](size_t, httplib::DataSink& sink) {
+            auto last_write = std::chrono::steady_clock::now();
+            for (;;) {
+              std::vector<ChoiceEvent> events = stream->wait(std::chrono::milliseconds(50));
+              std::string out;
+              for (const ChoiceEvent& event : events) {
+                if (streaming) {
+                  builder->stream(event, out);
+                } else {
+                  builder->collect(event);
+                }
+              }
+              const bool done = stream->finished();
+              if (done) out += streaming ? builder->stream_end() : (builder->error() ? error_body(*builder->error()) : builder->body());
+              if (out.empty() && std::chrono::steady_clock::now() - last_write >= heartbeat) {
+                out = streaming ? ": keep-alive\n\n" : " ";
+              }
+              if (!out.empty()) {
+                if (!sink.is_writable() || !sink.write(out.data(), out.size())) {
+                  stream->cancel();
+                  return false;
+                }
+                last_write = std::chrono::steady_clock::now();
+              }
+              if (done) {
+                sink.done();
+                return true;
+              }
+            }
+          },
+          [stream](bool success) {
+            if (!success) stream->cancel();
+          });
+      if (streaming) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("X-Accel-Buffering", "no");
+      }
+    };
+  };
+  http_->Post("/v1/chat/completions", generation(true));
+  http_->Post("/v1/completions", generation(false));
+}
+
+}  // namespace qwenrt::server

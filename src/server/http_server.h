@@ -1,0 +1,59 @@
+// The HTTP side of `qwenrt serve`: OpenAI routes over cpp-httplib (a pool thread per
+// connection; the engine runs on the service's own thread, so a slow client never holds up
+// a step), SSE streaming, the API key, /health, /metrics and the drain on shutdown.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/api.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace qwenrt::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (see bound_port())
+  std::string api_key;               // "": no authentication
+  size_t max_body_bytes = 4u << 20;  // larger bodies get 413
+  int max_connections = 1024;        // connection threads
+  int read_timeout_s = 60;           // a client that stops sending its request
+  int write_timeout_s = 30;          // a client that stops reading: then its request is cancelled
+  int heartbeat_ms = 500;            // non-streamed responses probe the client this often
+  RequestLimits limits;
+};
+
+class HttpServer {
+ public:
+  HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics);
+  ~HttpServer();
+  // Binds; returns false (with errno set) when the address cannot be had.
+  bool bind();
+  int bound_port() const { return port_; }
+  // Serves until stop(); call bind() first.
+  void serve();
+  void set_ready(bool ready) { ready_ = ready; }
+  // New generation requests get 503 from now on; running ones continue.
+  void begin_drain() { draining_ = true; }
+  void stop();
+
+ private:
+  void add_routes();
+
+  GenerationService& service_;
+  ModelText model_;
+  ServerOptions options_;
+  Metrics& metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> ready_{false}, draining_{false};
+  int port_ = 0;
+  int64_t created_ = 0;
+};
+
+}  // namespace qwenrt::server

@@ -1,0 +1,151 @@
+#include "server/output_parser.h"
+
+#include <atomic>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "server/api.h"
+
+namespace qwenrt::server {
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+constexpr std::string_view kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
+
+// Length of the longest end of `text` that is a proper prefix of `tag` (could still become it).
+size_t partial_tag(std::string_view text, std::string_view tag) {
+  for (size_t length = std::min(text.size(), tag.size() - 1); length > 0; --length) {
+    if (text.substr(text.size() - length) == tag.substr(0, length)) return length;
+  }
+  return 0;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::string new_call_id() {
+  const uint64_t bits = process_unique_bits();
+  char text[32];
+  std::snprintf(text, sizeof(text), "call_%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
+bool parse_tool_call(std::string_view body, ToolCall& call) {
+  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || !parsed.contains("name") || !parsed["name"].is_string()) return false;
+  call.id = new_call_id();
+  call.name = parsed["name"].get<std::string>();
+  const auto arguments = parsed.find("arguments");
+  if (arguments == parsed.end() || arguments->is_null()) {
+    call.arguments = "{}";
+  } else {
+    call.arguments = arguments->is_string() ? arguments->get<std::string>() : arguments->dump();
+  }
+  return true;
+}
+
+}  // namespace
+
+OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open)
+    : parse_reasoning_(parse_reasoning), parse_tool_calls_(parse_tool_calls),
+      state_(!parse_reasoning ? State::kContent : reasoning_open ? State::kReasoning : State::kStart) {}
+
+ParsedDelta OutputParser::push(std::string_view text) {
+  buffer_ += text;
+  ParsedDelta out;
+  run(out, false);
+  return out;
+}
+
+ParsedDelta OutputParser::flush() {
+  ParsedDelta out;
+  run(out, true);
+  if (!held_space_.empty() && tool_calls_ == 0) out.content += held_space_;
+  held_space_.clear();
+  return out;
+}
+
+void OutputParser::emit_content(ParsedDelta& out, std::string_view text) {
+  if (strip_newlines_) {
+    while (!text.empty() && (text.front() == '\n' || text.front() == '\r')) text.remove_prefix(1);
+    if (text.empty()) return;
+    strip_newlines_ = false;
+  }
+  size_t end = text.size();
+  while (end > 0 && is_space(text[end - 1])) --end;
+  if (end == 0) {
+    held_space_ += text;
+    return;
+  }
+  out.content += held_space_;
+  held_space_.clear();
+  out.content += text.substr(0, end);
+  held_space_ = std::string(text.substr(end));
+}
+
+void OutputParser::run(ParsedDelta& out, bool at_end) {
+  while (!buffer_.empty()) {
+    switch (state_) {
+      case State::kStart: {
+        if (buffer_.rfind(kThinkOpen, 0) == 0) {
+          buffer_.erase(0, kThinkOpen.size());
+          state_ = State::kReasoning;
+          continue;
+        }
+        if (!at_end && kThinkOpen.substr(0, buffer_.size()) == buffer_) return;  // may still become <think>
+        state_ = State::kContent;
+        continue;
+      }
+      case State::kReasoning: {
+        const size_t close = buffer_.find(kThinkClose);
+        if (close != std::string::npos) {
+          out.reasoning += buffer_.substr(0, close);
+          buffer_.erase(0, close + kThinkClose.size());
+          state_ = State::kContent;
+          strip_newlines_ = true;
+          continue;
+        }
+        const size_t keep = at_end ? 0 : partial_tag(buffer_, kThinkClose);
+        out.reasoning += buffer_.substr(0, buffer_.size() - keep);
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
+      }
+      case State::kContent: {
+        if (!parse_tool_calls_) {
+          emit_content(out, buffer_);
+          buffer_.clear();
+          return;
+        }
+        const size_t open = buffer_.find(kToolOpen);
+        if (open != std::string::npos) {
+          emit_content(out, std::string_view(buffer_).substr(0, open));
+          buffer_.erase(0, open + kToolOpen.size());
+          state_ = State::kToolCall;
+          continue;
+        }
+        const size_t keep = at_end ? 0 : partial_tag(buffer_, kToolOpen);
+        emit_content(out, std::string_view(buffer_).substr(0, buffer_.size() - keep));
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
+      }
+      case State::kToolCall: {
+        const size_t close = buffer_.find(kToolClose);
+        if (close == std::string::npos && !at_end) return;  // the block is not complete yet
+        const std::string body = buffer_.substr(0, close);
+        ToolCall call;
+        if (parse_tool_call(body, call)) {
+          // Whitespace between the answer text and a call is layout, not content.
+          held_space_.clear();
+          out.tool_calls.push_back(std::move(call));
+          ++tool_calls_;
+        } else {
+          emit_content(out, std::string(kToolOpen) + body + (close == std::string::npos ? "" : std::string(kToolClose)));
+        }
+        buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolClose.size());
+        state_ = State::kContent;
+        continue;
+      }
+    }
+  }
+}
+
+}  // namespace qwenrt::server

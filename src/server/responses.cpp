@@ -1,0 +1,223 @@
+#include "server/responses.h"
+
+namespace qwenrt::server {
+
+using nlohmann::json;
+
+namespace {
+
+json bytes_of(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+std::string sse(const json& value) {
+  // Invalid UTF-8 cannot occur (the decoder completes characters); replace, never throw.
+  return "data: " + value.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+json tool_call_json(const ToolCall& call, int index, bool with_index) {
+  json out = {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  if (with_index) out["index"] = index;
+  return out;
+}
+
+}  // namespace
+
+ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens)
+    : request_(request), id_(std::move(id)), created_(created), prompt_tokens_(prompt_tokens) {
+  for (int i = 0; i < request.n; ++i) choices_.emplace_back(request);
+}
+
+json ResponseBuilder::usage() const {
+  int completion = 0;
+  for (const Choice& choice : choices_) completion += choice.completion_tokens;
+  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
+}
+
+std::string ResponseBuilder::finish_reason(const Choice& choice) const {
+  if (choice.finish == "stop" && !choice.tool_calls.empty()) return "tool_calls";
+  return choice.finish;
+}
+
+json ResponseBuilder::chunk(json choices) const {
+  json out = {{"id", id_},
+              {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", request_.model},
+              {"choices", std::move(choices)}};
+  if (request_.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) const {
+  json content = json::array();
+  for (const LogprobEntry& entry : entries) {
+    json top = json::array();
+    for (const auto& [token, logprob] : entry.top) {
+      top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", bytes_of(token)}});
+    }
+    content.push_back({{"token", entry.token}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.token)}, {"top_logprobs", top}});
+  }
+  return content;
+}
+
+void ResponseBuilder::add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const {
+  for (const LogprobEntry& entry : entries) {
+    choice.tokens.push_back(entry.token);
+    choice.token_logprobs.push_back(entry.logprob);
+    json top = json::object();
+    for (const auto& [token, logprob] : entry.top) top[token] = logprob;
+    choice.top_logprobs.push_back(top);
+  }
+}
+
+json ResponseBuilder::completion_logprobs(const Choice& choice) const {
+  json offsets = json::array();
+  size_t offset = 0;
+  for (const std::string& token : choice.tokens) {
+    offsets.push_back(offset);
+    offset += token.size();
+  }
+  return {{"tokens", choice.tokens}, {"token_logprobs", choice.token_logprobs}, {"top_logprobs", choice.top_logprobs},
+          {"text_offset", offsets}};
+}
+
+// The event's text through the choice's tag parser; at the choice's end, what it held too.
+ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
+  ParsedDelta parsed = choice.parser.push(event.text);
+  if (!event.finish_reason.empty()) {
+    ParsedDelta rest = choice.parser.flush();
+    parsed.content += rest.content;
+    parsed.reasoning += rest.reasoning;
+    for (auto& call : rest.tool_calls) parsed.tool_calls.push_back(std::move(call));
+  }
+  return parsed;
+}
+
+void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
+  Choice& choice = choices_[static_cast<size_t>(event.choice)];
+  choice.completion_tokens += event.tokens;
+  const bool logprobs = request_.top_logprobs >= 0;
+  if (event.finish_reason == "error") {
+    if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
+    choice.finish = "error";
+    out += "data: " + error_body(*error_) + "\n\n";
+    return;
+  }
+  if (!request_.chat) {
+    json item = {{"index", event.choice}, {"text", event.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (logprobs && !event.logprobs.empty()) {
+      Choice part(request_);
+      add_completion_logprobs(part, event.logprobs);
+      item["logprobs"] = completion_logprobs(part);
+    }
+    if (!event.finish_reason.empty()) {
+      choice.finish = event.finish_reason;
+      item["finish_reason"] = finish_reason(choice);
+    }
+    if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty()) {
+      out += sse(chunk(json::array({item})));
+    }
+    return;
+  }
+  if (!choice.started) {
+    choice.started = true;
+    out += sse(chunk(json::array({{{"index", event.choice},
+                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr}}})));
+  }
+  ParsedDelta parsed = parse(choice, event);
+  json delta = json::object();
+  if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
+  if (!parsed.content.empty()) delta["content"] = parsed.content;
+  if (!parsed.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& call : parsed.tool_calls) {
+      calls.push_back(tool_call_json(call, static_cast<int>(choice.tool_calls.size()), true));
+      choice.tool_calls.push_back(call);
+    }
+    delta["tool_calls"] = calls;
+  }
+  if (!delta.empty() || (logprobs && !event.logprobs.empty())) {
+    json item = {{"index", event.choice}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (logprobs && !event.logprobs.empty()) item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}};
+    out += sse(chunk(json::array({item})));
+  }
+  if (!event.finish_reason.empty()) {
+    choice.finish = event.finish_reason;
+    out += sse(chunk(json::array({{{"index", event.choice},
+                                    {"delta", json::object()},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", finish_reason(choice)}}})));
+  }
+}
+
+std::string ResponseBuilder::stream_end() {
+  std::string out;
+  if (request_.include_usage) {
+    json last = chunk(json::array());
+    last["usage"] = usage();
+    out += sse(last);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+void ResponseBuilder::collect(const ChoiceEvent& event) {
+  Choice& choice = choices_[static_cast<size_t>(event.choice)];
+  choice.completion_tokens += event.tokens;
+  if (event.finish_reason == "error") {
+    if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
+    choice.finish = "error";
+    return;
+  }
+  if (request_.chat) {
+    ParsedDelta parsed = parse(choice, event);
+    choice.content += parsed.content;
+    choice.reasoning += parsed.reasoning;
+    for (auto& call : parsed.tool_calls) choice.tool_calls.push_back(std::move(call));
+    for (auto& entry : chat_logprobs(event.logprobs)) choice.logprobs.push_back(std::move(entry));
+  } else {
+    choice.content += event.text;
+    add_completion_logprobs(choice, event.logprobs);
+  }
+  if (!event.finish_reason.empty()) choice.finish = event.finish_reason;
+}
+
+std::string ResponseBuilder::body() const {
+  json choices = json::array();
+  const bool logprobs = request_.top_logprobs >= 0;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& choice = choices_[i];
+    json item = {{"index", i}};
+    if (request_.chat) {
+      json message = {{"role", "assistant"}};
+      message["content"] = choice.content.empty() && !choice.tool_calls.empty() ? json(nullptr) : json(choice.content);
+      if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
+      if (!choice.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call, 0, false));
+        message["tool_calls"] = calls;
+      }
+      item["message"] = message;
+      item["logprobs"] = logprobs ? json{{"content", choice.logprobs}} : json(nullptr);
+    } else {
+      item["text"] = choice.content;
+      item["logprobs"] = logprobs ? completion_logprobs(choice) : json(nullptr);
+    }
+    item["finish_reason"] = finish_reason(choice);
+    choices.push_back(item);
+  }
+  json out = {{"id", id_},
+              {"object", request_.chat ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", request_.model},
+              {"choices", choices},
+              {"usage", usage()}};
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace qwenrt::server

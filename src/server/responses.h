@@ -1,0 +1,62 @@
+// OpenAI response bodies from a request's choice events: whole responses (chat.completion,
+// text_completion) and their streamed chunks (SSE `data:` lines).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/api.h"
+#include "server/generation.h"
+#include "server/output_parser.h"
+
+namespace qwenrt::server {
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens);
+  // Streaming: the SSE events (each "data: …\n\n") this event adds.
+  void stream(const ChoiceEvent& event, std::string& out);
+  // Streaming: the usage chunk (when asked for) and [DONE].
+  std::string stream_end();
+  // Whole response: collects an event.
+  void collect(const ChoiceEvent& event);
+  std::string body() const;
+  // The first error a choice ended with, if any.
+  const std::optional<ApiError>& error() const { return error_; }
+
+ private:
+  struct Choice {
+    explicit Choice(const GenerationRequest& request)
+        : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls,
+                 request.reasoning_open) {}
+    OutputParser parser;
+    bool started = false;
+    std::string content, reasoning;
+    std::vector<ToolCall> tool_calls;
+    nlohmann::json logprobs = nlohmann::json::array();  // chat: entries; completions: see below
+    std::vector<std::string> tokens;
+    std::vector<float> token_logprobs;
+    nlohmann::json top_logprobs = nlohmann::json::array();
+    std::string finish;
+    int completion_tokens = 0;
+  };
+  static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
+  nlohmann::json chunk(nlohmann::json choices) const;
+  nlohmann::json usage() const;
+  std::string finish_reason(const Choice& choice) const;
+  nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
+  void add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const;
+  nlohmann::json completion_logprobs(const Choice& choice) const;
+
+  const GenerationRequest& request_;
+  std::string id_;
+  int64_t created_;
+  int prompt_tokens_;
+  std::vector<Choice> choices_;
+  std::optional<ApiError> error_;
+};
+
+}  // namespace qwenrt::server

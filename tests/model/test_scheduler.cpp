@@ -1,0 +1,259 @@
+// The scheduler's continuous batching against the single-sequence path: requests run
+// together (joining between steps, prefilled in chunks, preempted when the KV pool runs
+// out, sharing cached prefixes) must produce exactly the tokens each gives when run alone
+// through Engine::generate, on the CPU backend, greedy and seeded sampling alike; and every
+// block a sequence held is back at the end. (The single-sequence path itself is checked
+// against transformers in test_reference_models.cpp.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "core/random_bits.h"
+#include "engine/kv_cache.h"
+#include "engine/scheduler.h"
+#include "qwenrt/engine.h"
+
+namespace qwenrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path model_dir(const std::string& name = "qwen3_qknorm") { return fs::path(QWENRT_TEST_DATA) / "models" / name; }
+
+EngineOptions engine_options(int max_seqs = 8, int max_batch_tokens = 512, int64_t kv_tokens = 4096) {
+  EngineOptions options;
+  options.device = "cpu";
+  options.threads = 2;
+  options.max_context = 256;
+  options.max_seqs = max_seqs;
+  options.max_batch_tokens = max_batch_tokens;
+  options.kv_cache_tokens = kv_tokens;
+  return options;
+}
+
+std::vector<int32_t> random_ids(uint64_t seed, int n, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t state = splitmix64(seed);
+  for (auto& id : ids) {
+    state = splitmix64(state);
+    id = static_cast<int32_t>(state % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string finish;
+  bool operator==(const Outcome&) const = default;
+};
+
+// Each request alone through the single-sequence generate path.
+std::vector<Outcome> run_alone(const std::vector<SequenceRequest>& requests) {
+  Engine engine(model_dir(), engine_options(1));
+  std::vector<Outcome> outcomes;
+  for (const auto& request : requests) {
+    GenerateOptions options;
+    options.max_new_tokens = request.max_new_tokens;
+    options.sampling = request.sampling;
+    GenerateResult result = engine.generate(request.prompt, options);
+    outcomes.push_back(Outcome{result.ids, result.finish_reason});
+  }
+  return outcomes;
+}
+
+// All requests through one scheduler; `join_every` > 0 submits one request per that many
+// steps instead of all at once.
+std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceRequest>& requests, bool prefix_cache,
+                                 int join_every = 0, SchedulerStats* stats_out = nullptr) {
+  Scheduler scheduler(engine, prefix_cache);
+  std::map<uint64_t, size_t> index;
+  std::vector<Outcome> outcomes(requests.size());
+  size_t next = 0;
+  auto submit_one = [&] {
+    index[scheduler.submit(requests[next])] = next;
+    ++next;
+  };
+  if (join_every == 0) {
+    while (next < requests.size()) submit_one();
+  }
+  for (int step = 0; step < 10000; ++step) {
+    if (join_every > 0 && next < requests.size() && step % join_every == 0) submit_one();
+    if (next == requests.size() && scheduler.idle()) break;
+    for (const SequenceEvent& event : scheduler.step()) {
+      Outcome& outcome = outcomes[index.at(event.id)];
+      if (event.token >= 0) outcome.tokens.push_back(event.token);
+      if (event.finish != FinishReason::kNone) outcome.finish = finish_reason_name(event.finish);
+    }
+  }
+  EXPECT_TRUE(scheduler.idle());
+  SchedulerStats stats = scheduler.stats();
+  EXPECT_EQ(stats.kv_blocks_held, 0) << "blocks still held by finished sequences";
+  EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
+  if (stats_out != nullptr) *stats_out = stats;
+  return outcomes;
+}
+
+std::vector<SequenceRequest> mixed_requests(int count, bool sampled, int vocab) {
+  std::vector<SequenceRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    SequenceRequest request;
+    request.prompt = random_ids(100 + static_cast<uint64_t>(i), 5 + 7 * i % 40, vocab);
+    request.max_new_tokens = 4 + 5 * i % 23;
+    if (sampled) {
+      request.sampling.temperature = 0.7f + 0.1f * static_cast<float>(i % 3);
+      request.sampling.top_k = i % 2 == 0 ? 20 : 0;
+      request.sampling.top_p = i % 3 == 0 ? 0.9f : 1.f;
+      request.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      if (i % 4 == 1) request.sampling.repetition_penalty = 1.3f;
+      if (i % 4 == 2) request.sampling.presence_penalty = 0.5f;
+    }
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  int vocab() {
+    static const int value = Engine(model_dir(), engine_options(1)).config().vocab_size;
+    return value;
+  }
+};
+
+TEST_F(SchedulerTest, GreedyBatchedEqualsOneAtATime) {
+  auto requests = mixed_requests(8, false, vocab());
+  auto alone = run_alone(requests);
+  Engine engine(model_dir(), engine_options());
+  EXPECT_EQ(run_batched(engine, requests, false), alone);
+  // Joining between steps gives the same.
+  EXPECT_EQ(run_batched(engine, requests, false, 3), alone);
+}
+
+TEST_F(SchedulerTest, SeededSamplingBatchedEqualsOneAtATime) {
+  auto requests = mixed_requests(8, true, vocab());
+  auto alone = run_alone(requests);
+  Engine engine(model_dir(), engine_options());
+  EXPECT_EQ(run_batched(engine, requests, false), alone);
+  EXPECT_EQ(run_batched(engine, requests, false, 2), alone);
+  // A different seed changes the draws (the test would pass vacuously otherwise).
+  auto reseeded = requests;
+  for (auto& request : reseeded) request.sampling.seed += 7;
+  EXPECT_NE(run_batched(engine, reseeded, false), alone);
+}
+
+TEST_F(SchedulerTest, ChunkedPrefillMixedWithDecodes) {
+  auto requests = mixed_requests(6, true, vocab());
+  for (auto& request : requests) request.prompt = random_ids(request.sampling.seed, 37, vocab());
+  auto alone = run_alone(requests);
+  // 16 tokens per pass: every prompt takes three passes, shared with the others' decodes.
+  Engine engine(model_dir(), engine_options(4, 16));
+  SchedulerStats stats;
+  EXPECT_EQ(run_batched(engine, requests, false, 1, &stats), alone);
+  EXPECT_EQ(stats.computed_prompt_tokens, 6 * 37);
+}
+
+TEST_F(SchedulerTest, PreemptionWhenTheKvPoolRunsOutRecomputesTheSameTokens) {
+  auto requests = mixed_requests(6, true, vocab());
+  for (auto& request : requests) {
+    request.prompt = random_ids(request.sampling.seed, 30, vocab());
+    request.max_new_tokens = 30;
+  }
+  auto alone = run_alone(requests);
+  for (bool prefix_cache : {false, true}) {
+    // 8 blocks of 16 tokens: two sequences of 60 tokens need all of them.
+    Engine engine(model_dir(), engine_options(6, 512, 8 * 16 - 6 * 16));
+    ASSERT_EQ(engine.block_allocator().num_blocks(), 8);
+    SchedulerStats stats;
+    EXPECT_EQ(run_batched(engine, requests, prefix_cache, 0, &stats), alone) << "prefix cache " << prefix_cache;
+    EXPECT_GT(stats.preemptions, 0);
+  }
+}
+
+TEST_F(SchedulerTest, PrefixSharingComputesTheSharedPromptOnce) {
+  const std::vector<int32_t> system = random_ids(7, 48, vocab());  // three full blocks
+  std::vector<SequenceRequest> requests = mixed_requests(6, true, vocab());
+  for (auto& request : requests) {
+    std::vector<int32_t> prompt = system;
+    auto tail = random_ids(request.sampling.seed, 5, vocab());
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    request.prompt = prompt;
+  }
+  auto alone = run_alone(requests);
+  Engine engine(model_dir(), engine_options());
+  SchedulerStats stats;
+  // One request per step: the first publishes the shared blocks, the later ones find them.
+  EXPECT_EQ(run_batched(engine, requests, true, 4, &stats), alone);
+  EXPECT_EQ(stats.prefix_hits, 5 * 3);
+  EXPECT_EQ(stats.computed_prompt_tokens, stats.prompt_tokens - 5 * 48);
+  EXPECT_GT(stats.kv_blocks_cached, 0);  // kept for later requests, held by nobody
+  // A second round hits the cache from the first request on.
+  SchedulerStats again;
+  EXPECT_EQ(run_batched(engine, requests, true, 0, &again), alone);
+  EXPECT_EQ(again.prefix_hits - stats.prefix_hits, 6 * 3);  // the counts are the pool's, cumulative
+}
+
+TEST_F(SchedulerTest, CancelEndsTheSequenceAtTheNextStepAndFreesItsBlocks) {
+  Engine engine(model_dir(), engine_options());
+  Scheduler scheduler(engine);
+  SequenceRequest request;
+  request.prompt = random_ids(3, 20, vocab());
+  request.max_new_tokens = 100;
+  const uint64_t cancelled = scheduler.submit(request);
+  const uint64_t kept = scheduler.submit(request);
+  for (int i = 0; i < 3; ++i) scheduler.step();
+  EXPECT_GT(engine.block_allocator().held_blocks(), 0);
+  scheduler.cancel(cancelled);
+  const std::vector<SequenceEvent> events = scheduler.step();
+  bool saw_cancel = false;
+  for (const auto& event : events) {
+    if (event.id == cancelled) {
+      EXPECT_EQ(event.finish, FinishReason::kCancelled);
+      EXPECT_EQ(event.token, -1);
+      saw_cancel = true;
+    }
+  }
+  EXPECT_TRUE(saw_cancel);
+  EXPECT_EQ(scheduler.stats().running, 1);
+  scheduler.cancel(kept);
+  scheduler.cancel(12345);  // unknown: ignored
+  scheduler.step();
+  EXPECT_TRUE(scheduler.idle());
+  EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
+}
+
+TEST_F(SchedulerTest, RefusesBadRequests) {
+  Engine engine(model_dir(), engine_options());
+  Scheduler scheduler(engine);
+  SequenceRequest empty;
+  EXPECT_THROW(scheduler.submit(empty), Error);
+  SequenceRequest outside;
+  outside.prompt = {1, vocab()};
+  EXPECT_THROW(scheduler.submit(outside), Error);
+  SequenceRequest at_context;
+  at_context.prompt = random_ids(1, 256, vocab());
+  EXPECT_THROW(scheduler.submit(at_context), Error);
+  SequenceRequest no_tokens;
+  no_tokens.prompt = {1, 2};
+  no_tokens.max_new_tokens = 0;
+  EXPECT_THROW(scheduler.submit(no_tokens), Error);
+  SequenceRequest bad_temperature;
+  bad_temperature.prompt = {1, 2};
+  bad_temperature.sampling.temperature = -1;
+  EXPECT_THROW(scheduler.submit(bad_temperature), Error);
+  EXPECT_TRUE(scheduler.idle());
+  SequenceRequest good;
+  good.prompt = {1, 2, 3};
+  good.max_new_tokens = 2;
+  scheduler.submit(good);
+  int tokens = 0;
+  while (!scheduler.idle()) {
+    for (const auto& event : scheduler.step()) tokens += event.token >= 0;
+  }
+  EXPECT_EQ(tokens, 2);
+}
+
+}  // namespace
+}  // namespace qwenrt

@@ -1,0 +1,98 @@
+// Test double (test build only): the real HTTP layer and response code in front of a
+// scripted engine that "generates" the text of the conversation's last user message, a few
+// bytes per event. A random tiny model never writes <tool_call> or <think>; with this the
+// wire format of tool calls and reasoning is checked through the official SDK.
+// Usage: qwenrt_scripted_server TOKENIZER_DIR   (prints "listening on PORT" and serves)
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "server/generation.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt::server {
+namespace {
+
+class ScriptedService : public GenerationService {
+ public:
+  explicit ScriptedService(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  ~ScriptedService() override {
+    for (auto& thread : threads_) thread.join();
+  }
+
+  std::shared_ptr<RequestStream> start(const GenerationRequest& request) override {
+    // The script: what the user wrote last. Found by the control tokens around it (ids, not
+    // text: the message itself may spell "<|im_end|>").
+    const int32_t open = *tokenizer_.token_to_id("<|im_start|>"), close = *tokenizer_.token_to_id("<|im_end|>");
+    const std::vector<int32_t>& ids = request.prompt;
+    const std::string role = "user\n";
+    size_t begin = ids.size(), end = ids.size();
+    for (size_t i = ids.size(); i-- > 0;) {
+      if (ids[i] != open || i + 1 + role.size() > ids.size()) continue;
+      if (tokenizer_.decode(std::span<const int32_t>(ids).subspan(i + 1, role.size())) != role) continue;
+      begin = i + 1 + role.size();
+      end = static_cast<size_t>(std::find(ids.begin() + static_cast<long>(begin), ids.end(), close) - ids.begin());
+      break;
+    }
+    const std::string script = tokenizer_.decode(std::span<const int32_t>(ids).subspan(begin, end - begin));
+    auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
+    ++active_;
+    threads_.emplace_back([this, stream, script, n = request.n] {
+      for (int choice = 0; choice < n; ++choice) {
+        // Three bytes per event: tags arrive split, as tokens would split them.
+        for (size_t i = 0; i < script.size(); i += 3) {
+          ChoiceEvent event;
+          event.choice = choice;
+          event.text = script.substr(i, 3);
+          event.tokens = 1;
+          stream->push(std::move(event));
+        }
+        ChoiceEvent last;
+        last.choice = choice;
+        last.finish_reason = "stop";
+        stream->push(std::move(last));
+      }
+      --active_;
+    });
+    return stream;
+  }
+  int active_requests() const override { return active_; }
+  void shut_down(const std::string&) override {}
+  SchedulerStats scheduler_stats() const override { return {}; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::atomic<int> active_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+}  // namespace qwenrt::server
+
+int main(int argc, char** argv) {
+  using namespace qwenrt;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: qwenrt_scripted_server TOKENIZER_DIR\n");
+    return 2;
+  }
+  Tokenizer tokenizer = Tokenizer::load(argv[1]);
+  ChatTemplate chat_template = ChatTemplate::load(argv[1]);
+  server::Metrics metrics;
+  server::ScriptedService service(tokenizer);
+  server::ServerOptions options;
+  options.port = 0;
+  options.limits.max_context = 4096;
+  options.limits.vocab_size = tokenizer.vocab_size();
+  options.limits.served_model_name = "scripted";
+  server::HttpServer http(service, server::ModelText{&tokenizer, &chat_template, nullptr}, options, metrics);
+  if (!http.bind()) return 1;
+  http.set_ready(true);
+  std::fprintf(stderr, "serving 'scripted' on http://127.0.0.1:%d\n", http.bound_port());
+  std::fflush(stderr);
+  http.serve();
+  return 0;
+}

@@ -1,0 +1,106 @@
+// Qwen's <think> and <tool_call> tags in streamed text, fed in every split a tokenizer could
+// produce: the parsed result must not depend on where the text was cut, and nothing that
+// is part of a tag may ever show up as content.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/output_parser.h"
+
+namespace qwenrt::server {
+namespace {
+
+struct Parsed {
+  std::string content, reasoning;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+void add(Parsed& parsed, const ParsedDelta& delta) {
+  parsed.content += delta.content;
+  parsed.reasoning += delta.reasoning;
+  for (const ToolCall& call : delta.tool_calls) parsed.calls.emplace_back(call.name, call.arguments);
+}
+
+// `tags_hidden`: the text's tags are all parsed, so no delta may show part of one.
+Parsed parse_in_pieces(const std::string& text, size_t piece, bool reasoning, bool tools, bool tags_hidden = true) {
+  OutputParser parser(reasoning, tools);
+  Parsed parsed;
+  for (size_t i = 0; i < text.size(); i += piece) {
+    ParsedDelta delta = parser.push(text.substr(i, piece));
+    // A partial tag is held back, never shown.
+    for (const char* fragment : {"<tool", "</think", "<thi", "_call>"}) {
+      if (!tags_hidden) break;
+      EXPECT_EQ(delta.content.find(fragment), std::string::npos) << "piece " << piece << ": " << delta.content;
+    }
+    add(parsed, delta);
+  }
+  add(parsed, parser.flush());
+  return parsed;
+}
+
+TEST(OutputParser, ReasoningThenAnswerAtEverySplit) {
+  const std::string text = "<think>\nStep one.\nStep two.\n</think>\n\nThe answer is 4.";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(text, piece, true, false);
+    EXPECT_EQ(parsed.reasoning, "\nStep one.\nStep two.\n") << piece;
+    EXPECT_EQ(parsed.content, "The answer is 4.") << piece;
+  }
+}
+
+TEST(OutputParser, ToolCallsAtEverySplit) {
+  const std::string text =
+      "I will look.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a<b\", \"n\": 3}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"noop\"}\n</tool_call>";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(text, piece, true, true);
+    EXPECT_EQ(parsed.content, "I will look.") << piece;
+    ASSERT_EQ(parsed.calls.size(), 2u) << piece;
+    EXPECT_EQ(parsed.calls[0].first, "search");
+    EXPECT_EQ(nlohmann::json::parse(parsed.calls[0].second), nlohmann::json({{"q", "a<b"}, {"n", 3}}));
+    EXPECT_EQ(parsed.calls[1].first, "noop");
+    EXPECT_EQ(parsed.calls[1].second, "{}");
+  }
+}
+
+TEST(OutputParser, InvalidCallsAndDisabledParsingStayText) {
+  const std::string broken = "x <tool_call>{\"name\": 5}</tool_call> y";
+  EXPECT_EQ(parse_in_pieces(broken, 2, false, true, false).content, broken);
+  EXPECT_TRUE(parse_in_pieces(broken, 2, false, true, false).calls.empty());
+  const std::string tagged = "<think>a</think>b<tool_call>{\"name\": \"f\"}</tool_call>";
+  Parsed plain = parse_in_pieces(tagged, 3, false, false, false);
+  EXPECT_EQ(plain.content, tagged);
+  EXPECT_TRUE(plain.reasoning.empty());
+}
+
+TEST(OutputParser, UnfinishedTagsAtTheEnd) {
+  // Cut off inside the reasoning: it is reasoning. Cut off inside a call: shown as text.
+  Parsed thinking = parse_in_pieces("<think>still thinking", 4, true, true);
+  EXPECT_EQ(thinking.reasoning, "still thinking");
+  EXPECT_EQ(thinking.content, "");
+  Parsed cut = parse_in_pieces("ok <tool_call>{\"name\": \"f\", \"argu", 4, true, true, false);
+  EXPECT_EQ(cut.content, "ok <tool_call>{\"name\": \"f\", \"argu");
+  // Text that only looks like the start of a tag is released at the end.
+  EXPECT_EQ(parse_in_pieces("a <tool", 1, true, true, false).content, "a <tool");
+  EXPECT_EQ(parse_in_pieces("<thi", 1, true, true, false).content, "<thi");
+}
+
+TEST(OutputParser, ReasoningOpenedByThePrompt) {
+  const std::string text = "Let me think.\n</think>\n\nDone.";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    OutputParser parser(true, false, /*reasoning_open=*/true);
+    Parsed parsed;
+    for (size_t i = 0; i < text.size(); i += piece) add(parsed, parser.push(text.substr(i, piece)));
+    add(parsed, parser.flush());
+    EXPECT_EQ(parsed.reasoning, "Let me think.\n") << piece;
+    EXPECT_EQ(parsed.content, "Done.") << piece;
+  }
+}
+
+TEST(OutputParser, ArgumentsGivenAsTextAreKept) {
+  Parsed parsed = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", 5, true, true);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}");
+}
+
+}  // namespace
+}  // namespace qwenrt::server
