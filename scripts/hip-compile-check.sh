@@ -7,8 +7,9 @@
 #
 # Debian 12's hipcc (ROCm 5.2) is used: it is what CI can install. Its device libraries
 # cover gfx90a and gfx1030 but not gfx1100 or gfx942, the default targets of the `hip`
-# preset on a real ROCm machine (docs/AMD.md). hipBLASLt is not packaged there, so
-# matmul_hipblaslt.cu is left out; cuBLASLt's file is CUDA-only.
+# preset on a real ROCm machine (docs/AMD.md). The BLAS wrappers are left out: hipBLASLt
+# is not packaged there, rocBLAS's file is built with all four targets by
+# scripts/container-check.sh, and cuBLASLt's file is CUDA-only.
 #
 # Usage: scripts/hip-compile-check.sh    (installs hipcc with apt-get when missing)
 #   QWENRT_HIP_CHECK_TARGETS="gfx90a:64 gfx1030:32"  target:expected-warp-width pairs
@@ -36,7 +37,7 @@ targets=(${QWENRT_HIP_CHECK_TARGETS:-gfx90a:64 gfx1030:32})
 sources=()
 for f in src/backend/cuda/*.cu; do
   case "$f" in
-    */matmul_cublaslt.cu | */matmul_hipblaslt.cu) ;;
+    */matmul_cublaslt.cu | */matmul_hipblaslt.cu | */matmul_rocblas.cu) ;;
     *) sources+=("$f") ;;
   esac
 done
