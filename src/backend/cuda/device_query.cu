@@ -77,7 +77,7 @@ GpuRuntimeInfo query_gpus() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    info.error = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    info.error = std::string("no usable ") + kPlatform + " device: " + cudaGetErrorString(status);
     (void)cudaGetLastError();
     return info;
   }
@@ -113,7 +113,7 @@ GpuRuntimeInfo query_gpus() {
     }
     info.devices.push_back(device);
   }
-  if (info.devices.empty()) info.error = "the CUDA runtime reports no devices";
+  if (info.devices.empty()) info.error = std::string("the ") + kPlatform + " runtime reports no devices";
   return info;
 }
 
