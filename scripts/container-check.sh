@@ -4,7 +4,7 @@
 # warnings as errors, its warp-width checks and what its files hold) and the CUDA image on
 # Debian trixie's own CUDA toolkit. It compiles and links; nothing runs on a GPU.
 # CI runs it (.ci/run, CI=true); the README's test command does not: it needs root,
-# podman and about 10 GB of images.
+# podman and about 12 GB of images.
 #
 # No image registry is needed: the Debian base image is made locally with mmdebstrap and
 # imported. Cached between runs on one machine: the base tarball (remade after a week) in
@@ -36,9 +36,12 @@ podman --version
 base=localhost/debian:trixie
 tarball="$cache/debian-trixie-minbase.tar"
 if [ ! -f "$tarball" ] || [ -n "$(find "$tarball" -mtime +7)" ]; then
+  rm -rf "$tarball"
   echo "container-check: making the Debian trixie base with mmdebstrap"
-  mmdebstrap --quiet --variant=minbase trixie "$tarball.part" http://deb.debian.org/debian
-  mv "$tarball.part" "$tarball"
+  # mmdebstrap picks the output format by the name's ending: keep ".tar".
+  rm -rf "$cache/new-$(basename "$tarball")"
+  mmdebstrap --quiet --variant=minbase trixie "$cache/new-$(basename "$tarball")" http://deb.debian.org/debian
+  mv "$cache/new-$(basename "$tarball")" "$tarball"
   podman rmi -f "$base" >/dev/null 2>&1 || true
 fi
 if ! podman image exists "$base"; then
