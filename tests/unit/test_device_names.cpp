@@ -13,7 +13,8 @@ using test::expect_error;
 
 TEST(DeviceNames, MalformedIndexIsRejected) {
   for (const char* bad : {"gpu:", "gpu:x", "gpu:1x", "gpu:-1", "cuda:", "cuda:two"}) {
-    expect_error([&] { (void)make_backend(bad, DType::kBF16, 1); }, ErrorCategory::kInvalidArgument, {bad});
+    expect_error([&] { (void)make_backend(bad, DType::kBF16, 1); }, ErrorCategory::kInvalidArgument,
+                 {bad});
   }
 }
 

@@ -39,13 +39,15 @@ TEST(GfxTarget, ParsesProcessorVersionAndFeatures) {
 }
 
 TEST(GfxTarget, RejectsWhatIsNotATargetId) {
-  for (const char* bad : {"", "gfx", "gfx90", "sm_90", "GFX1100", "gfx11g0", "gfx90a:xnack", "gfxa00"}) {
+  for (const char* bad :
+       {"", "gfx", "gfx90", "sm_90", "GFX1100", "gfx11g0", "gfx90a:xnack", "gfxa00"}) {
     EXPECT_FALSE(parse_gfx_target(bad).has_value()) << bad;
   }
 }
 
 TEST(GfxCoverage, TheGuidesCardsAreCovered) {
-  for (const char* card : {"gfx1100", "gfx942:sramecc+:xnack-", "gfx90a:sramecc+:xnack-", "gfx1030"}) {
+  for (const char* card :
+       {"gfx1100", "gfx942:sramecc+:xnack-", "gfx90a:sramecc+:xnack-", "gfx1030"}) {
     const GfxCoverage coverage = gfx_coverage(kGuideTargets, card);
     EXPECT_EQ(coverage.kind, Kind::kCovered) << card;
     EXPECT_TRUE(coverage.advice.empty()) << card;
@@ -58,14 +60,17 @@ TEST(GfxCoverage, OtherRdna3AndRdna2CardsGetTheOverride) {
   for (const char* card : {"gfx1101", "gfx1102"}) {
     const GfxCoverage coverage = gfx_coverage(kGuideTargets, card);
     EXPECT_EQ(coverage.kind, Kind::kOverride) << card;
-    EXPECT_NE(coverage.advice.find("HSA_OVERRIDE_GFX_VERSION=11.0.0"), std::string::npos) << coverage.advice;
-    EXPECT_NE(coverage.advice.find("-DQWENRT_HIP_ARCHITECTURES=" + std::string(card)), std::string::npos)
+    EXPECT_NE(coverage.advice.find("HSA_OVERRIDE_GFX_VERSION=11.0.0"), std::string::npos)
+        << coverage.advice;
+    EXPECT_NE(coverage.advice.find("-DQWENRT_HIP_ARCHITECTURES=" + std::string(card)),
+              std::string::npos)
         << coverage.advice;
   }
   for (const char* card : {"gfx1031", "gfx1032"}) {
     const GfxCoverage coverage = gfx_coverage(kGuideTargets, card);
     EXPECT_EQ(coverage.kind, Kind::kOverride) << card;
-    EXPECT_NE(coverage.advice.find("HSA_OVERRIDE_GFX_VERSION=10.3.0"), std::string::npos) << coverage.advice;
+    EXPECT_NE(coverage.advice.find("HSA_OVERRIDE_GFX_VERSION=10.3.0"), std::string::npos)
+        << coverage.advice;
   }
 }
 
@@ -74,7 +79,8 @@ TEST(GfxCoverage, NoOverrideWithoutAFamilyMemberInTheBuild) {
   GfxCoverage coverage = gfx_coverage("gfx90a;gfx942", "gfx1101");
   EXPECT_EQ(coverage.kind, Kind::kNotCovered);
   EXPECT_EQ(coverage.advice.find("HSA_OVERRIDE"), std::string::npos) << coverage.advice;
-  EXPECT_NE(coverage.advice.find("-DQWENRT_HIP_ARCHITECTURES=gfx1101"), std::string::npos) << coverage.advice;
+  EXPECT_NE(coverage.advice.find("-DQWENRT_HIP_ARCHITECTURES=gfx1101"), std::string::npos)
+      << coverage.advice;
   // RDNA2 and RDNA3 are different families.
   EXPECT_EQ(gfx_coverage("gfx1030", "gfx1100").kind, Kind::kNotCovered);
   // CDNA cards of one major (MI100 gfx908, MI210 gfx90a, MI300 gfx942) do not share code.

@@ -36,7 +36,8 @@ bool features_match(const std::vector<std::string>& built, const std::vector<std
 }
 
 std::string isa_version(const GfxTarget& target) {
-  return std::to_string(target.major) + "." + std::to_string(target.minor) + "." + std::to_string(target.stepping);
+  return std::to_string(target.major) + "." + std::to_string(target.minor) + "." +
+         std::to_string(target.stepping);
 }
 
 std::string rebuild_hint(const GfxTarget& device) {
@@ -49,7 +50,8 @@ std::vector<long long> version_parts(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
     long long value = 0;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && value < (1ll << 40)) value = value * 10 + (text[i++] - '0');
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && value < (1ll << 40))
+      value = value * 10 + (text[i++] - '0');
     parts.push_back(value);
     if (i >= text.size() || text[i] != '.') break;
     ++i;
@@ -88,7 +90,8 @@ GfxCoverage gfx_coverage(const std::string& build_targets, const std::string& de
   GfxCoverage coverage;
   const std::optional<GfxTarget> device = parse_gfx_target(device_target);
   if (!device) {
-    coverage.advice = "the HIP runtime reports no gfx target for this GPU ('" + device_target + "')";
+    coverage.advice =
+        "the HIP runtime reports no gfx target for this GPU ('" + device_target + "')";
     return coverage;
   }
   std::vector<GfxTarget> built;
@@ -96,7 +99,8 @@ GfxCoverage gfx_coverage(const std::string& build_targets, const std::string& de
     if (std::optional<GfxTarget> target = parse_gfx_target(id)) built.push_back(*target);
   }
   for (const GfxTarget& target : built) {
-    if (target.processor == device->processor && features_match(target.features, device->features)) {
+    if (target.processor == device->processor &&
+        features_match(target.features, device->features)) {
       coverage.kind = GfxCoverage::Kind::kCovered;
       return coverage;
     }
@@ -104,8 +108,9 @@ GfxCoverage gfx_coverage(const std::string& build_targets, const std::string& de
   for (const GfxTarget& target : built) {
     if (target.processor == device->processor) {
       coverage.kind = GfxCoverage::Kind::kNotCovered;
-      coverage.advice = "this build's " + device->processor + " code needs other feature settings than this GPU's ('" +
-                        device_target + "'): " + rebuild_hint(*device);
+      coverage.advice = "this build's " + device->processor +
+                        " code needs other feature settings than this GPU's ('" + device_target +
+                        "'): " + rebuild_hint(*device);
       return coverage;
     }
   }
@@ -114,9 +119,10 @@ GfxCoverage gfx_coverage(const std::string& build_targets, const std::string& de
     for (const GfxTarget& target : built) {
       if (target.major == device->major && target.minor == device->minor) {
         coverage.kind = GfxCoverage::Kind::kOverride;
-        coverage.advice = "no code for " + device->processor + ", but for " + target.processor +
-                          " of its family: run with HSA_OVERRIDE_GFX_VERSION=" + isa_version(target) +
-                          " (works in practice, not supported by AMD), or " + rebuild_hint(*device);
+        coverage.advice =
+            "no code for " + device->processor + ", but for " + target.processor +
+            " of its family: run with HSA_OVERRIDE_GFX_VERSION=" + isa_version(target) +
+            " (works in practice, not supported by AMD), or " + rebuild_hint(*device);
         return coverage;
       }
     }
@@ -145,7 +151,8 @@ std::optional<bool> version_older(const std::string& a, const std::string& b) {
   return left < right;
 }
 
-std::string version_advice(const std::string& what, const std::string& found, const std::string& built_with) {
+std::string version_advice(const std::string& what, const std::string& found,
+                           const std::string& built_with) {
   if (version_older(found, built_with).value_or(false)) {
     return "the " + what + " " + found + " is older than " + built_with +
            ", the one this build was made with: update it, or rebuild qwenrt against it";

@@ -54,6 +54,7 @@ std::optional<bool> version_older(const std::string& a, const std::string& b);
 // The warning for a runtime (HIP: libamdhip64; CUDA: the driver) older than the one the
 // build was made with, or "" when it is not older or a version is unknown. `what` names the
 // runtime ("HIP runtime", "CUDA driver").
-std::string version_advice(const std::string& what, const std::string& found, const std::string& built_with);
+std::string version_advice(const std::string& what, const std::string& found,
+                           const std::string& built_with);
 
 }  // namespace qwenrt

@@ -17,18 +17,23 @@ namespace {
 
 rocblas_datatype rocblas_type(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return rocblas_datatype_bf16_r;
-    case DType::kF16: return rocblas_datatype_f16_r;
-    case DType::kF32: return rocblas_datatype_f32_r;
-    default: throw Error(ErrorCategory::kUnsupported, "matmul: int32 operands");
+    case DType::kBF16:
+      return rocblas_datatype_bf16_r;
+    case DType::kF16:
+      return rocblas_datatype_f16_r;
+    case DType::kF32:
+      return rocblas_datatype_f32_r;
+    default:
+      throw Error(ErrorCategory::kUnsupported, "matmul: int32 operands");
   }
 }
 
 void check_rocblas(rocblas_status status, const char* call, const std::string& detail) {
   if (status == rocblas_status_success) return;
-  throw Error(status == rocblas_status_memory_error ? ErrorCategory::kOutOfMemory : ErrorCategory::kDevice,
-              std::string("matmul: ") + call + " failed (" + rocblas_status_to_string(status) + ") for " +
-                  detail);
+  throw Error(
+      status == rocblas_status_memory_error ? ErrorCategory::kOutOfMemory : ErrorCategory::kDevice,
+      std::string("matmul: ") + call + " failed (" + rocblas_status_to_string(status) + ") for " +
+          detail);
 }
 
 }  // namespace
@@ -69,9 +74,10 @@ void Matmul::run(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const float alpha = 1.f;
   const float beta = 0.f;
   // C and D are the same matrix (beta 0 reads nothing from it).
-  check_rocblas(rocblas_gemm_ex(impl_->handle, rocblas_operation_transpose, rocblas_operation_none, mi, ni, ki,
-                                &alpha, w.data, in_type, ki, x.data, in_type, ki, &beta, out.data, out_type, mi,
-                                out.data, out_type, mi, rocblas_datatype_f32_r, rocblas_gemm_algo_standard,
+  check_rocblas(rocblas_gemm_ex(impl_->handle, rocblas_operation_transpose, rocblas_operation_none,
+                                mi, ni, ki, &alpha, w.data, in_type, ki, x.data, in_type, ki, &beta,
+                                out.data, out_type, mi, out.data, out_type, mi,
+                                rocblas_datatype_f32_r, rocblas_gemm_algo_standard,
                                 /*solution_index=*/0, /*flags=*/0),
                 "rocblas_gemm_ex", sizes());
 }
