@@ -7,13 +7,18 @@
 #
 # Debian 12's hipcc (ROCm 5.2) is used: it is what CI can install. Its device libraries
 # cover gfx90a and gfx1030 but not gfx1100 or gfx942, the default targets of the `hip`
-# preset on a real ROCm machine (docs/AMD.md). hipBLASLt is not packaged there, so
-# matmul_hipblaslt.cu is left out; cuBLASLt's file is CUDA-only.
+# preset on a real ROCm machine (docs/AMD.md). The BLAS wrappers are left out: hipBLASLt
+# is not packaged there, rocBLAS's file is built with all four targets by
+# scripts/container-check.sh, and cuBLASLt's file is CUDA-only.
 #
-# Usage: scripts/hip-compile-check.sh    (installs hipcc with apt-get when missing)
+# Usage: scripts/hip-compile-check.sh [--warp-only]   (installs hipcc with apt-get when missing)
+#   --warp-only: only the warp-width assertions and the source check (for a build that
+#                compiles the kernels itself: docker/rocm.Containerfile)
 #   QWENRT_HIP_CHECK_TARGETS="gfx90a:64 gfx1030:32"  target:expected-warp-width pairs
 set -euo pipefail
 cd "$(dirname "$0")/.."
+warp_only=0
+if [ "${1:-}" = --warp-only ]; then warp_only=1; fi
 
 if ! command -v hipcc >/dev/null 2>&1; then
   sudo_cmd=()
@@ -36,7 +41,7 @@ targets=(${QWENRT_HIP_CHECK_TARGETS:-gfx90a:64 gfx1030:32})
 sources=()
 for f in src/backend/cuda/*.cu; do
   case "$f" in
-    */matmul_cublaslt.cu | */matmul_hipblaslt.cu) ;;
+    */matmul_cublaslt.cu | */matmul_hipblaslt.cu | */matmul_rocblas.cu) ;;
     *) sources+=("$f") ;;
   esac
 done
@@ -52,6 +57,7 @@ for entry in "${targets[@]}"; do
   printf '#include "backend/cuda/compat.h"\n#if defined(__HIP_DEVICE_COMPILE__)\nstatic_assert(qwenrt::gpu::kWarpSize == %s, "warp width");\n#endif\n' \
     "$width" >"$work/warp_$target.hip"
   jobs+=("$target $work/warp_$target.hip")
+  if [ "$warp_only" = 1 ]; then continue; fi
   for f in "${sources[@]}"; do jobs+=("$target $f"); done
 done
 

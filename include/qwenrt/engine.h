@@ -20,7 +20,7 @@ class QwenModel;
 
 // Runtime choices, kept apart from the model's own config.
 struct EngineOptions {
-  std::string device = "auto";     // "auto" (a usable GPU, else the CPU), "cpu", "cuda", "cuda:N"
+  std::string device = "auto";     // "auto" (a usable GPU, else the CPU), "cpu", "gpu", "gpu:N" (or "cuda", "cuda:N")
   DType dtype = DType::kBF16;      // GPU weights/activations; the CPU computes in fp32
   int threads = 0;                 // CPU threads; 0 = all cores
   int max_context = 0;             // tokens per sequence; 0 = min(model max, 32768)
@@ -261,7 +261,7 @@ class Engine {
   size_t peak_used_ = 0;
 };
 
-// Creates the backend named by `device` ("auto", "cpu", "cuda", "cuda:1").
+// Creates the backend named by `device` ("auto", "cpu", "gpu", "gpu:1", "cuda", "cuda:1").
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads);
 
 }  // namespace qwenrt

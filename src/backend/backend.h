@@ -292,13 +292,19 @@ struct GpuDeviceInfo {
   int multiprocessors = 0;
   double memory_bandwidth = 0;      // theoretical: memory clock × bus width × 2, bytes/s
   bool supported_by_build = false;  // this build has kernels that run on it
+  std::string arch_name;            // HIP: the runtime's target id, e.g. "gfx90a:sramecc+:xnack-"
+  std::string advice;               // what to do when the build does not cover it (HIP)
 };
 struct GpuRuntimeInfo {
   bool built_with_gpu = false;
-  std::string build_architectures;  // e.g. "90" or "80 86 89 90"
-  std::string driver_version;       // "" when no driver is installed
+  std::string platform;               // "CUDA" or "HIP"
+  std::string build_architectures;    // e.g. "90" or "80 86 89 90"; HIP: "gfx1100 gfx942"
+  std::string driver_version;         // "" when no driver is installed
   std::string runtime_version;
-  std::string error;                // why no device is usable, if none is
+  std::string build_runtime_version;  // the runtime version the build was compiled against
+  std::string matmul_library;         // cuBLASLt, hipBLASLt, rocBLAS or the tiled kernel
+  std::string version_advice;         // set when the runtime is older than the build's
+  std::string error;                  // why no device is usable, if none is
   std::vector<GpuDeviceInfo> devices;
 };
 GpuRuntimeInfo query_gpus();

@@ -1,6 +1,7 @@
 // qwenrt doctor: what this machine and build can run, and whether a model fits — the answer
 // to "will it fit and how fast can it go" before loading anything.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -111,16 +112,32 @@ int run_doctor(const DoctorArgs& args) {
   if (!gpus.built_with_gpu) {
     std::printf("gpu      %s\n", gpus.error.c_str());
   } else {
-    std::printf("build    CUDA kernels for compute capability %s\n", gpus.build_architectures.c_str());
+    const bool hip = gpus.platform == "HIP";
+    std::printf("build    %s kernels for %s%s, matrix products through %s, built with %s %s\n",
+                gpus.platform.c_str(), hip ? "" : "compute capability ", gpus.build_architectures.c_str(),
+                gpus.matmul_library.c_str(), gpus.platform.c_str(), gpus.build_runtime_version.c_str());
     std::printf("driver   %s, runtime %s\n", gpus.driver_version.empty() ? "not installed" : gpus.driver_version.c_str(),
                 gpus.runtime_version.c_str());
+    if (!gpus.version_advice.empty()) std::printf("         WARNING: %s\n", gpus.version_advice.c_str());
     if (!gpus.error.empty()) std::printf("gpu      %s\n", gpus.error.c_str());
     for (const auto& device : gpus.devices) {
-      std::printf("gpu %d    %s, compute capability %d.%d, %d SMs, %s free of %s%s\n", device.index,
-                  device.name.c_str(), device.compute_major, device.compute_minor, device.multiprocessors,
+      const std::string arch = hip ? device.arch_name
+                                   : "compute capability " + std::to_string(device.compute_major) + "." +
+                                         std::to_string(device.compute_minor);
+      std::printf("gpu %d    %s, %s, %d %s, %s free of %s%s\n", device.index, device.name.c_str(), arch.c_str(),
+                  device.multiprocessors, hip ? "CUs" : "SMs",
                   format_bytes(static_cast<double>(device.free_bytes)).c_str(),
                   format_bytes(static_cast<double>(device.total_bytes)).c_str(),
-                  device.supported_by_build ? "" : "  -- NOT supported by this build: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<this GPU's>");
+                  device.supported_by_build || hip
+                      ? ""
+                      : "  -- NOT supported by this build: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<this GPU's>");
+      if (!device.advice.empty()) std::printf("         %s\n", device.advice.c_str());
+    }
+    if (hip) {
+      // The guide's environment variables, as this machine has them set (docs/AMD.md).
+      for (const char* name : {"HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) {
+        if (const char* value = std::getenv(name)) std::printf("env      %s=%s\n", name, value);
+      }
     }
   }
   if (!args.model_dir.empty()) report_model(args, gpus);

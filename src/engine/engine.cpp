@@ -49,19 +49,25 @@ StepLogprobs log_probabilities(const std::vector<float>& logits, int32_t token, 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
   if (device == "auto") return make_backend(cuda_backend_available() ? "cuda" : "cpu", dtype, threads);
   if (device == "cpu") return make_cpu_backend(threads);
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+  // "gpu" names the GPU backend on NVIDIA and AMD alike; "cuda" is its first name, kept.
+  const std::string kind = device.substr(0, device.find(':'));
+  if (kind == "gpu" || kind == "cuda") {
     int index = 0;
-    if (device.size() > 5) {
+    if (device.size() > kind.size()) {
+      size_t used = 0;
       try {
-        index = std::stoi(device.substr(5));
+        index = std::stoi(device.substr(kind.size() + 1), &used);
       } catch (const std::exception&) {
-        throw Error(ErrorCategory::kInvalidArgument, "bad device '" + device + "' (expected cuda:N)");
+        used = 0;
+      }
+      if (used == 0 || used != device.size() - kind.size() - 1 || index < 0) {
+        throw Error(ErrorCategory::kInvalidArgument, "bad device '" + device + "' (expected " + kind + ":N)");
       }
     }
     return make_cuda_backend(dtype, index);
   }
   throw Error(ErrorCategory::kInvalidArgument,
-              "unknown device '" + device + "' (expected auto, cpu, cuda or cuda:N)");
+              "unknown device '" + device + "' (expected auto, cpu, gpu, gpu:N, cuda or cuda:N)");
 }
 
 Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options) {

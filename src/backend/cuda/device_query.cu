@@ -5,18 +5,28 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/common/gpu_advice.h"
 #include "backend/cuda/compat.h"
 
 #ifndef QWENRT_CUDA_ARCHS
 #define QWENRT_CUDA_ARCHS ""
 #endif
+#ifndef QWENRT_GPU_MATMUL
+#define QWENRT_GPU_MATMUL ""
+#endif
 
 namespace qwenrt {
 namespace {
 
-std::string version_string(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
+#if defined(QWENRT_GPU_HIP)
+constexpr const char* kPlatform = "HIP";
+constexpr int kBuildRuntimeVersion = HIP_VERSION;
+std::string version_string(int version) { return hip_version_string(version); }
+#else
+constexpr const char* kPlatform = "CUDA";
+constexpr int kBuildRuntimeVersion = CUDART_VERSION;
+std::string version_string(int version) { return cuda_version_string(version); }
+#endif
 
 // True when one of the build's architectures ("90", "90a", "80-real", "86-virtual") runs on
 // compute capability major.minor: same major and not newer minor for machine code; any
@@ -39,26 +49,23 @@ std::string version_string(int version) {
   return false;
 }
 
-// HIP: whether the device's architecture ("gfx90a:sramecc+:xnack-") is one of the
-// build's targets ("gfx1100 gfx90a gfx942"); AMD code objects run only on their target.
-[[maybe_unused]] bool build_supports_gfx(const std::string& archs, const std::string& device_arch) {
-  const std::string base = device_arch.substr(0, device_arch.find(':'));
-  std::istringstream stream(archs);
-  std::string arch;
-  while (stream >> arch)
-    if (arch.substr(0, arch.find(':')) == base) return true;
-  return false;
-}
-
 }  // namespace
 
 GpuRuntimeInfo query_gpus() {
   GpuRuntimeInfo info;
   info.built_with_gpu = true;
+  info.platform = kPlatform;
   info.build_architectures = QWENRT_CUDA_ARCHS;
+  info.matmul_library = QWENRT_GPU_MATMUL;
+  info.build_runtime_version = version_string(kBuildRuntimeVersion);
   int driver = 0, runtime = 0;
   if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) info.driver_version = version_string(driver);
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) info.runtime_version = version_string(runtime);
+#if defined(QWENRT_GPU_HIP)
+  // libamdhip64 is a shared library: the one found at run time may be older than the build's.
+  // (CUDA links its runtime in, and a driver of the same major version runs it.)
+  info.version_advice = version_advice("HIP runtime", info.runtime_version, info.build_runtime_version);
+#endif
   if (info.driver_version.empty()) {
 #if defined(QWENRT_GPU_HIP)
     info.error = "no ROCm driver found (no GPU, or amdgpu/ROCm is not installed): use --device cpu";
@@ -70,7 +77,7 @@ GpuRuntimeInfo query_gpus() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    info.error = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    info.error = std::string("no usable ") + kPlatform + " device: " + cudaGetErrorString(status);
     (void)cudaGetLastError();
     return info;
   }
@@ -90,7 +97,10 @@ GpuRuntimeInfo query_gpus() {
       device.memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
     }
 #if defined(QWENRT_GPU_HIP)
-    device.supported_by_build = build_supports_gfx(info.build_architectures, props.gcnArchName);
+    device.arch_name = props.gcnArchName;
+    const GfxCoverage coverage = gfx_coverage(info.build_architectures, device.arch_name);
+    device.supported_by_build = coverage.kind == GfxCoverage::Kind::kCovered;
+    device.advice = coverage.advice;
 #else
     device.supported_by_build = build_supports(info.build_architectures, props.major, props.minor);
 #endif
@@ -103,7 +113,7 @@ GpuRuntimeInfo query_gpus() {
     }
     info.devices.push_back(device);
   }
-  if (info.devices.empty()) info.error = "the CUDA runtime reports no devices";
+  if (info.devices.empty()) info.error = std::string("the ") + kPlatform + " runtime reports no devices";
   return info;
 }
 
