@@ -70,10 +70,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        if (r >= n_rows) break;
-        const int4 xv = x4[static_cast<int64_t>(r) * vectors + v + u * kThreads];
+        if (r < n_rows) {  // uniform; no break, so the loop unrolls on every compiler
+          const int4 xv = x4[static_cast<int64_t>(r) * vectors + v + u * kThreads];
 #pragma unroll
-        for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
+          for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
+        }
       }
     }
   }
@@ -83,10 +84,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int f = 0; f < kFeatures; ++f) wv[f] = load_streaming(w4 + w_row[f] + v);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (r >= n_rows) break;
-      const int4 xv = x4[static_cast<int64_t>(r) * vectors + v];
+      if (r < n_rows) {
+        const int4 xv = x4[static_cast<int64_t>(r) * vectors + v];
 #pragma unroll
-      for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[f], xv);
+        for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[f], xv);
+      }
     }
   }
 
