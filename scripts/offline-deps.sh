@@ -11,7 +11,7 @@ packages=(
   libpcre2-dev libpcre2-8-0
   libutf8proc-dev libutf8proc2
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-  libcpp-httplib0.11 libssl-dev  # the HTTP server: its shared library, and the headers it needs
+  libcpp-httplib0.11 libssl-dev libbrotli-dev libbrotli1 zlib1g-dev  # the HTTP server: its shared library, and the headers it needs
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -27,7 +27,8 @@ fi
 mkdir -p "$dest"
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest"; done
 # Only static libraries are used from the prefix; drop shared objects so nothing links them.
-# (cpp-httplib exists only as a shared library: it stays, and `qwenrt serve` needs it at run
-# time with LD_LIBRARY_PATH=.deps/usr/lib/x86_64-linux-gnu, plus the host's libssl3.)
-find "$dest" -name '*.so*' ! -name 'libcpp-httplib.so*' -delete
+# (cpp-httplib exists only as a shared library: it and the brotli libraries it was built with
+# stay, and `qwenrt serve` needs them at run time with
+# LD_LIBRARY_PATH=.deps/usr/lib/x86_64-linux-gnu, plus the host's libssl3 and zlib.)
+find "$dest" -name '*.so*' ! -name 'libcpp-httplib.so*' ! -name 'libbrotli*.so*' -delete
 echo "offline-deps: unpacked ${#packages[@]} packages into $dest ($(du -sh "$dest" | cut -f1))"
