@@ -18,8 +18,9 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
-constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
-constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed costs and the combine dominate
+constexpr int kMaxSplits = 256;  // the combine kernel's one warp holds them, several per lane
+constexpr int kMinKeysPerSplit = 64;  // below this a split's fixed costs and the combine dominate
+constexpr int kCombineThreads = 512;  // groups of head_dim threads, each merging some splits
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeArgs {
@@ -190,13 +191,14 @@ template <typename T>
 __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __restrict__ out) {
   __shared__ float weight_s[kMaxSplits];
   __shared__ float inv_sum_s;
+  __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int token = args.seq_starts[seq];
   if (args.seq_starts[seq + 1] <= token) return;
   const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
   if (threadIdx.x < gpu::kWarpSize) {
-    // One warp: kMaxSplits partials, kPerLane per lane (two on NVIDIA).
+    // One warp: kMaxSplits partials, kPerLane per lane (eight on NVIDIA).
     constexpr int kPerLane = kMaxSplits / gpu::kWarpSize;
     float m[kPerLane], l[kPerLane];
     float local_max = -FLT_MAX;
@@ -224,13 +226,20 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
     if (threadIdx.x == 0) inv_sum_s = 1.f / sum;
   }
   __syncthreads();
-  const float inv_sum = inv_sum_s;
-  for (int dim = threadIdx.x; dim < head_dim; dim += blockDim.x) {
-    float o = 0.f;
+  // Thread groups of head_dim threads each merge every groups-th split; group 0 adds theirs.
+  const int groups = static_cast<int>(blockDim.x) / head_dim;
+  const int group = static_cast<int>(threadIdx.x) / head_dim;
+  const int dim = static_cast<int>(threadIdx.x) % head_dim;
+  float o = 0.f;
+  if (group < groups) {
 #pragma unroll 8
-    for (int s = 0; s < args.n_splits; ++s) o += args.partial_out[(part0 + s) * head_dim + dim] * weight_s[s];
-    out[static_cast<int64_t>(token) * args.n_heads * head_dim + head * head_dim + dim] =
-        gpu::from_f32<T>(o * inv_sum);
+    for (int s = group; s < args.n_splits; s += groups) o += args.partial_out[(part0 + s) * head_dim + dim] * weight_s[s];
+  }
+  if (group > 0 && group < groups) group_sum_s[(group - 1) * head_dim + dim] = o;
+  __syncthreads();
+  if (group == 0) {
+    for (int g = 1; g < groups; ++g) o += group_sum_s[(g - 1) * head_dim + dim];
+    out[static_cast<int64_t>(token) * args.n_heads * head_dim + head * head_dim + dim] = gpu::from_f32<T>(o * inv_sum_s);
   }
 }
 
@@ -244,7 +253,7 @@ void launch_typed(const BatchView& batch, const DecodeArgs& args, const Tensor& 
       out.as<T>());
   if (args.n_splits > 1) {
     const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-    attention_combine_kernel<T><<<combine_grid, kHeadDim, 0, stream>>>(args, kHeadDim, out.as<T>());
+    attention_combine_kernel<T><<<combine_grid, kCombineThreads, 0, stream>>>(args, kHeadDim, out.as<T>());
   }
 }
 
@@ -273,9 +282,10 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
     return false;
   if (batch.n_seqs == 0) return true;
 
-  // Enough blocks to fill the chip twice, each split keeping at least kMinKeysPerSplit keys.
+  // Enough blocks for several waves (long contexts need many loads in flight), each split
+  // keeping at least kMinKeysPerSplit keys.
   const int base_blocks = batch.n_seqs * attn.n_kv_heads;
-  int n_splits = static_cast<int>(ceil_div(2 * multiprocessors, base_blocks));
+  int n_splits = static_cast<int>(ceil_div(8 * multiprocessors, base_blocks));
   n_splits = std::min(n_splits, static_cast<int>(ceil_div(batch.max_context_len, kMinKeysPerSplit)));
   n_splits = std::clamp(n_splits, 1, kMaxSplits);
   const size_t per_split_bytes = static_cast<size_t>(batch.n_seqs) * attn.n_heads *
