@@ -18,7 +18,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
-constexpr int kMaxSplits = 256;  // the combine kernel's one warp holds them, several per lane
+constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
 constexpr int kMinKeysPerSplit = 64;  // below this a split's fixed costs and the combine dominate
 constexpr int kCombineThreads = 512;  // groups of head_dim threads, each merging some splits
 constexpr float kLog2e = 1.4426950408889634f;
@@ -198,7 +198,7 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   if (args.seq_starts[seq + 1] <= token) return;
   const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
   if (threadIdx.x < gpu::kWarpSize) {
-    // One warp: kMaxSplits partials, kPerLane per lane (eight on NVIDIA).
+    // One warp: kMaxSplits partials, kPerLane per lane (two on NVIDIA).
     constexpr int kPerLane = kMaxSplits / gpu::kWarpSize;
     float m[kPerLane], l[kPerLane];
     float local_max = -FLT_MAX;
