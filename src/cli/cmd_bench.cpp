@@ -48,9 +48,17 @@ nlohmann::ordered_json json_header(const std::string& model_name, const DeviceIn
 }
 
 nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
-  return {{"weights", plan.weights},          {"mapped_weights", plan.mapped_weights},
-          {"kv_cache", plan.kv_pool},         {"workspace", plan.workspace},
-          {"runtime_other", plan.used_before_load}, {"peak_used", peak_used},
+  // What the peak holds beyond weights, KV cache and the runtime's own context: workspaces,
+  // the backend's buffers, recorded graphs (the part a smaller chunk or batch shrinks).
+  const size_t fixed = plan.weights + plan.kv_pool + plan.used_before_load;
+  return {{"weights", plan.weights},
+          {"mapped_weights", plan.mapped_weights},
+          {"kv_cache", plan.kv_pool},
+          {"workspace", plan.workspace},
+          {"backend_workspace", plan.backend_workspace},
+          {"runtime_other", plan.used_before_load},
+          {"peak_used", peak_used},
+          {"beyond_weights_kv_runtime", peak_used > fixed ? peak_used - fixed : 0},
           {"device_total", plan.device_total}};
 }
 
