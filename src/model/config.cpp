@@ -227,11 +227,7 @@ void parse_qwen_v1(const json& config, const std::string& source, ModelConfig& m
   model.num_kv_heads = model.num_heads;  // full multi-head attention
   model.attention_bias = true;           // c_attn always has a bias
   model.qk_norm = false;
-  if (!get_bool(config, "no_bias", source).value_or(true)) {
-    throw Error(ErrorCategory::kUnsupported,
-                source + ": 'no_bias' false (biases on c_proj and the MLP) is not supported; every "
-                         "release has no_bias true");
-  }
+  model.output_mlp_bias = !get_bool(config, "no_bias", source).value_or(true);
   model.rms_norm_eps = get_number(config, "layer_norm_epsilon", source).value_or(1e-6);
   if (!(model.rms_norm_eps > 0)) fail(source, "'layer_norm_epsilon' must be positive");
   model.rope = RopeConfig{};

@@ -48,6 +48,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;  // lm_head shares the embedding matrix
   bool attention_bias = false;       // q/k/v projections carry a bias (Qwen2: always)
   bool qk_norm = false;              // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool output_mlp_bias = false;      // the attention output and the MLP's three products carry
+                                     // biases (the original Qwen with no_bias false)
   DType dtype = DType::kBF16;        // torch_dtype/dtype of the checkpoint
   RopeConfig rope;
   // Per layer: 0 for full causal attention, else the sliding-window length in tokens.

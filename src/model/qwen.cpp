@@ -303,7 +303,7 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
-    if (n == 1 && fused.gate_up.data != nullptr) {
+    if (n == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
       if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
         Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
         backend_.matmul(h, fused.gate_up, gate_up);
@@ -315,9 +315,12 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     } else {
       backend_.matmul(h, w.gate_proj, gate);
       backend_.matmul(h, w.up_proj, up);
+      if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);
+      if (w.up_bias.data != nullptr) backend_.add_bias(up, w.up_bias);
       backend_.silu_mul(gate, up, gate);
     }
     backend_.matmul(gate, w.down_proj, o);
+    if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
   Tensor gathered = ws_.gathered.row_slice(0, n_rows);

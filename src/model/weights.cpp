@@ -48,6 +48,12 @@ void for_each_expected_v1(const ModelConfig& config, Weights* weights, const Ten
     visit(prefix + "mlp.w2.weight", {inter, hidden}, field(layer.gate_proj));
     visit(prefix + "mlp.w1.weight", {inter, hidden}, field(layer.up_proj));
     visit(prefix + "mlp.c_proj.weight", {hidden, inter}, field(layer.down_proj));
+    if (config.output_mlp_bias) {
+      visit(prefix + "attn.c_proj.bias", {hidden}, field(layer.o_bias));
+      visit(prefix + "mlp.w2.bias", {inter}, field(layer.gate_bias));
+      visit(prefix + "mlp.w1.bias", {inter}, field(layer.up_bias));
+      visit(prefix + "mlp.c_proj.bias", {hidden}, field(layer.down_bias));
+    }
   }
   visit("transformer.ln_f.weight", {hidden}, weights ? &weights->final_norm : nullptr);
   if (!config.tie_word_embeddings) {

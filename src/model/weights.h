@@ -23,6 +23,8 @@ struct LayerWeights {
   Tensor post_attention_norm;         // [1, hidden]
   Tensor gate_proj, up_proj;          // [intermediate, hidden]
   Tensor down_proj;                   // [hidden, intermediate]
+  Tensor gate_bias, up_bias;          // [1, intermediate] (the original Qwen with no_bias false)
+  Tensor down_bias;                   // [1, hidden] (same)
 };
 
 struct Weights {
