@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compile check of the GPU backend for AMD GPUs: every translation unit of the GPU backend
-# (src/backend/cuda/*.cu) goes through hipcc for one wave64 target (gfx90a, CDNA2) and one
+# (src/backend/gpu/*.cu) goes through hipcc for one wave64 target (gfx90a, CDNA2) and one
 # wave32 target (gfx1030, RDNA2), warnings as errors. This compiles; it runs nothing
 # (CI has no AMD GPU). Also checks that the warp width each target compiles with is the
 # expected one and that no kernel spells a warp width or warp intrinsic itself.
@@ -32,14 +32,14 @@ hipcc --version 2>/dev/null | head -n 2
 # No kernel spells the warp width or a warp intrinsic: those live in compat.h, which
 # picks them per target.
 if grep -nE '__shfl|__ballot|__activemask|__match_any|__syncwarp|\bwarpSize\b|kFullWarpMask|[%/] *32\b|& *31\b' \
-    src/backend/cuda/*.cu; then
+    src/backend/gpu/*.cu; then
   echo "hip-compile-check: a kernel uses a warp width or warp intrinsic directly (use compat.h)" >&2
   exit 1
 fi
 
 targets=(${QWENRT_HIP_CHECK_TARGETS:-gfx90a:64 gfx1030:32})
 sources=()
-for f in src/backend/cuda/*.cu; do
+for f in src/backend/gpu/*.cu; do
   case "$f" in
     */matmul_cublaslt.cu | */matmul_hipblaslt.cu | */matmul_rocblas.cu) ;;
     *) sources+=("$f") ;;
@@ -54,7 +54,7 @@ for entry in "${targets[@]}"; do
   target=${entry%%:*}
   width=${entry#*:}
   # The warp width the kernels see on this target.
-  printf '#include "backend/cuda/compat.h"\n#if defined(__HIP_DEVICE_COMPILE__)\nstatic_assert(qwenrt::gpu::kWarpSize == %s, "warp width");\n#endif\n' \
+  printf '#include "backend/gpu/compat.h"\n#if defined(__HIP_DEVICE_COMPILE__)\nstatic_assert(qwenrt::gpu::kWarpSize == %s, "warp width");\n#endif\n' \
     "$width" >"$work/warp_$target.hip"
   jobs+=("$target $work/warp_$target.hip")
   if [ "$warp_only" = 1 ]; then continue; fi

@@ -311,7 +311,7 @@ GpuRuntimeInfo query_gpus();
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // Throws Error(kUnsupported) when the build has no CUDA backend.
-std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device_index);
-bool cuda_backend_available();
+std::unique_ptr<Backend> make_gpu_backend(DType dtype, int device_index);
+bool gpu_backend_available();
 
 }  // namespace qwenrt

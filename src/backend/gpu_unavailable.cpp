@@ -4,7 +4,7 @@
 
 namespace qwenrt {
 
-bool cuda_backend_available() { return false; }
+bool gpu_backend_available() { return false; }
 
 GpuRuntimeInfo query_gpus() {
   GpuRuntimeInfo info;
@@ -12,7 +12,7 @@ GpuRuntimeInfo query_gpus() {
   return info;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType /*dtype*/, int /*device_index*/) {
+std::unique_ptr<Backend> make_gpu_backend(DType /*dtype*/, int /*device_index*/) {
   throw Error(ErrorCategory::kUnsupported,
               "this qwenrt build has no CUDA backend (it was configured without nvcc); "
               "rebuild with `cmake --preset cuda` on a machine with the CUDA toolkit, or use "

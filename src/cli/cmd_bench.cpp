@@ -113,7 +113,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   if (have_model && !args.synthetic.empty()) {
     throw Error(ErrorCategory::kInvalidArgument, "give either -m DIR or --synthetic NAME, not both");
   }
-  if (args.model.device == "auto") args.model.device = cuda_backend_available() ? "cuda" : "cpu";
+  if (args.model.device == "auto") args.model.device = gpu_backend_available() ? "cuda" : "cpu";
   // No model named: the synthetic preset that suits this machine.
   if (!have_model && args.synthetic.empty()) {
     if (args.model.device == "cpu") {

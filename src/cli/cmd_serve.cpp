@@ -68,7 +68,7 @@ int run_serve(const ServeArgs& args) {
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a signal
 
   ModelArgs model_args = args.model;
-  if (model_args.device == "auto") model_args.device = cuda_backend_available() ? "cuda" : "cpu";
+  if (model_args.device == "auto") model_args.device = gpu_backend_available() ? "cuda" : "cpu";
   const bool gpu = model_args.device != "cpu";
   EngineOptions options = engine_options(model_args);
   options.max_seqs = args.max_seqs > 0 ? args.max_seqs : (gpu ? 256 : 16);

@@ -47,7 +47,7 @@ StepLogprobs log_probabilities(const std::vector<float>& logits, int32_t token, 
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
-  if (device == "auto") return make_backend(cuda_backend_available() ? "cuda" : "cpu", dtype, threads);
+  if (device == "auto") return make_backend(gpu_backend_available() ? "cuda" : "cpu", dtype, threads);
   if (device == "cpu") return make_cpu_backend(threads);
   // "gpu" names the GPU backend on NVIDIA and AMD alike; "cuda" is its first name, kept.
   const std::string kind = device.substr(0, device.find(':'));
@@ -64,7 +64,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, in
         throw Error(ErrorCategory::kInvalidArgument, "bad device '" + device + "' (expected " + kind + ":N)");
       }
     }
-    return make_cuda_backend(dtype, index);
+    return make_gpu_backend(dtype, index);
   }
   throw Error(ErrorCategory::kInvalidArgument,
               "unknown device '" + device + "' (expected auto, cpu, gpu, gpu:N, cuda or cuda:N)");

@@ -23,13 +23,13 @@ inline std::unique_ptr<Backend>& gpu_backend(DType dtype) {
   static std::unique_ptr<Backend> bf16;
   static std::unique_ptr<Backend> fp16;
   auto& slot = dtype == DType::kBF16 ? bf16 : fp16;
-  if (!slot) slot = make_cuda_backend(dtype, 0);
+  if (!slot) slot = make_gpu_backend(dtype, 0);
   return slot;
 }
 
 #define QWENRT_REQUIRE_GPU()                                                   \
   do {                                                                         \
-    if (!::qwenrt::cuda_backend_available()) GTEST_SKIP() << "no CUDA device"; \
+    if (!::qwenrt::gpu_backend_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 // A fixture on the shared GPU backend of gpu_dtype() (bf16 unless overridden); skipped

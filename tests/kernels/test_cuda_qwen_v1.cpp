@@ -162,7 +162,7 @@ TEST(CudaQwenV1Batch, SequencesKeepTheirOwnAlpha) {
   const auto long_ids = golden["score"][1]["ids"].get<std::vector<int32_t>>();
   const auto short_ids = golden["score"][0]["ids"].get<std::vector<int32_t>>();
   ASSERT_EQ(ntk_alpha_index(load_model_config(dir), static_cast<int>(long_ids.size())), 2);
-  std::unique_ptr<Backend> gpu = make_cuda_backend(DType::kBF16, 0);
+  std::unique_ptr<Backend> gpu = make_gpu_backend(DType::kBF16, 0);
   const MixedAlphaResult result = mixed_alpha_batch(*gpu, dir, long_ids, 2, short_ids);
   std::printf(
       "[ mixed alphas ] |mixed - alone| max %.4f / %.4f; the alpha changes logits by up to %.4f\n",

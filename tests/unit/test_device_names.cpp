@@ -26,7 +26,7 @@ TEST(DeviceNames, UnknownNamesAreRejected) {
 }
 
 TEST(DeviceNames, GpuAndCudaNameTheGpuBackend) {
-  if (cuda_backend_available()) GTEST_SKIP() << "a GPU is usable here: the names would open it";
+  if (gpu_backend_available()) GTEST_SKIP() << "a GPU is usable here: the names would open it";
   // Without a usable GPU both names reach the GPU factory, which says why it cannot open one
   // (no GPU backend in this build, or no device): not a naming error.
   for (const char* name : {"gpu", "gpu:0", "cuda", "cuda:1"}) {

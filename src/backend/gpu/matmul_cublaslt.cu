@@ -11,7 +11,7 @@
 #include <map>
 #include <tuple>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

@@ -4,7 +4,7 @@
 // row; the row is re-read from L1/L2 in the second pass. Layout: rows of `cols`
 // contiguous elements, 16-byte vectors when aligned. Bound: memory (read x (+delta),
 // write out (+residual)), latency at batch 1 (one 3.5k-element row).
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

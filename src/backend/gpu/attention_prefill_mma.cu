@@ -11,7 +11,7 @@
 #include <cfloat>
 #include <climits>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 

@@ -10,7 +10,7 @@
 
 #include <climits>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

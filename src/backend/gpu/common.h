@@ -1,6 +1,6 @@
 // Host-side helpers shared by the CUDA backend's translation units: checked runtime
 // calls (a failure names the op and the sizes), dtype dispatch to kernel templates, and
-// the launch functions each .cu file exports to cuda_backend.cu.
+// the launch functions each .cu file exports to gpu_backend.cu.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "backend/cuda/compat.h"
+#include "backend/gpu/compat.h"
 #include "core/error.h"
 
 namespace qwenrt::cuda {

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/common/gpu_advice.h"
-#include "backend/cuda/compat.h"
+#include "backend/gpu/compat.h"
 
 #ifndef QWENRT_CUDA_ARCHS
 #define QWENRT_CUDA_ARCHS ""

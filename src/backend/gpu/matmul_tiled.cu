@@ -4,7 +4,7 @@
 // shared memory. Correct for any shape and alignment, not fast (no matrix cores): it exists
 // so that a ROCm install without hipBLASLt still builds and runs; builds that find
 // hipBLASLt use matmul_hipblaslt.cu instead, and CUDA builds use cuBLASLt.
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

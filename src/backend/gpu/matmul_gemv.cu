@@ -6,7 +6,7 @@
 // of each feature in flight per thread), keep fp32 sums for every (x row, feature), and
 // reduce them across the block. w is read with streaming loads (used once per step); x is
 // small and read through the cache by every block.
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

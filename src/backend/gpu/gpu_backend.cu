@@ -1,14 +1,15 @@
-// The CUDA backend: owns the device, one stream, the cuBLASLt handle and the fixed
-// workspaces (cuBLASLt, split-K attention partials, sampling), and routes each op of the
-// Backend interface to its kernel file. Everything runs on the one stream, in order;
-// copies to and from the host wait for it, so host buffers may be reused on return.
+// The GPU backend (CUDA, and AMD through HIP from the same source): owns the device, one
+// stream, the matrix library's handle and the fixed workspaces (matrix library, split-K
+// attention partials, sampling), and routes each op of the Backend interface to its kernel
+// file. Everything runs on the one stream, in order; copies to and from the host wait for
+// it, so host buffers may be reused on return.
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 #include "core/random_bits.h"
 #include "core/thread_pool.h"
 
@@ -167,7 +168,11 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override {
+#if defined(QWENRT_GPU_HIP)
+    return "gpu:" + std::to_string(device_index_) + " (" + device_name_ + ")";
+#else
     return "cuda:" + std::to_string(device_index_) + " (" + device_name_ + ")";
+#endif
   }
   DType activation_dtype() const override { return dtype_; }
   bool uses_host_memory() const override { return false; }
@@ -259,7 +264,13 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DeviceTimer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
 
+  // HIP: not yet, as nothing could check it on AMD hardware (rocBLAS allocates its own
+  // workspace, which a graph capture does not allow); decode steps run op by op there.
+#if defined(QWENRT_GPU_HIP)
+  bool can_record() const override { return false; }
+#else
   bool can_record() const override { return true; }
+#endif
 
   void begin_recording() override {
     QWENRT_CUDA_CALL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording", "begin");
@@ -489,7 +500,7 @@ class CudaBackend final : public Backend {
 
 }  // namespace cuda
 
-bool cuda_backend_available() {
+bool gpu_backend_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -498,7 +509,7 @@ bool cuda_backend_available() {
   return count > 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType dtype, int device_index) {
+std::unique_ptr<Backend> make_gpu_backend(DType dtype, int device_index) {
   return std::make_unique<cuda::CudaBackend>(dtype, device_index);
 }
 

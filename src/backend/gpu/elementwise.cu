@@ -4,7 +4,7 @@
 // aligned, element accesses otherwise. Bound: memory bandwidth (one read, one write).
 #include <cmath>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

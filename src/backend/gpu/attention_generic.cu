@@ -7,7 +7,7 @@
 // Bound: latency (one warp reduction per key); used by tiny test models and odd shapes.
 #include <cfloat>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

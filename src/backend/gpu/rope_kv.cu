@@ -6,7 +6,7 @@
 // n_kv_heads*d], cache [num_blocks, block_size, n_kv_heads, d]. Bound: memory (one read
 // and one or two writes of q, k, v); angles in fp32 with accurate cosf/sinf. The original
 // Qwen adds a RoPE table row per sequence (its dynamic-NTK alpha) and the logn query scale.
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

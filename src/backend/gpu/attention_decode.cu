@@ -8,7 +8,7 @@
 // Bound: memory bandwidth on the KV cache (≈ context · n_kv_heads · d · 4 bytes / seq).
 #include <cfloat>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

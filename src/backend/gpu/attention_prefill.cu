@@ -9,7 +9,7 @@
 // prompts); K/V traffic is one pass per tile of kRows/group tokens.
 #include <cfloat>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {

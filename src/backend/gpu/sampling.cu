@@ -12,7 +12,7 @@
 // set for every row (sample) or from a per-row array in device memory (sample_rows).
 #include <cfloat>
 
-#include "backend/cuda/common.h"
+#include "backend/gpu/common.h"
 #include "core/random_bits.h"
 
 namespace qwenrt::cuda {
