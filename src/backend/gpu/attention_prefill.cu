@@ -9,7 +9,7 @@
 // prompts); K/V traffic is one pass per tile of kRows/group tokens.
 #include <cfloat>
 
-#include "backend/gpu/common.h"
+#include "backend/gpu/attention_tiles.h"
 
 namespace qwenrt::cuda {
 namespace {
@@ -23,23 +23,7 @@ constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kRowsPerWarp = kRows / kWarps;
 constexpr int kKeys = gpu::kWarpSize;  // keys per tile: one per lane in S
 static_assert(kRowsPerWarp * kWarps == kRows, "rows split evenly over the warps");
-constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows >= kMaxTiledGroup, "a block must hold one token's whole q-head group");
-
-struct PrefillArgs {
-  const int32_t* positions;
-  const int32_t* seq_starts;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int block_size;
-  int n_heads;
-  int n_kv_heads;
-  int group;            // n_heads / n_kv_heads
-  int tokens_per_tile;  // kRows / group
-  int tiles_per_seq;
-  int sliding_window;
-  float scale_log2;  // softmax scale · log2(e)
-};
 
 // n consecutive floats from 16-byte-aligned shared memory, as wide as possible.
 template <int kN>
@@ -97,21 +81,13 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int key_lo_s;
   __shared__ int key_hi_s;
 
-  const int seq = blockIdx.x / args.tiles_per_seq;
-  const int tile = blockIdx.x % args.tiles_per_seq;
-  const int kv_head = blockIdx.y;
-  const int seq_begin = args.seq_starts[seq];
-  const int seq_end = args.seq_starts[seq + 1];
-  const int tok_begin = seq_begin + tile * args.tokens_per_tile;
-  const int tok_end = min(seq_end, tok_begin + args.tokens_per_tile);
-  if (tok_begin >= tok_end) return;  // uniform over the block
-  const int valid_rows = (tok_end - tok_begin) * args.group;
+  PrefillTile tile;
+  if (!prefill_tile(args, tile)) return;  // uniform over the block
+  const int seq = tile.seq;
+  const int kv_head = tile.kv_head;
+  const int tok_begin = tile.tok_begin;
+  const int valid_rows = tile.valid_rows;
   const int q_width = args.n_heads * kHeadDim;
-
-  if (threadIdx.x == 0) {
-    key_lo_s = INT_MAX;
-    key_hi_s = -1;
-  }
   // Q rows into shared memory as fp32, pre-scaled so that S is in the log2 domain.
   for (int idx = threadIdx.x; idx < kRows * (kHeadDim / kChunk); idx += kThreads) {
     const int r = idx / (kHeadDim / kChunk);
@@ -130,15 +106,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kChunk; ++j) dst[j] = 0.f;
     }
   }
-  __syncthreads();
-  // The key range the tile's rows need.
-  if (threadIdx.x < static_cast<unsigned>(tok_end - tok_begin)) {
-    const int pos = args.positions[tok_begin + threadIdx.x];
-    const int lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
-    atomicMin(&key_lo_s, lo);
-    atomicMax(&key_hi_s, pos);
-  }
-  __syncthreads();
+  prefill_key_range(args, tile, key_lo_s, key_hi_s);  // its barriers also publish q_s
   const int key_lo = key_lo_s;
   const int key_hi = key_hi_s;
 
@@ -287,20 +255,7 @@ bool launch_attention_prefill(const BatchView& batch, const AttentionParams& att
                 "attention: more than " + std::to_string(kRows) +
                     " query heads per kv head is not supported (" + sizes() + ")");
   }
-  PrefillArgs args{};
-  args.positions = batch.positions;
-  args.seq_starts = batch.seq_starts;
-  args.block_tables = batch.block_tables;
-  args.max_blocks_per_seq = batch.max_blocks_per_seq;
-  args.block_size = geometry.block_size;
-  args.n_heads = attn.n_heads;
-  args.n_kv_heads = attn.n_kv_heads;
-  args.group = group;
-  args.tokens_per_tile = kRows / group;
-  args.tiles_per_seq =
-      static_cast<int>(ceil_div(std::max(batch.max_new_tokens, 1), args.tokens_per_tile));
-  args.sliding_window = attn.sliding_window;
-  args.scale_log2 = attn.scale * kLog2e;
+  const PrefillArgs args = prefill_args(batch, attn, geometry, kRows);
   // The tiles need more shared memory than some GPUs give a block (64 KiB on AMD, 99 KiB
   // on sm_86/89 for head_dim 256): the caller then takes the generic kernel.
   const size_t smem_bytes = prefill_smem_bytes(attn.head_dim, gpu::launch_warp_size());

@@ -11,7 +11,7 @@
 #include <cfloat>
 #include <climits>
 
-#include "backend/gpu/common.h"
+#include "backend/gpu/attention_tiles.h"
 
 namespace qwenrt::cuda {
 
@@ -21,22 +21,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kRows = 64;  // query rows per block: 16 per warp
 constexpr int kKeys = 64;  // keys per tile
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct MmaArgs {
-  const int32_t* positions;
-  const int32_t* seq_starts;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int block_size;
-  int n_heads;
-  int n_kv_heads;
-  int group;
-  int tokens_per_tile;
-  int tiles_per_seq;
-  int sliding_window;
-  float scale_log2;
-};
 
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
@@ -110,7 +94,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
-    attention_prefill_mma_kernel(MmaArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
+    attention_prefill_mma_kernel(PrefillArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
                                  const T* __restrict__ v_cache, T* __restrict__ out) {
   constexpr int kStride = smem_stride<kHeadDim>();
   constexpr int kDimSteps = kHeadDim / 16;
@@ -122,28 +106,14 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int key_lo_s;
   __shared__ int key_hi_s;
 
-  const int seq = blockIdx.x / args.tiles_per_seq;
-  const int tile = blockIdx.x % args.tiles_per_seq;
-  const int kv_head = blockIdx.y;
-  const int seq_begin = args.seq_starts[seq];
-  const int seq_end = args.seq_starts[seq + 1];
-  const int tok_begin = seq_begin + tile * args.tokens_per_tile;
-  const int tok_end = min(seq_end, tok_begin + args.tokens_per_tile);
-  if (tok_begin >= tok_end) return;  // uniform over the block
-  const int valid_rows = (tok_end - tok_begin) * args.group;
+  PrefillTile tile;
+  if (!prefill_tile(args, tile)) return;  // uniform over the block
+  const int seq = tile.seq;
+  const int kv_head = tile.kv_head;
+  const int tok_begin = tile.tok_begin;
+  const int valid_rows = tile.valid_rows;
   const int q_width = args.n_heads * kHeadDim;
-
-  if (threadIdx.x == 0) {
-    key_lo_s = INT_MAX;
-    key_hi_s = -1;
-  }
-  __syncthreads();
-  if (threadIdx.x < static_cast<unsigned>(tok_end - tok_begin)) {
-    const int pos = args.positions[tok_begin + threadIdx.x];
-    const int lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
-    atomicMin(&key_lo_s, lo);
-    atomicMax(&key_hi_s, pos);
-  }
+  prefill_key_range(args, tile, key_lo_s, key_hi_s);
 
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
@@ -188,7 +158,6 @@ __global__ void __launch_bounds__(kThreads)
   float row_max[2] = {-FLT_MAX, -FLT_MAX};
   float row_sum[2] = {0.f, 0.f};  // this lane's share; the quad is summed at the end
 
-  __syncthreads();
   const int key_lo = key_lo_s;
   const int key_hi = key_hi_s;
   const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
@@ -324,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int kHeadDim>
-void launch_typed(const BatchView& batch, const MmaArgs& args, const Tensor& q, KvLayer cache, Tensor out,
+void launch_typed(const BatchView& batch, const PrefillArgs& args, const Tensor& q, KvLayer cache, Tensor out,
                   Stream stream) {
   constexpr size_t kSmem = mma_smem_bytes<T, kHeadDim>();
   // Raised once per kernel (above the 48 KiB default); the device's limit is far above.
@@ -347,19 +316,7 @@ bool launch_attention_prefill_mma(const BatchView& batch, const AttentionParams&
   if (group < 1 || group > kRows || group * attn.n_kv_heads != attn.n_heads) return false;
   if (attn.head_dim != 64 && attn.head_dim != 128) return false;
   if (batch.n_tokens == 0 || batch.n_seqs == 0) return true;
-  MmaArgs args{};
-  args.positions = batch.positions;
-  args.seq_starts = batch.seq_starts;
-  args.block_tables = batch.block_tables;
-  args.max_blocks_per_seq = batch.max_blocks_per_seq;
-  args.block_size = geometry.block_size;
-  args.n_heads = attn.n_heads;
-  args.n_kv_heads = attn.n_kv_heads;
-  args.group = group;
-  args.tokens_per_tile = kRows / group;
-  args.tiles_per_seq = static_cast<int>(ceil_div(std::max(batch.max_new_tokens, 1), args.tokens_per_tile));
-  args.sliding_window = attn.sliding_window;
-  args.scale_log2 = attn.scale * kLog2e;
+  const PrefillArgs args = prefill_args(batch, attn, geometry, kRows);
   dispatch_half(q.dtype, "attention", [&](auto tag) {
     using T = decltype(tag);
     if (attn.head_dim == 64) {
