@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/parser.h"
@@ -65,14 +66,6 @@ std::string read_file(const std::filesystem::path& path) {
   return buffer.str();
 }
 
-nlohmann::json parse_json_file(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorCategory::kInvalidModel, path.string() + " is not valid JSON: " + e.what());
-  }
-}
-
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source, SpecialTokens special_tokens)
@@ -125,13 +118,13 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::json& config) {
 }
 
 ChatTemplate ChatTemplate::load_tokenizer_config(const std::filesystem::path& file) {
-  return from_tokenizer_config(parse_json_file(file));
+  return from_tokenizer_config(read_json_file(file));
 }
 
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
-  nlohmann::json config = std::filesystem::exists(config_path) ? parse_json_file(config_path) : nlohmann::json::object();
+  nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
   if (std::filesystem::exists(jinja_path)) {
     config["chat_template"] = read_file(jinja_path);
   } else if (!std::filesystem::exists(config_path)) {
