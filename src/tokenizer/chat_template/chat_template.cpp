@@ -148,7 +148,9 @@ const ChatTemplate::Compiled& ChatTemplate::select(bool has_tools) const {
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_vars) const {
+                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_vars,
+                                 const chat_template::RenderLimits& limits,
+                                 chat_template::RenderStats* stats) const {
   using chat_template::Value;
   if (!messages.is_array()) throw Error(ErrorCategory::kInvalidArgument, "messages must be a JSON array");
   if (!tools.is_null() && !tools.is_array()) throw Error(ErrorCategory::kInvalidArgument, "tools must be a JSON array or null");
@@ -186,8 +188,16 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   }
   globals->vars["documents"] = Value::none();
   globals->vars["add_generation_prompt"] = Value::from_bool(add_generation_prompt);
-  chat_template::Interpreter interpreter(compiled.tree, globals);
-  return interpreter.render();
+  chat_template::Interpreter interpreter(compiled.tree, globals, limits);
+  std::string out;
+  try {
+    out = interpreter.render();
+  } catch (...) {
+    if (stats) *stats = interpreter.stats();
+    throw;
+  }
+  if (stats) *stats = interpreter.stats();
+  return out;
 }
 
 }  // namespace qwenrt

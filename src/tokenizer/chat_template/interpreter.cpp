@@ -2,6 +2,9 @@
 
 #include "tokenizer/chat_template/interpreter.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -11,27 +14,8 @@
 
 namespace qwenrt::chat_template {
 
-namespace {
-
-// Python's own recursion limit stops runaway macros in jinja2; these bound ours.
-constexpr int kMaxEvalDepth = 400;
-constexpr int kMaxCallDepth = 100;
-
-struct DepthCounter {
-  DepthCounter(int& depth, int limit, const Interpreter& in, int line) : d(depth) {
-    if (++d > limit) {
-      --d;
-      in.fail(line, "maximum recursion depth exceeded");
-    }
-  }
-  ~DepthCounter() { --d; }
-  int& d;
-};
-
-}  // namespace
-
-Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals)
-    : template_(tmpl), scope_(std::move(globals)) {}
+Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals, const RenderLimits& limits)
+    : template_(tmpl), scope_(std::move(globals)), limits_(limits) {}
 
 Interpreter::~Interpreter() {
   for (const auto& ns : namespaces_) ns->entries.clear();
@@ -39,8 +23,92 @@ Interpreter::~Interpreter() {
 
 std::string Interpreter::render() {
   std::string out;
+  output_ = &out;
+  comparisons_at_start_ = comparison_count();
+  // The stack grows down from here. Stop at max_stack_bytes below, or stack_reserve_bytes
+  // above the end of this thread's stack when that is nearer (a worker thread's small stack).
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  stack_lowest_ = stack_base_;
+  stack_floor_ = stack_base_ > limits_.max_stack_bytes ? stack_base_ - limits_.max_stack_bytes : 0;
+  pthread_attr_t attributes;
+  if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+    void* stack_low = nullptr;
+    size_t stack_size = 0;
+    if (pthread_attr_getstack(&attributes, &stack_low, &stack_size) == 0) {
+      stack_floor_ = std::max(stack_floor_, reinterpret_cast<uintptr_t>(stack_low) + limits_.stack_reserve_bytes);
+    }
+    pthread_attr_destroy(&attributes);
+  }
+  check_stack(1);
   exec_body(template_.body, out);
+  output_ = nullptr;
   return out;
+}
+
+RenderStats Interpreter::stats() const {
+  RenderStats stats;
+  stats.steps = steps_;
+  stats.comparisons = comparison_count() - comparisons_at_start_;
+  stats.stack_bytes = stack_base_ - stack_lowest_;
+  stats.output_bytes = output_bytes_;
+  return stats;
+}
+
+namespace {
+
+// A loop iteration builds a scope and the loop object: about as much work as eight simple
+// expressions, so it counts as eight steps.
+constexpr uint64_t kIterationSteps = 8;
+
+std::string mebibytes(uint64_t bytes) {
+  return bytes % (uint64_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+}  // namespace
+
+void Interpreter::check_stack(int line) {
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (here < stack_lowest_) stack_lowest_ = here;
+  if (here < stack_floor_) {
+    fail(line, "recursion too deep: the render used " + std::to_string((stack_base_ - here) >> 10) +
+                   " KiB of stack (limit max_stack_bytes " + mebibytes(limits_.max_stack_bytes) +
+                   ", or the thread's stack less stack_reserve_bytes)");
+  }
+}
+
+void Interpreter::charge(uint64_t steps, int line) {
+  steps_ += steps;
+  if (steps_ > limits_.max_steps) {
+    fail(line, "the render takes too long: more than max_steps " + std::to_string(limits_.max_steps) + " steps");
+  }
+}
+
+void Interpreter::check_size(uint64_t bytes, int line) const {
+  if (bytes > limits_.max_value_bytes) {
+    fail(line, "a value of " + std::to_string(bytes) + " bytes is larger than max_value_bytes " +
+                   mebibytes(limits_.max_value_bytes));
+  }
+}
+
+void Interpreter::check_width(int64_t width, const char* what, int line) const {
+  if (width > limits_.max_width) {
+    fail(line, std::string(what) + " " + std::to_string(width) + " is larger than max_width " +
+                   std::to_string(limits_.max_width));
+  }
+}
+
+void Interpreter::emit(std::string& out, std::string_view text, int line) {
+  const uint64_t size = out.size() + text.size();
+  if (&out == output_) {
+    if (size > limits_.max_output_bytes) {
+      fail(line, "the output is larger than max_output_bytes " + mebibytes(limits_.max_output_bytes));
+    }
+    output_bytes_ = size;
+  } else {
+    check_size(size, line);
+  }
+  charge_bytes(text.size(), line);
+  out += text;
 }
 
 void Interpreter::fail(int line, const std::string& message, ErrorCategory category) const {
@@ -71,17 +139,26 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
+  check_stack(s.line);
+  charge(1, s.line);
   try {
     return exec_inner(s, out);
   } catch (const std::invalid_argument& err) {
+    fail(s.line, err.what());
+  } catch (const std::length_error& err) {
     fail(s.line, err.what());
   }
 }
 
 Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
   switch (s.kind) {
-    case StmtKind::kText: out += s.text; return Flow::kNormal;
-    case StmtKind::kOutput: out += to_str(eval(*s.expr)); return Flow::kNormal;
+    case StmtKind::kText: emit(out, s.text, s.line); return Flow::kNormal;
+    case StmtKind::kOutput: {
+      const Value v = eval(*s.expr);
+      check_size(v.bytes, s.line);  // printing a container costs at least its size
+      emit(out, to_str(v), s.line);
+      return Flow::kNormal;
+    }
     case StmtKind::kIf:
       for (size_t i = 0; i < s.conditions.size(); ++i) {
         if (truthy(eval(*s.conditions[i]))) return exec_body(s.bodies[i], out);
@@ -113,7 +190,7 @@ Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
       Value callee = eval(*call.children[0]);
       CallArgs args = eval_args(call, 1);
       args.keyword.emplace_back("caller", caller);
-      out += to_str(this->call(callee, args, s.line));
+      emit(out, to_str(this->call(callee, args, s.line)), s.line);
       return Flow::kNormal;
     }
     case StmtKind::kFilterBlock: {
@@ -126,7 +203,7 @@ Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
         CallArgs args = eval_args(**it, 1);
         v = apply_filter(*this, (*it)->name, v, args, (*it)->line);
       }
-      out += to_str(v);
+      emit(out, to_str(v), s.line);
       return Flow::kNormal;
     }
     case StmtKind::kBreak: return Flow::kBreak;
@@ -187,6 +264,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
   std::vector<Value> items;
   if (s.condition) {
     for (const Value& item : source) {
+      charge(kIterationSteps, s.line);
       scope_ = std::make_shared<Scope>();
       scope_->parent = outer;
       assign_targets(*scope_, s.targets, s.unpack, item, s.line);
@@ -207,6 +285,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     return Value::from_bool(true);
   });
   for (int64_t i = 0; i < length; ++i) {
+    charge(kIterationSteps, s.line);
     auto iteration = std::make_shared<Scope>();
     iteration->parent = outer;
     assign_targets(*iteration, s.targets, s.unpack, items[static_cast<size_t>(i)], s.line);
@@ -250,7 +329,8 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
   // Weak: the defining scope holds the macro, a strong reference would be a cycle.
   std::weak_ptr<Scope> weak_closure = closure;
   return Value::callable(name, [this, def, weak_closure, caller, name](Interpreter&, CallArgs& args, int line) {
-    DepthCounter depth(call_depth_, kMaxCallDepth, *this, line);
+    check_stack(line);
+    charge(1, line);
     auto frame = std::make_shared<Scope>();
     frame->parent = weak_closure.lock();
     std::vector<Value> varargs;
@@ -298,13 +378,39 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
 
 // ---- expressions ----
 
+namespace {
+
+// Expressions whose value is new (not a variable, an item of one, or a literal): the
+// budget checks their size.
+bool builds_value(ExprKind kind) {
+  switch (kind) {
+    case ExprKind::kLiteral:
+    case ExprKind::kName:
+    case ExprKind::kGetAttr:
+    case ExprKind::kGetItem: return false;
+    default: return true;
+  }
+}
+
+}  // namespace
+
 Value Interpreter::eval(const Expr& e) {
-  DepthCounter depth(eval_depth_, kMaxEvalDepth, *this, e.line);
+  check_stack(e.line);
+  charge(1, e.line);
   try {
-    return eval_inner(e);
+    Value v = eval_inner(e);
+    // Strings are copied by value: charge for the copy (or the building) of their text.
+    charge_bytes(v.kind == Kind::kString ? v.text.size() : 0, e.line);
+    if (builds_value(e.kind)) {
+      check_size(v.bytes, e.line);
+      if (v.kind != Kind::kString) charge_bytes(v.bytes, e.line);
+    }
+    return v;
   } catch (const std::invalid_argument& err) {
     fail(e.line, err.what());
   } catch (const std::out_of_range& err) {
+    fail(e.line, err.what());
+  } catch (const std::length_error& err) {
     fail(e.line, err.what());
   }
 }
@@ -323,7 +429,12 @@ Value Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kList:
     case ExprKind::kTuple: {
       std::vector<Value> items;
-      for (const auto& child : e.children) items.push_back(eval(*child));
+      uint64_t bytes = 0;
+      for (const auto& child : e.children) {
+        items.push_back(eval(*child));
+        bytes += items.back().bytes + sizeof(Value);
+        check_size(bytes, e.line);
+      }
       return e.kind == ExprKind::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
     }
     case ExprKind::kDict: {
@@ -359,6 +470,8 @@ Value Interpreter::eval_inner(const Expr& e) {
       if (!v.is_number()) fail(e.line, "bad operand type for unary " + std::string(e.kind == ExprKind::kNegate ? "-" : "+") + ": '" + type_name(v) + "'");
       if (e.kind == ExprKind::kPlus) return v.kind == Kind::kBool ? Value::from_int(int_of(v)) : v;
       if (v.kind == Kind::kFloat) return Value::from_float(-v.number);
+      // Python's ints are unbounded; -(-2**63) is not a 64-bit integer.
+      if (int_of(v) == INT64_MIN) fail(e.line, "integer overflow in unary '-': the result does not fit in 64 bits", ErrorCategory::kUnsupported);
       return Value::from_int(-int_of(v));
     }
     case ExprKind::kBinary: return eval_binary(e.name, eval(*e.children[0]), eval(*e.children[1]), e.line);
@@ -373,7 +486,11 @@ Value Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kCompare: return eval_compare(e);
     case ExprKind::kConcat: {
       std::string out;
-      for (const auto& child : e.children) out += to_str(eval(*child));
+      for (const auto& child : e.children) {
+        const Value part = eval(*child);
+        check_size(out.size() + part.bytes, e.line);
+        out += to_str(part);
+      }
       return Value::from_string(std::move(out));
     }
     case ExprKind::kCondition: {
@@ -458,13 +575,17 @@ std::vector<Value> Interpreter::iterate(const Value& v, int line) {
   switch (v.kind) {
     case Kind::kUndefined: return {};
     case Kind::kList:
-    case Kind::kTuple: return *v.items;
+    case Kind::kTuple: charge(v.items->size(), line); return *v.items;
     case Kind::kDict: {
+      charge(v.dict->entries.size(), line);
       std::vector<Value> keys;
       for (const auto& entry : v.dict->entries) keys.push_back(entry.first);
       return keys;
     }
     case Kind::kString: {
+      const uint64_t n = text::length(v.text);
+      check_size(n * sizeof(Value), line);  // one Value per code point
+      charge(n, line);
       std::vector<Value> chars;
       for (char32_t c : text::decode(v.text)) chars.push_back(Value::from_string(text::encode(std::u32string(1, c))));
       return chars;
@@ -522,7 +643,8 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   auto unsupported_operands = [&]() {
     fail(line, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   };
-  auto overflow = [&]() { fail(line, "integer overflow in '" + op + "'", ErrorCategory::kUnsupported); };
+  auto overflow = [&]() { fail(line, "integer overflow in '" + op + "': the result does not fit in 64 bits", ErrorCategory::kUnsupported);
+  };
   if (a.is_number() && b.is_number()) {
     const bool ints = is_int_like(a) && is_int_like(b);
     const int64_t x = int_of(a);
@@ -575,18 +697,30 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     if (op == "**") {
       if (ints && y >= 0) {
+        // Square and multiply: O(log y) steps, each checked.
         int64_t result = 1;
-        for (int64_t i = 0; i < y; ++i) {
-          if (__builtin_mul_overflow(result, x, &result)) overflow();
-          if (result == 0 || result == 1) break;
+        int64_t base = x;
+        for (int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) != 0 && __builtin_mul_overflow(result, base, &result)) overflow();
+          // base**2 overflowing means the result would (it has that factor, |x| >= 2).
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) overflow();
         }
         return Value::from_int(result);
       }
-      return Value::from_float(std::pow(fx, fy));
+      if (fx == 0.0 && fy < 0) fail(line, "zero to a negative power (ZeroDivisionError)");
+      if (fx < 0 && std::isfinite(fy) && fy != std::floor(fy)) {
+        fail(line, "a negative number to a fractional power is complex", ErrorCategory::kUnsupported);
+      }
+      const double power = std::pow(fx, fy);
+      if (std::isinf(power) && std::isfinite(fx) && std::isfinite(fy)) fail(line, "numerical result out of range (OverflowError)");
+      return Value::from_float(power);
     }
     unsupported_operands();
   }
   if (op == "+") {
+    if ((a.kind == Kind::kString && b.kind == Kind::kString) || (a.is_sequence() && a.kind == b.kind)) {
+      check_size(a.bytes + b.bytes, line);
+    }
     if (a.kind == Kind::kString && b.kind == Kind::kString) return Value::from_string(a.text + b.text);
     if (a.is_sequence() && a.kind == b.kind) {
       std::vector<Value> items = *a.items;
@@ -600,9 +734,11 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (a_repeats || b_repeats) {
       const Value& seq = a_repeats ? a : b;
       const int64_t times = a_repeats ? int_of(b) : int_of(a);
-      const size_t unit = seq.kind == Kind::kString ? seq.text.size() : seq.items->size();
-      if (times > 0 && unit > 0 && static_cast<uint64_t>(times) > (size_t{1} << 26) / unit) {
-        fail(line, "repetition result too large", ErrorCategory::kUnsupported);
+      // Bytes, not items: ['x' * 60000000] * 60 is one item repeated, 3.5 GB of text.
+      const uint64_t unit = seq.kind == Kind::kString ? seq.text.size() : seq.bytes;
+      if (times > 0 && unit > 0) {
+        if (static_cast<uint64_t>(times) > limits_.max_value_bytes / unit) check_size(UINT64_MAX, line);
+        check_size(unit * static_cast<uint64_t>(times), line);
       }
       if (seq.kind == Kind::kString) {
         std::string out;
