@@ -16,9 +16,9 @@ struct RenderLimits {
   // One string, list or dict that the template builds (`~`, `+`, `*`, join, replace,
   // captured blocks, ...), counted as Value::bytes; values passed in are not limited.
   uint64_t max_value_bytes = uint64_t{64} << 20;
-  // Work: one step per statement, expression, call and item a filter visits, eight per loop
+  // Work: one step per statement, expression, call and item a filter visits, twenty per loop
   // iteration, and one per 16 bytes of text the template copies or builds. 100 million steps
-  // are about 2 to 5 seconds of one core.
+  // are one to a few seconds of one core.
   uint64_t max_steps = 100'000'000;
   // Widths and counts given to filters (center, indent, tojson's indent, batch with a fill).
   int64_t max_width = 100'000;
