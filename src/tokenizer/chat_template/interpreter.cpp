@@ -76,11 +76,8 @@ void Interpreter::check_stack(int line) {
   }
 }
 
-void Interpreter::charge(uint64_t steps, int line) {
-  steps_ += steps;
-  if (steps_ > limits_.max_steps) {
-    fail(line, "the render takes too long: more than max_steps " + std::to_string(limits_.max_steps) + " steps");
-  }
+void Interpreter::fail_steps(int line) const {
+  fail(line, "the render takes too long: more than max_steps " + std::to_string(limits_.max_steps) + " steps");
 }
 
 void Interpreter::check_size(uint64_t bytes, int line) const {
@@ -394,18 +391,27 @@ bool builds_value(ExprKind kind) {
 
 }  // namespace
 
+void Interpreter::account(const Expr& e, const Value& v) {
+  // Strings are copied by value: charge for the copy (or the building) of their text.
+  if (v.kind == Kind::kString) charge_bytes(v.text.size(), e.line);
+  if (builds_value(e.kind)) {
+    check_size(v.bytes, e.line);
+    if (v.kind != Kind::kString) charge_bytes(v.bytes, e.line);
+  }
+}
+
+// The stack is checked where recursion is unbounded (statements, calls); an expression's
+// own depth is bounded by the parser.
 Value Interpreter::eval(const Expr& e) {
-  check_stack(e.line);
   charge(1, e.line);
+  Value v = eval_guarded(e);
+  if (v.bytes >= kBytesPerStep) account(e, v);  // smaller values cost nothing more
+  return v;
+}
+
+Value Interpreter::eval_guarded(const Expr& e) {
   try {
-    Value v = eval_inner(e);
-    // Strings are copied by value: charge for the copy (or the building) of their text.
-    charge_bytes(v.kind == Kind::kString ? v.text.size() : 0, e.line);
-    if (builds_value(e.kind)) {
-      check_size(v.bytes, e.line);
-      if (v.kind != Kind::kString) charge_bytes(v.bytes, e.line);
-    }
-    return v;
+    return eval_inner(e);
   } catch (const std::invalid_argument& err) {
     fail(e.line, err.what());
   } catch (const std::out_of_range& err) {

@@ -37,7 +37,10 @@ class Interpreter {
 
   // ---- the budget (limits.h); each fails with the limit's name and the line ----
   // Adds `steps` units of work.
-  void charge(uint64_t steps, int line);
+  void charge(uint64_t steps, int line) {
+    steps_ += steps;
+    if (steps_ > limits_.max_steps) [[unlikely]] fail_steps(line);
+  }
   // Work for copying or building `bytes` bytes (one step per 16).
   void charge_bytes(uint64_t bytes, int line) { charge(bytes / kBytesPerStep, line); }
   // A value of `bytes` bytes is about to be built.
@@ -72,6 +75,9 @@ class Interpreter {
 
   // Fails when the render has used its share of the thread's stack.
   void check_stack(int line);
+  [[noreturn]] void fail_steps(int line) const;
+  // Charges and size-checks the value `e` produced (values of 16 bytes or more).
+  void account(const Expr& e, const Value& v);
   // Appends to the output or to a captured block, within max_output_bytes/max_value_bytes.
   void emit(std::string& out, std::string_view text, int line);
 
@@ -84,6 +90,7 @@ class Interpreter {
   void assign_targets(Scope& scope, const std::vector<std::string>& targets, bool unpack, const Value& v,
                       int line);
 
+  Value eval_guarded(const Expr& e);  // eval_inner, library exceptions as template errors
   Value eval_inner(const Expr& e);
   Value eval_compare(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);

@@ -34,8 +34,9 @@ uint64_t add_bytes(uint64_t a, uint64_t b) {
   return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
 }
 
-// Dicts up to this size are searched linearly: cheaper than hashing for the usual few keys.
-constexpr size_t kLinearDictSize = 8;
+// Dicts up to this size are searched linearly: cheaper than hashing for the usual few keys
+// (and the loop object, 13 attributes, is made anew every iteration).
+constexpr size_t kLinearDictSize = 32;
 
 // Instrumentation for complexity tests; one counter per thread, so renders on other
 // threads do not disturb a test's count.
@@ -52,15 +53,12 @@ size_t Dict::find_index(const Value& key) const {
     }
     return entries.size();
   }
-  if (indexed_ > entries.size()) {  // entries were cleared
-    index_.clear();
-    indexed_ = 0;
-  }
-  for (; indexed_ < entries.size(); ++indexed_) {
+  if (!index_ || index_->covered > entries.size()) index_ = std::make_unique<Index>();  // new, or entries cleared
+  for (size_t& i = index_->covered; i < entries.size(); ++i) {
     // Unhashable keys cannot be in a Python dict; template code never makes them.
-    if (is_hashable(entries[indexed_].first)) index_.emplace(hash_value(entries[indexed_].first), indexed_);
+    if (is_hashable(entries[i].first)) index_->slots.emplace(hash_value(entries[i].first), i);
   }
-  const auto [begin, end] = index_.equal_range(hash_value(key));
+  const auto [begin, end] = index_->slots.equal_range(hash_value(key));
   for (auto it = begin; it != end; ++it) {
     if (equals(entries[it->second].first, key)) return it->second;
   }

@@ -27,14 +27,29 @@ class Interpreter;
 // present; the index catches up with them.
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
+
+  Dict() = default;
+  // A copy starts without an index (it is rebuilt when needed); small dicts never have one.
+  Dict(const Dict& other) : entries(other.entries) {}
+  Dict& operator=(const Dict& other) {
+    entries = other.entries;
+    index_.reset();
+    return *this;
+  }
+  Dict(Dict&&) noexcept = default;
+  Dict& operator=(Dict&&) noexcept = default;
+
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
   void set(const Value& key, Value value);
 
  private:
+  struct Index {
+    std::unordered_multimap<uint64_t, size_t> slots;  // hash(key) -> entry
+    size_t covered = 0;                               // entries indexed so far
+  };
   size_t find_index(const Value& key) const;  // entries.size() when absent
-  mutable std::unordered_multimap<uint64_t, size_t> index_;  // hash(key) -> entry
-  mutable size_t indexed_ = 0;                               // entries covered by index_
+  mutable std::unique_ptr<Index> index_;      // wide dicts only
 };
 
 struct CallArgs {
@@ -51,7 +66,7 @@ struct Function {
   std::function<Value(Interpreter&, CallArgs&, int line)> call;
 };
 
-enum class Kind {
+enum class Kind : uint8_t {
   kUndefined,  // jinja2.Undefined: prints as "", falsy, iterates as empty, errors on most use
   kNone,
   kBool,
@@ -65,9 +80,15 @@ enum class Kind {
   kFunction,
 };
 
+// The small fields share one word: a Value is copied often, and its size is felt.
 struct Value {
   Kind kind = Kind::kUndefined;
   bool boolean = false;
+  // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
+  bool unsafe = false;
+  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
+  // destroying a value cannot exhaust the stack.
+  int nesting = 0;
   int64_t integer = 0;
   double number = 0.0;
   // kString: the text. kUndefined: why it is undefined, used when it is misused
@@ -76,11 +97,6 @@ struct Value {
   std::shared_ptr<std::vector<Value>> items;  // kList, kTuple
   std::shared_ptr<Dict> dict;                 // kDict, kObject
   std::shared_ptr<Function> function;         // kFunction
-  // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
-  bool unsafe = false;
-  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
-  // destroying a value cannot exhaust the stack.
-  int nesting = 0;
   // Size in bytes counted for the resource budget: a string's length; for a list, tuple or
   // dict, its items' sizes plus sizeof(Value) per item (saturating). Shared items count
   // once per reference, as printing would. 0 for scalars, namespaces and functions.
