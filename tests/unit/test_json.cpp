@@ -11,9 +11,6 @@ namespace qwenrt {
 namespace {
 
 using test::expect_error;
-using test::safetensors_bytes;
-using test::TempDir;
-using test::write_file;
 
 // The message of the qwenrt::Error `body` throws (a failure when it throws something else).
 template <typename Body>

@@ -25,7 +25,7 @@ struct RenderLimits {
   // Stack: a render stops when it has used this much of its thread's stack, or earlier when
   // the thread's stack has less than `stack_reserve_bytes` left, whichever comes first.
   uint64_t max_stack_bytes = uint64_t{2} << 20;
-  uint64_t stack_reserve_bytes = uint64_t{128} << 10;
+  uint64_t stack_reserve_bytes = uint64_t{256} << 10;
 };
 
 // What a render used, for tests and for choosing limits.
