@@ -46,6 +46,17 @@ thread_local uint64_t comparisons = 0;
 
 uint64_t comparison_count() { return comparisons; }
 
+Dict::Dict() = default;
+Dict::Dict(const Dict& other) : entries(other.entries) {}
+Dict& Dict::operator=(const Dict& other) {
+  entries = other.entries;
+  index_.reset();
+  return *this;
+}
+Dict::Dict(Dict&&) noexcept = default;
+Dict& Dict::operator=(Dict&&) noexcept = default;
+Dict::~Dict() = default;
+
 size_t Dict::find_index(const Value& key) const {
   if (entries.size() <= kLinearDictSize || !is_hashable(key)) {
     for (size_t i = 0; i < entries.size(); ++i) {

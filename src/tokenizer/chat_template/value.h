@@ -28,16 +28,14 @@ class Interpreter;
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
 
-  Dict() = default;
   // A copy starts without an index (it is rebuilt when needed); small dicts never have one.
-  Dict(const Dict& other) : entries(other.entries) {}
-  Dict& operator=(const Dict& other) {
-    entries = other.entries;
-    index_.reset();
-    return *this;
-  }
-  Dict(Dict&&) noexcept = default;
-  Dict& operator=(Dict&&) noexcept = default;
+  // Defined in value.cpp, where Value is complete.
+  Dict();
+  Dict(const Dict& other);
+  Dict& operator=(const Dict& other);
+  Dict(Dict&&) noexcept;
+  Dict& operator=(Dict&&) noexcept;
+  ~Dict();
 
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
