@@ -49,6 +49,9 @@ class Interpreter {
   void check_width(int64_t width, const char* what, int line) const;
   const RenderLimits& limits() const { return limits_; }
   static constexpr uint64_t kBytesPerStep = 16;
+  // A loop iteration builds a scope and the loop object: measured, about as much work as
+  // twenty simple expressions, so it counts as twenty steps.
+  static constexpr uint64_t kIterationSteps = 20;
 
   Value call(const Value& callee, CallArgs& args, int line);
   Value get_attr(const Value& obj, const std::string& name, int line);
@@ -73,6 +76,8 @@ class Interpreter {
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
+  // Notes where the stack and the output begin (budget.cpp).
+  void start_budget(const std::string& output);
   // Fails when the render has used its share of the thread's stack.
   void check_stack(int line);
   [[noreturn]] void fail_steps(int line) const;
