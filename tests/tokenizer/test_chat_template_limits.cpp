@@ -152,7 +152,7 @@ TEST(ChatTemplateLimits, F3RecursionStopsOnTheStackBudget) {
   small.max_stack_bytes = 256 << 10;
   expect_error(recursion_in_nested_blocks(20, 20), "recursion too deep", small);
   RenderStats stats;
-  EXPECT_EQ(render(recursion_in_nested_blocks(10, 10), {}, &stats), "");
+  EXPECT_EQ(render(recursion_in_nested_blocks(5, 5), {}, &stats), "");
   EXPECT_GT(stats.stack_bytes, 0u);
   EXPECT_LT(stats.stack_bytes, RenderLimits().max_stack_bytes / 4);
 }
