@@ -7,6 +7,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  # Fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes.
+  clang libclang-rt-dev
 )
 # npm fetches the pinned Qwen tokenizer package for the tokenizer tests; install it
 # only where no Node.js is present (a nodesource build already ships npm), and not for

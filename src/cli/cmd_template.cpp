@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,11 +43,9 @@ std::string read_input(const std::string& path) {
 }
 
 nlohmann::ordered_json read_json(const std::string& path, const char* what) {
-  try {
-    return nlohmann::ordered_json::parse(read_input(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorCategory::kInvalidArgument, std::string(what) + " file " + path + " is not valid JSON: " + e.what());
-  }
+  JsonParseOptions options;
+  options.category = ErrorCategory::kInvalidArgument;
+  return parse_ordered_json(read_input(path), std::string(what) + " file " + path, options);
 }
 
 // NAME=VALUE, VALUE as JSON when it parses (true, 3, "x", [1]), else as a plain string.
@@ -57,8 +56,11 @@ void add_var(nlohmann::ordered_json& vars, const std::string& assignment) {
   }
   const std::string name = assignment.substr(0, eq);
   const std::string value = assignment.substr(eq + 1);
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
-  vars[name] = parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
+  try {
+    vars[name] = parse_ordered_json(value, "--var " + name);
+  } catch (const Error&) {
+    vars[name] = value;
+  }
 }
 
 void run_template(const TemplateOptions& opt) {

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
@@ -86,12 +87,9 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
   for (size_t number = 1; std::getline(*input, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = options.jsonl + ":" + std::to_string(number);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorCategory::kInvalidArgument, where + ": not valid JSON: " + e.what());
-    }
+    JsonParseOptions parse_options;
+    parse_options.category = ErrorCategory::kInvalidArgument;
+    const nlohmann::json row = parse_json(line, where, parse_options);
     if (!row.is_object() || !row.contains("text") || !row["text"].is_string()) {
       throw Error(ErrorCategory::kInvalidArgument, where + ": expected {\"text\": \"...\"}");
     }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 
 namespace qwenrt {
@@ -17,12 +18,7 @@ using nlohmann::json;
 }
 
 json parse_json_object(const std::string& text, const std::string& source) {
-  json parsed;
-  try {
-    parsed = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(source, std::string("not valid JSON: ") + e.what());
-  }
+  json parsed = parse_json(text, source);
   if (!parsed.is_object()) fail(source, "expected a JSON object at the top level");
   return parsed;
 }

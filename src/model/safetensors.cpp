@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace qwenrt {
 namespace {
@@ -61,24 +61,10 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
   const uint64_t data_size = file_size - data_begin;
   std::string header(reinterpret_cast<const char*>(bytes + 8), header_size);
 
-  // nlohmann keeps the last of duplicate keys silently; the callback sees every key.
-  std::set<std::string> seen_keys;
-  std::string duplicate;
-  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
-      auto name = parsed.get<std::string>();
-      if (!seen_keys.insert(name).second && duplicate.empty()) duplicate = name;
-    }
-    return true;
-  };
-  json root;
-  try {
-    root = json::parse(header, on_event);
-  } catch (const json::parse_error& e) {
-    fail(path, std::string("header is not valid UTF-8 JSON: ") + e.what());
-  }
+  JsonParseOptions strict;
+  strict.reject_top_level_duplicate_keys = true;  // a second entry for one tensor name is a corrupt header
+  json root = parse_json(header, path.string() + ": header", strict);
   if (!root.is_object()) fail(path, "header is not a JSON object");
-  if (!duplicate.empty()) fail(path, "duplicate tensor name '" + duplicate + "' in the header");
 
   struct Span {
     uint64_t begin, end;
@@ -168,12 +154,7 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
   if (std::filesystem::exists(index_path)) {
     listing_path_ = index_path;
     std::string text = read_text_file(index_path);
-    json index;
-    try {
-      index = json::parse(text);
-    } catch (const json::parse_error& e) {
-      fail(index_path, std::string("not valid JSON: ") + e.what());
-    }
+    json index = parse_json(text, index_path.string());
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       fail(index_path, "expected an object with a 'weight_map' object");
     }

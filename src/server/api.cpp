@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/random_bits.h"
 #include "model/config.h"
 #include "tokenizer/chat_prompt.h"
@@ -40,12 +41,13 @@ json parse_json_body(std::string_view body) {
   if (tok::utf8_valid_prefix(body) != body.size()) throw invalid_request("the request body is not valid UTF-8");
   json parsed;
   try {
-    parsed = json::parse(body);
-  } catch (const json::exception& error) {
-    // nlohmann's text names the position: "parse error at line 1, column 5: ...".
+    // The shared reader: every library failure (syntax, 1e400, nesting) as one line.
+    parsed = parse_json(body, "request body", JsonParseOptions{ErrorCategory::kInvalidArgument});
+  } catch (const Error& error) {
     std::string what = error.what();
-    const size_t colon = what.find("] ");
-    throw invalid_request("the request body is not valid JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2)));
+    const std::string prefix = "request body: ";
+    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    throw invalid_request("the request body is not valid JSON: " + what);
   }
   if (!parsed.is_object()) throw invalid_request("the request body must be a JSON object");
   return parsed;

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer_json.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace qwenrt::tok {
 namespace {
@@ -96,7 +97,7 @@ class Reader : public nlohmann::json_sax<json> {
     return close();
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    if (error.empty()) error = std::string("not valid JSON: ") + e.what();
+    if (error.empty()) error = "not valid JSON: " + json_error_text(e);
     return false;
   }
 
@@ -144,6 +145,9 @@ class Reader : public nlohmann::json_sax<json> {
     return true;
   }
   bool open(json&& container) {
+    if (static_cast<int>(stack_.size()) >= JsonParseOptions().max_depth) {
+      return fail("nested deeper than " + std::to_string(JsonParseOptions().max_depth) + " levels");
+    }
     stack_.push_back(place(std::move(container)));
     keys_.emplace_back();
     return true;

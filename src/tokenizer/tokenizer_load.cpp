@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
@@ -46,14 +47,7 @@ class Loader {
     return contents;
   }
 
-  json read_json(const std::filesystem::path& path) const {
-    const std::string contents = read_file(path);
-    try {
-      return json::parse(contents);
-    } catch (const json::exception& e) {
-      throw Error(ErrorCategory::kInvalidModel, path.string() + ": not valid JSON: " + e.what());
-    }
-  }
+  json read_json(const std::filesystem::path& path) const { return parse_json(read_file(path), path.string()); }
 
   bool flag(const json& object, const char* key, bool fallback, const std::string& where) const {
     const auto it = object.find(key);

@@ -82,7 +82,10 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     const int64_t limit = maxsplit ? int_arg(in, *maxsplit, "maxsplit", line) : -1;
     std::vector<Value> parts;
     try {
-      for (auto& part : text::split(s, sep_text, limit, name == "rsplit")) parts.push_back(Value::from_string(std::move(part)));
+      std::vector<std::string> pieces = text::split(s, sep_text, limit, name == "rsplit");
+      in.check_size(s.size() + pieces.size() * sizeof(Value), line);
+      in.charge(pieces.size(), line);
+      for (auto& part : pieces) parts.push_back(Value::from_string(std::move(part)));
     } catch (const std::invalid_argument& e) {
       in.fail(line, e.what());
     }
@@ -92,7 +95,8 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     const Value* count = args.find(2, "count");
     return Value::from_string(text::replace(s, string_arg(in, arg(in, args, 0, "old", line), "replace arg", line),
                                             string_arg(in, arg(in, args, 1, "new", line), "replace arg", line),
-                                            count ? int_arg(in, *count, "count", line) : -1));
+                                            count ? int_arg(in, *count, "count", line) : -1,
+                                            in.limits().max_value_bytes));
   }
   if (name == "upper") return Value::from_string(text::upper(s));
   if (name == "lower") return Value::from_string(text::lower(s));
@@ -119,6 +123,7 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     bool first = true;
     for (const Value& item : in.iterate(arg(in, args, 0, "iterable", line), line)) {
       if (item.kind != Kind::kString) in.fail(line, "sequence item: expected str instance, " + type_name(item) + " found");
+      in.check_size(out.size() + s.size() + item.text.size(), line);
       if (!first) out += s;
       first = false;
       out += item.text;
@@ -290,6 +295,7 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
   if (name == "divisibleby") {
     const int64_t d = int_arg(in, other(), "divisor", line);
     if (d == 0) in.fail(line, "integer division or modulo by zero");
+    if (d == -1) return true;  // INT64_MIN % -1 traps; every integer is divisible by -1
     return int_arg(in, v, "value", line) % d == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, other());
@@ -373,11 +379,12 @@ void add_builtin_globals(Scope& globals) {
     }
     if (step == 0) in.fail(line, "range() arg 3 must not be zero");
     std::vector<Value> items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (static_cast<int64_t>(items.size()) >= kMaxRange) {
         in.fail(line, "range too big, maximum size for range is " + std::to_string(kMaxRange));
       }
       items.push_back(Value::from_int(i));
+      if (__builtin_add_overflow(i, step, &i)) break;  // the next value is past `stop` anyway
     }
     return Value::list(std::move(items));
   });

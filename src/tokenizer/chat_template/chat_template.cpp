@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/parser.h"
@@ -65,14 +66,6 @@ std::string read_file(const std::filesystem::path& path) {
   return buffer.str();
 }
 
-nlohmann::json parse_json_file(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorCategory::kInvalidModel, path.string() + " is not valid JSON: " + e.what());
-  }
-}
-
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source, SpecialTokens special_tokens)
@@ -125,13 +118,13 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::json& config) {
 }
 
 ChatTemplate ChatTemplate::load_tokenizer_config(const std::filesystem::path& file) {
-  return from_tokenizer_config(parse_json_file(file));
+  return from_tokenizer_config(read_json_file(file));
 }
 
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
-  nlohmann::json config = std::filesystem::exists(config_path) ? parse_json_file(config_path) : nlohmann::json::object();
+  nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
   if (std::filesystem::exists(jinja_path)) {
     config["chat_template"] = read_file(jinja_path);
   } else if (!std::filesystem::exists(config_path)) {
@@ -166,7 +159,9 @@ const ChatTemplate::Compiled& ChatTemplate::select(bool has_tools) const {
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_vars) const {
+                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_vars,
+                                 const chat_template::RenderLimits& limits,
+                                 chat_template::RenderStats* stats) const {
   using chat_template::Value;
   if (!messages.is_array()) throw Error(ErrorCategory::kInvalidArgument, "messages must be a JSON array");
   if (!tools.is_null() && !tools.is_array()) throw Error(ErrorCategory::kInvalidArgument, "tools must be a JSON array or null");
@@ -204,8 +199,16 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   }
   globals->vars["documents"] = Value::none();
   globals->vars["add_generation_prompt"] = Value::from_bool(add_generation_prompt);
-  chat_template::Interpreter interpreter(compiled.tree, globals);
-  return interpreter.render();
+  chat_template::Interpreter interpreter(compiled.tree, globals, limits);
+  std::string out;
+  try {
+    out = interpreter.render();
+  } catch (...) {
+    if (stats) *stats = interpreter.stats();
+    throw;
+  }
+  if (stats) *stats = interpreter.stats();
+  return out;
 }
 
 }  // namespace qwenrt

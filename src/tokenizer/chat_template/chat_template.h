@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_template/limits.h"
+
 namespace qwenrt {
 
 // The special tokens transformers passes to the template (tokenizer.special_tokens_map):
@@ -47,9 +49,13 @@ class ChatTemplate {
   // tools: null for none, else a JSON array of tool schemas. extra_vars: JSON object of more
   // template variables (e.g. {"enable_thinking": false}); null for none.
   // With named templates, "tool_use" is used when tools are given and exists, else "default".
+  // The render runs within `limits` (limits.h; docs/SECURITY.md); `stats`, when given,
+  // receives what it used.
   std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                      bool add_generation_prompt,
-                     const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json()) const;
+                     const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json(),
+                     const chat_template::RenderLimits& limits = {},
+                     chat_template::RenderStats* stats = nullptr) const;
 
   // Names of the templates (one unnamed template is called "default").
   std::vector<std::string> names() const;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <unordered_map>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/text.h"
@@ -87,10 +89,13 @@ Value tojson(Interpreter& in, const Value& v, CallArgs& args, int line) {
   const Value indent = param_or(args, 1, "indent", Value::none());
   const Value separators = param_or(args, 2, "separators", Value::none());
   options.sort_keys = truthy(param_or(args, 3, "sort_keys", Value::from_bool(false)));
+  options.max_bytes = in.limits().max_value_bytes;
   if (indent.kind == Kind::kInt) {
+    in.check_width(indent.integer, "tojson indent", line);
     options.has_indent = true;
     options.indent = std::string(static_cast<size_t>(std::max<int64_t>(indent.integer, 0)), ' ');
   } else if (indent.kind == Kind::kString) {
+    in.check_width(static_cast<int64_t>(indent.text.size()), "tojson indent", line);
     options.has_indent = true;
     options.indent = indent.text;
   } else if (!indent.is_none()) {
@@ -157,8 +162,11 @@ Value map_items(Interpreter& in, const Value& seq, CallArgs& args, int line) {
   return Value::list(std::move(out));
 }
 
-std::string indent_text(std::string s, const Value& width, bool first, bool blank) {
+std::string indent_text(Interpreter& in, std::string s, const Value& width, bool first, bool blank, int line) {
+  if (width.kind != Kind::kString) in.check_width(width.integer, "indent width", line);
   const std::string indention = width.kind == Kind::kString ? width.text : std::string(static_cast<size_t>(std::max<int64_t>(width.integer, 0)), ' ');
+  const auto line_count = static_cast<uint64_t>(std::count(s.begin(), s.end(), '\n')) + 2;
+  in.check_size(s.size() + line_count * indention.size(), line);
   s += "\n";  // jinja2 appends a newline so splitlines() keeps a trailing empty line
   std::vector<std::string> lines;
   size_t start = 0;
@@ -176,6 +184,38 @@ std::string indent_text(std::string s, const Value& width, bool first, bool blan
     for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : indention + lines[i]);
   }
   return first ? indention + rv : rv;
+}
+
+// Python's float(s) for the strings it accepts that strtod reads the same way; overflow is
+// inf as in Python. nullopt when `s` is not a number.
+std::optional<double> parse_float(const std::string& s) {
+  if (s.empty() || s.find_first_of("xXpP") != std::string::npos) return std::nullopt;  // no hex floats
+  char* end = nullptr;
+  const double parsed = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return std::nullopt;
+  return parsed;
+}
+
+// Python's round(int, ndigits): an int again; negative ndigits round half to even at that
+// power of ten.
+Value round_int(Interpreter& in, int64_t x, int64_t precision, int line) {
+  if (precision >= 0) return Value::from_int(x);
+  if (precision < -18) return Value::from_int(0);  // 10**19 exceeds every int64 in magnitude
+  int64_t unit = 1;
+  for (int64_t i = 0; i < -precision; ++i) unit *= 10;
+  int64_t quotient = x / unit;  // unit >= 10: no overflow here
+  int64_t remainder = x % unit;
+  if (remainder < 0) {  // floor division
+    remainder += unit;
+    quotient -= 1;
+  }
+  const int64_t twice = 2 * remainder;  // < 2 * 10**18
+  if (twice > unit || (twice == unit && (quotient & 1) != 0)) quotient += 1;
+  int64_t result = 0;
+  if (__builtin_mul_overflow(quotient, unit, &result)) {
+    in.fail(line, "round result does not fit in 64 bits", ErrorCategory::kUnsupported);
+  }
+  return Value::from_int(result);
 }
 
 }  // namespace
@@ -221,7 +261,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     const Value count = param_or(args, 2, "count", Value::none());
     return Value::from_string(text::replace(to_str(v), to_str(param_or(args, 0, "old", Value())),
                                             to_str(param_or(args, 1, "new", Value())),
-                                            count.is_none() ? -1 : count.integer));
+                                            count.is_none() ? -1 : count.integer, in.limits().max_value_bytes));
   }
   if (name == "escape" || name == "e" || name == "forceescape") return Value::from_string(html_escape(to_str(v)));
   if (name == "first" || name == "last") {
@@ -235,9 +275,12 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     std::string out;
     bool first = true;
     for (const Value& item : in.iterate(v, line)) {
+      const Value part = attribute ? follow_attribute(in, item, *attribute, line) : item;
+      in.check_size(out.size() + separator.size() + part.bytes, line);
       if (!first) out += separator;
       first = false;
-      out += to_str(attribute ? follow_attribute(in, item, *attribute, line) : item);
+      out += to_str(part);
+      in.check_size(out.size(), line);
     }
     return Value::from_string(std::move(out));
   }
@@ -253,8 +296,17 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     in.check_defined(v, line);
     const Value fallback = param_or(args, 0, "default", Value::from_int(0));
     const Value base = param_or(args, 1, "base", Value::from_int(10));
+    // jinja2: int(value), else int(float(value)), else the default. Python's ints are
+    // unbounded; one that does not fit in 64 bits is an error here, not a wrong number.
+    auto float_to_int = [&](double f) {
+      if (!std::isfinite(f)) return fallback;  // int(inf) raises OverflowError: the default
+      if (!(f > -9223372036854775809.0 && f < 9223372036854775808.0)) {
+        in.fail(line, "int of " + float_repr(f) + " does not fit in 64 bits", ErrorCategory::kUnsupported);
+      }
+      return Value::from_int(static_cast<int64_t>(f));
+    };
     if (is_int_like(v)) return Value::from_int(int_of(v));
-    if (v.kind == Kind::kFloat) return std::isfinite(v.number) ? Value::from_int(static_cast<int64_t>(v.number)) : fallback;
+    if (v.kind == Kind::kFloat) return float_to_int(v.number);
     if (v.kind == Kind::kString) {
       std::string s = text::strip(v.text, nullptr, true, true);
       s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
@@ -264,12 +316,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
         if (used == s.size() && !s.empty()) return Value::from_int(parsed);
       } catch (const std::exception&) {
       }
-      try {
-        size_t used = 0;
-        const double parsed = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(parsed)) return Value::from_int(static_cast<int64_t>(parsed));
-      } catch (const std::exception&) {
-      }
+      if (const std::optional<double> parsed = parse_float(s)) return float_to_int(*parsed);
     }
     return fallback;
   }
@@ -278,12 +325,8 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     const Value fallback = param_or(args, 0, "default", Value::from_float(0.0));
     if (v.is_number()) return Value::from_float(float_of(v));
     if (v.kind == Kind::kString) {
-      try {
-        const std::string s = text::strip(v.text, nullptr, true, true);
-        size_t used = 0;
-        const double parsed = std::stod(s, &used);
-        if (used == s.size()) return Value::from_float(parsed);
-      } catch (const std::exception&) {
+      if (const std::optional<double> parsed = parse_float(text::strip(v.text, nullptr, true, true))) {
+        return Value::from_float(*parsed);
       }
     }
     return fallback;
@@ -293,6 +336,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     if (v.kind == Kind::kFloat) return Value::from_float(std::fabs(v.number));
     if (is_int_like(v)) {
       const int64_t x = int_of(v);
+      if (x == INT64_MIN) in.fail(line, "abs of " + std::to_string(x) + " does not fit in 64 bits", ErrorCategory::kUnsupported);
       return Value::from_int(x < 0 ? -x : x);
     }
     in.fail(line, "bad operand type for abs(): '" + type_name(v) + "'");
@@ -301,6 +345,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     in.check_defined(v, line);
     const int64_t precision = param_or(args, 0, "precision", Value::from_int(0)).integer;
     const std::string method = to_str(param_or(args, 1, "method", Value::from_string("common")));
+    if (v.kind != Kind::kFloat && method == "common") return round_int(in, int_of(v), precision, line);
     const double x = float_of(v);
     const double scale = std::pow(10.0, static_cast<double>(precision));
     double r = 0.0;
@@ -320,7 +365,6 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     } else {
       in.fail(line, "method must be common, ceil or floor");
     }
-    if (v.kind != Kind::kFloat && method == "common") return Value::from_int(static_cast<int64_t>(r));
     return Value::from_float(r);
   }
   if (name == "reverse") {
@@ -342,12 +386,16 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     };
     std::vector<Value> items = in.iterate(v, line);
     if (name == "unique") {
+      // jinja2 keeps a set of seen keys: linear time, and unhashable keys are a TypeError.
       std::vector<Value> out;
-      std::vector<Value> seen;
+      std::unordered_multimap<uint64_t, Value> seen;
       for (const Value& item : items) {
-        const Value k = key(item);
-        if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
-          seen.push_back(k);
+        Value k = key(item);
+        if (!is_hashable(k)) in.fail(line, "unhashable type: '" + type_name(k) + "'");
+        const uint64_t h = hash_value(k);
+        const auto [begin, end] = seen.equal_range(h);
+        if (std::none_of(begin, end, [&](const auto& s) { return equals(s.second, k); })) {
+          seen.emplace(h, std::move(k));
           out.push_back(item);
         }
       }
@@ -394,7 +442,11 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
       if (total.kind == Kind::kFloat || x.kind == Kind::kFloat) {
         total = Value::from_float(float_of(total) + float_of(x));
       } else {
-        total = Value::from_int(int_of(total) + int_of(x));
+        int64_t sum = 0;
+        if (__builtin_add_overflow(int_of(total), int_of(x), &sum)) {
+          in.fail(line, "integer overflow in sum: the result does not fit in 64 bits", ErrorCategory::kUnsupported);
+        }
+        total = Value::from_int(sum);
       }
     }
     return total;
@@ -416,6 +468,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     const int64_t size = param_or(args, 0, "linecount", Value::from_int(1)).integer;
     if (size <= 0) in.fail(line, "batch size must be positive");
     const Value* fill = args.find(1, "fill_with");
+    if (fill && !fill->is_none()) in.check_width(size, "batch size with fill_with", line);
     std::vector<Value> batches;
     std::vector<Value> current;
     for (const Value& item : in.iterate(v, line)) {
@@ -432,12 +485,13 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     return Value::list(std::move(batches));
   }
   if (name == "indent") {
-    return Value::from_string(indent_text(to_str(v), param_or(args, 0, "width", Value::from_int(4)),
+    return Value::from_string(indent_text(in, to_str(v), param_or(args, 0, "width", Value::from_int(4)),
                                           truthy(param_or(args, 1, "first", Value::from_bool(false))),
-                                          truthy(param_or(args, 2, "blank", Value::from_bool(false)))));
+                                          truthy(param_or(args, 2, "blank", Value::from_bool(false))), line));
   }
   if (name == "center") {
     const int64_t width = param_or(args, 0, "width", Value::from_int(80)).integer;
+    in.check_width(width, "center width", line);
     const std::string s = to_str(v);
     const auto n = static_cast<int64_t>(text::length(s));
     if (width <= n) return Value::from_string(s);

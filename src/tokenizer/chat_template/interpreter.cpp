@@ -11,27 +11,8 @@
 
 namespace qwenrt::chat_template {
 
-namespace {
-
-// Python's own recursion limit stops runaway macros in jinja2; these bound ours.
-constexpr int kMaxEvalDepth = 400;
-constexpr int kMaxCallDepth = 100;
-
-struct DepthCounter {
-  DepthCounter(int& depth, int limit, const Interpreter& in, int line) : d(depth) {
-    if (++d > limit) {
-      --d;
-      in.fail(line, "maximum recursion depth exceeded");
-    }
-  }
-  ~DepthCounter() { --d; }
-  int& d;
-};
-
-}  // namespace
-
-Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals)
-    : template_(tmpl), scope_(std::move(globals)) {}
+Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals, const RenderLimits& limits)
+    : template_(tmpl), scope_(std::move(globals)), limits_(limits) {}
 
 Interpreter::~Interpreter() {
   for (const auto& ns : namespaces_) ns->entries.clear();
@@ -39,7 +20,9 @@ Interpreter::~Interpreter() {
 
 std::string Interpreter::render() {
   std::string out;
+  start_budget(out);
   exec_body(template_.body, out);
+  output_ = nullptr;
   return out;
 }
 
@@ -71,17 +54,26 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
+  check_stack(s.line);
+  charge(1, s.line);
   try {
     return exec_inner(s, out);
   } catch (const std::invalid_argument& err) {
+    fail(s.line, err.what());
+  } catch (const std::length_error& err) {
     fail(s.line, err.what());
   }
 }
 
 Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
   switch (s.kind) {
-    case StmtKind::kText: out += s.text; return Flow::kNormal;
-    case StmtKind::kOutput: out += to_str(eval(*s.expr)); return Flow::kNormal;
+    case StmtKind::kText: emit(out, s.text, s.line); return Flow::kNormal;
+    case StmtKind::kOutput: {
+      const Value v = eval(*s.expr);
+      check_size(v.bytes, s.line);  // printing a container costs at least its size
+      emit(out, to_str(v), s.line);
+      return Flow::kNormal;
+    }
     case StmtKind::kIf:
       for (size_t i = 0; i < s.conditions.size(); ++i) {
         if (truthy(eval(*s.conditions[i]))) return exec_body(s.bodies[i], out);
@@ -113,7 +105,7 @@ Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
       Value callee = eval(*call.children[0]);
       CallArgs args = eval_args(call, 1);
       args.keyword.emplace_back("caller", caller);
-      out += to_str(this->call(callee, args, s.line));
+      emit(out, to_str(this->call(callee, args, s.line)), s.line);
       return Flow::kNormal;
     }
     case StmtKind::kFilterBlock: {
@@ -126,7 +118,7 @@ Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
         CallArgs args = eval_args(**it, 1);
         v = apply_filter(*this, (*it)->name, v, args, (*it)->line);
       }
-      out += to_str(v);
+      emit(out, to_str(v), s.line);
       return Flow::kNormal;
     }
     case StmtKind::kBreak: return Flow::kBreak;
@@ -187,6 +179,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
   std::vector<Value> items;
   if (s.condition) {
     for (const Value& item : source) {
+      charge(kIterationSteps, s.line);
       scope_ = std::make_shared<Scope>();
       scope_->parent = outer;
       assign_targets(*scope_, s.targets, s.unpack, item, s.line);
@@ -207,6 +200,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     return Value::from_bool(true);
   });
   for (int64_t i = 0; i < length; ++i) {
+    charge(kIterationSteps, s.line);
     auto iteration = std::make_shared<Scope>();
     iteration->parent = outer;
     assign_targets(*iteration, s.targets, s.unpack, items[static_cast<size_t>(i)], s.line);
@@ -250,7 +244,8 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
   // Weak: the defining scope holds the macro, a strong reference would be a cycle.
   std::weak_ptr<Scope> weak_closure = closure;
   return Value::callable(name, [this, def, weak_closure, caller, name](Interpreter&, CallArgs& args, int line) {
-    DepthCounter depth(call_depth_, kMaxCallDepth, *this, line);
+    check_stack(line);
+    charge(1, line);
     auto frame = std::make_shared<Scope>();
     frame->parent = weak_closure.lock();
     std::vector<Value> varargs;
@@ -298,13 +293,23 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
 
 // ---- expressions ----
 
+// The stack is checked where recursion is unbounded (statements, calls); an expression's
+// own depth is bounded by the parser.
 Value Interpreter::eval(const Expr& e) {
-  DepthCounter depth(eval_depth_, kMaxEvalDepth, *this, e.line);
+  charge(1, e.line);
+  Value v = eval_guarded(e);
+  if (v.bytes >= kBytesPerStep) account(e, v);  // smaller values cost nothing more
+  return v;
+}
+
+Value Interpreter::eval_guarded(const Expr& e) {
   try {
     return eval_inner(e);
   } catch (const std::invalid_argument& err) {
     fail(e.line, err.what());
   } catch (const std::out_of_range& err) {
+    fail(e.line, err.what());
+  } catch (const std::length_error& err) {
     fail(e.line, err.what());
   }
 }
@@ -323,7 +328,12 @@ Value Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kList:
     case ExprKind::kTuple: {
       std::vector<Value> items;
-      for (const auto& child : e.children) items.push_back(eval(*child));
+      uint64_t bytes = 0;
+      for (const auto& child : e.children) {
+        items.push_back(eval(*child));
+        bytes += items.back().bytes + sizeof(Value);
+        check_size(bytes, e.line);
+      }
       return e.kind == ExprKind::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
     }
     case ExprKind::kDict: {
@@ -359,6 +369,8 @@ Value Interpreter::eval_inner(const Expr& e) {
       if (!v.is_number()) fail(e.line, "bad operand type for unary " + std::string(e.kind == ExprKind::kNegate ? "-" : "+") + ": '" + type_name(v) + "'");
       if (e.kind == ExprKind::kPlus) return v.kind == Kind::kBool ? Value::from_int(int_of(v)) : v;
       if (v.kind == Kind::kFloat) return Value::from_float(-v.number);
+      // Python's ints are unbounded; -(-2**63) is not a 64-bit integer.
+      if (int_of(v) == INT64_MIN) fail(e.line, "integer overflow in unary '-': the result does not fit in 64 bits", ErrorCategory::kUnsupported);
       return Value::from_int(-int_of(v));
     }
     case ExprKind::kBinary: return eval_binary(e.name, eval(*e.children[0]), eval(*e.children[1]), e.line);
@@ -373,7 +385,11 @@ Value Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kCompare: return eval_compare(e);
     case ExprKind::kConcat: {
       std::string out;
-      for (const auto& child : e.children) out += to_str(eval(*child));
+      for (const auto& child : e.children) {
+        const Value part = eval(*child);
+        check_size(out.size() + part.bytes, e.line);
+        out += to_str(part);
+      }
       return Value::from_string(std::move(out));
     }
     case ExprKind::kCondition: {
@@ -458,13 +474,17 @@ std::vector<Value> Interpreter::iterate(const Value& v, int line) {
   switch (v.kind) {
     case Kind::kUndefined: return {};
     case Kind::kList:
-    case Kind::kTuple: return *v.items;
+    case Kind::kTuple: charge(v.items->size(), line); return *v.items;
     case Kind::kDict: {
+      charge(v.dict->entries.size(), line);
       std::vector<Value> keys;
       for (const auto& entry : v.dict->entries) keys.push_back(entry.first);
       return keys;
     }
     case Kind::kString: {
+      const uint64_t n = text::length(v.text);
+      check_size(n * sizeof(Value), line);  // one Value per code point
+      charge(n, line);
       std::vector<Value> chars;
       for (char32_t c : text::decode(v.text)) chars.push_back(Value::from_string(text::encode(std::u32string(1, c))));
       return chars;
@@ -522,7 +542,8 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   auto unsupported_operands = [&]() {
     fail(line, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   };
-  auto overflow = [&]() { fail(line, "integer overflow in '" + op + "'", ErrorCategory::kUnsupported); };
+  auto overflow = [&]() { fail(line, "integer overflow in '" + op + "': the result does not fit in 64 bits", ErrorCategory::kUnsupported);
+  };
   if (a.is_number() && b.is_number()) {
     const bool ints = is_int_like(a) && is_int_like(b);
     const int64_t x = int_of(a);
@@ -575,18 +596,30 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     if (op == "**") {
       if (ints && y >= 0) {
+        // Square and multiply: O(log y) steps, each checked.
         int64_t result = 1;
-        for (int64_t i = 0; i < y; ++i) {
-          if (__builtin_mul_overflow(result, x, &result)) overflow();
-          if (result == 0 || result == 1) break;
+        int64_t base = x;
+        for (int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) != 0 && __builtin_mul_overflow(result, base, &result)) overflow();
+          // base**2 overflowing means the result would (it has that factor, |x| >= 2).
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) overflow();
         }
         return Value::from_int(result);
       }
-      return Value::from_float(std::pow(fx, fy));
+      if (fx == 0.0 && fy < 0) fail(line, "zero to a negative power (ZeroDivisionError)");
+      if (fx < 0 && std::isfinite(fy) && fy != std::floor(fy)) {
+        fail(line, "a negative number to a fractional power is complex", ErrorCategory::kUnsupported);
+      }
+      const double power = std::pow(fx, fy);
+      if (std::isinf(power) && std::isfinite(fx) && std::isfinite(fy)) fail(line, "numerical result out of range (OverflowError)");
+      return Value::from_float(power);
     }
     unsupported_operands();
   }
   if (op == "+") {
+    if ((a.kind == Kind::kString && b.kind == Kind::kString) || (a.is_sequence() && a.kind == b.kind)) {
+      check_size(a.bytes + b.bytes, line);
+    }
     if (a.kind == Kind::kString && b.kind == Kind::kString) return Value::from_string(a.text + b.text);
     if (a.is_sequence() && a.kind == b.kind) {
       std::vector<Value> items = *a.items;
@@ -600,10 +633,13 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (a_repeats || b_repeats) {
       const Value& seq = a_repeats ? a : b;
       const int64_t times = a_repeats ? int_of(b) : int_of(a);
-      const size_t unit = seq.kind == Kind::kString ? seq.text.size() : seq.items->size();
-      if (times > 0 && unit > 0 && static_cast<uint64_t>(times) > (size_t{1} << 26) / unit) {
-        fail(line, "repetition result too large", ErrorCategory::kUnsupported);
+      // Bytes, not items: ['x' * 60000000] * 60 is one item repeated, 3.5 GB of text.
+      const uint64_t unit = seq.kind == Kind::kString ? seq.text.size() : seq.bytes;
+      uint64_t total = 0;
+      if (times > 0 && __builtin_mul_overflow(unit, static_cast<uint64_t>(times), &total)) {
+        fail(line, "a value of more than 2**64 bytes is larger than max_value_bytes");
       }
+      check_size(total, line);
       if (seq.kind == Kind::kString) {
         std::string out;
         for (int64_t i = 0; i < times; ++i) out += seq.text;

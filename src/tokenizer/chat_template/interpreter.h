@@ -2,14 +2,18 @@
 // transformers configures them: default Undefined (prints "", falsy, errors when used as a
 // value), for-loop scoping (a `set` inside a loop stays inside the iteration; namespaces
 // carry state out), loop controls, macros, and the sandbox's refusal to mutate lists/dicts.
+// Every render runs within a RenderLimits budget (limits.h), checked as it goes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/chat_template/ast.h"
+#include "tokenizer/chat_template/limits.h"
 #include "tokenizer/chat_template/value.h"
 
 namespace qwenrt::chat_template {
@@ -23,12 +27,31 @@ class Interpreter {
  public:
   // `globals` holds the render variables (messages, tools, ...) and builtins (namespace,
   // range, raise_exception, ...); the template's top-level `set`s go there too.
-  Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals);
+  Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals, const RenderLimits& limits = {});
   ~Interpreter();
   Interpreter(const Interpreter&) = delete;
   Interpreter& operator=(const Interpreter&) = delete;
 
   std::string render();
+  RenderStats stats() const;
+
+  // ---- the budget (limits.h); each fails with the limit's name and the line ----
+  // Adds `steps` units of work.
+  void charge(uint64_t steps, int line) {
+    steps_ += steps;
+    if (steps_ > limits_.max_steps) [[unlikely]] fail_steps(line);
+  }
+  // Work for copying or building `bytes` bytes (one step per 16).
+  void charge_bytes(uint64_t bytes, int line) { charge(bytes / kBytesPerStep, line); }
+  // A value of `bytes` bytes is about to be built.
+  void check_size(uint64_t bytes, int line) const;
+  // A width or count given to `what` (a filter).
+  void check_width(int64_t width, const char* what, int line) const;
+  const RenderLimits& limits() const { return limits_; }
+  static constexpr uint64_t kBytesPerStep = 16;
+  // A loop iteration builds a scope and the loop object: measured, about as much work as
+  // twenty simple expressions, so it counts as twenty steps.
+  static constexpr uint64_t kIterationSteps = 20;
 
   Value call(const Value& callee, CallArgs& args, int line);
   Value get_attr(const Value& obj, const std::string& name, int line);
@@ -53,6 +76,16 @@ class Interpreter {
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
+  // Notes where the stack and the output begin (budget.cpp).
+  void start_budget(const std::string& output);
+  // Fails when the render has used its share of the thread's stack.
+  void check_stack(int line);
+  [[noreturn]] void fail_steps(int line) const;
+  // Charges and size-checks the value `e` produced (values of 16 bytes or more).
+  void account(const Expr& e, const Value& v);
+  // Appends to the output or to a captured block, within max_output_bytes/max_value_bytes.
+  void emit(std::string& out, std::string_view text, int line);
+
   Flow exec_body(const Body& body, std::string& out);
   Flow exec(const Stmt& s, std::string& out);
   Flow exec_inner(const Stmt& s, std::string& out);
@@ -62,6 +95,7 @@ class Interpreter {
   void assign_targets(Scope& scope, const std::vector<std::string>& targets, bool unpack, const Value& v,
                       int line);
 
+  Value eval_guarded(const Expr& e);  // eval_inner, library exceptions as template errors
   Value eval_inner(const Expr& e);
   Value eval_compare(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
@@ -73,8 +107,14 @@ class Interpreter {
 
   const Template& template_;
   std::shared_ptr<Scope> scope_;
-  int eval_depth_ = 0;
-  int call_depth_ = 0;
+  const RenderLimits limits_;
+  uint64_t steps_ = 0;
+  uint64_t comparisons_at_start_ = 0;
+  const std::string* output_ = nullptr;  // the render's output (not a captured block) while it runs
+  uint64_t output_bytes_ = 0;
+  uintptr_t stack_base_ = 0;             // stack address when the render began
+  uintptr_t stack_floor_ = 0;            // the render fails below this address
+  uintptr_t stack_lowest_ = 0;           // deepest address seen
   std::vector<std::shared_ptr<Dict>> namespaces_;
 };
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -306,7 +308,10 @@ class Lexer {
       const size_t j = scan_digits(i + 2, base == 16);
       const std::string d = digits_of(i + 2, j);
       if (d.empty()) fail(i, "malformed number");
-      push(TokenType::kInteger, src_.substr(i, j - i), i).integer = std::stoll(d, nullptr, base);
+      errno = 0;
+      const long long value = std::strtoll(d.c_str(), nullptr, base);
+      if (errno == ERANGE) fail(i, "number out of range");  // Python's ints are unbounded; ours are 64-bit
+      push(TokenType::kInteger, src_.substr(i, j - i), i).integer = value;
       return j;
     }
     size_t j = scan_digits(i, false);
@@ -327,7 +332,8 @@ class Lexer {
     const std::string d = digits_of(i, j);
     try {
       if (is_float) {
-        push(TokenType::kFloat, src_.substr(i, j - i), i).number = std::stod(d);
+        // Like Python's float literals: 1e400 is inf and 1e-400 is 0.0, not errors.
+        push(TokenType::kFloat, src_.substr(i, j - i), i).number = std::strtod(d.c_str(), nullptr);
       } else {
         push(TokenType::kInteger, src_.substr(i, j - i), i).integer = std::stoll(d);
       }

@@ -166,19 +166,27 @@ std::vector<std::string> split(std::string_view s, const std::string* sep, int64
 }
 
 std::string replace(std::string_view s, std::string_view old_text, std::string_view new_text,
-                    int64_t count) {
+                    int64_t count, uint64_t max_bytes) {
   std::string out;
+  auto check = [&](size_t more) {
+    if (out.size() + more > max_bytes) {
+      throw std::length_error("replace: the result is larger than max_value_bytes (" +
+                              std::to_string(max_bytes) + " bytes)");
+    }
+  };
   if (old_text.empty()) {
     // Python inserts the replacement before every code point and at the end.
     const std::u32string cps = decode(s);
     int64_t done = 0;
     for (char32_t c : cps) {
       if (count < 0 || done < count) {
+        check(new_text.size() + 4);
         out += new_text;
         ++done;
       }
       tok::append_utf8(c, out);
     }
+    check(new_text.size());
     if (count < 0 || done < count) out += new_text;
     return out;
   }
@@ -187,11 +195,13 @@ std::string replace(std::string_view s, std::string_view old_text, std::string_v
   while (count < 0 || done < count) {
     const size_t at = s.find(old_text, start);
     if (at == std::string_view::npos) break;
+    check(at - start + new_text.size());
     out += s.substr(start, at - start);
     out += new_text;
     start = at + old_text.size();
     ++done;
   }
+  check(s.size() - start);
   out += s.substr(start);
   return out;
 }

@@ -25,8 +25,9 @@ std::string strip(std::string_view s, const std::string* chars, bool left, bool 
 // str.split(sep, maxsplit) / str.rsplit; sep null: runs of whitespace.
 std::vector<std::string> split(std::string_view s, const std::string* sep, int64_t maxsplit,
                                bool from_right);
+// str.replace; throws std::length_error when the result would exceed `max_bytes`.
 std::string replace(std::string_view s, std::string_view old_text, std::string_view new_text,
-                    int64_t count);
+                    int64_t count, uint64_t max_bytes = UINT64_MAX);
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 std::string title(std::string_view s);

@@ -29,20 +29,61 @@ void check_recursion(int depth) {
   if (depth > kMaxRecursion) throw std::invalid_argument("maximum recursion depth exceeded");
 }
 
+uint64_t add_bytes(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+// Dicts up to this size are searched linearly: cheaper than hashing for the usual few keys
+// (and the loop object, 13 attributes, is made anew every iteration).
+constexpr size_t kLinearDictSize = 32;
+
+// Instrumentation for complexity tests; one counter per thread, so renders on other
+// threads do not disturb a test's count.
+thread_local uint64_t comparisons = 0;
+
 }  // namespace
 
-const Value* Dict::find(const Value& key) const {
-  for (const auto& [k, v] : entries) {
-    if (equals(k, key)) return &v;
+uint64_t comparison_count() { return comparisons; }
+
+Dict::Dict() = default;
+Dict::Dict(const Dict& other) : entries(other.entries) {}
+Dict& Dict::operator=(const Dict& other) {
+  entries = other.entries;
+  index_.reset();
+  return *this;
+}
+Dict::Dict(Dict&&) noexcept = default;
+Dict& Dict::operator=(Dict&&) noexcept = default;
+Dict::~Dict() = default;
+
+size_t Dict::find_index(const Value& key) const {
+  if (entries.size() <= kLinearDictSize || !is_hashable(key)) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (equals(entries[i].first, key)) return i;
+    }
+    return entries.size();
   }
-  return nullptr;
+  if (!index_ || index_->covered > entries.size()) index_ = std::make_unique<Index>();  // new, or entries cleared
+  for (size_t& i = index_->covered; i < entries.size(); ++i) {
+    // Unhashable keys cannot be in a Python dict; template code never makes them.
+    if (is_hashable(entries[i].first)) index_->slots.emplace(hash_value(entries[i].first), i);
+  }
+  const auto [begin, end] = index_->slots.equal_range(hash_value(key));
+  for (auto it = begin; it != end; ++it) {
+    if (equals(entries[it->second].first, key)) return it->second;
+  }
+  return entries.size();
+}
+
+const Value* Dict::find(const Value& key) const {
+  const size_t i = find_index(key);
+  return i < entries.size() ? &entries[i].second : nullptr;
 }
 
 Value* Dict::find(const Value& key) {
-  for (auto& [k, v] : entries) {
-    if (equals(k, key)) return &v;
-  }
-  return nullptr;
+  const size_t i = find_index(key);
+  return i < entries.size() ? &entries[i].second : nullptr;
 }
 
 void Dict::set(const Value& key, Value value) {
@@ -91,6 +132,7 @@ Value Value::from_float(double f) {
 Value Value::from_string(std::string s) {
   Value v;
   v.kind = Kind::kString;
+  v.bytes = s.size();
   v.text = std::move(s);
   return v;
 }
@@ -99,6 +141,7 @@ Value Value::list(std::vector<Value> values) {
   Value v;
   v.kind = Kind::kList;
   v.nesting = nesting_of(values);
+  for (const Value& item : values) v.bytes = add_bytes(v.bytes, add_bytes(item.bytes, sizeof(Value)));
   v.items = std::make_shared<std::vector<Value>>(std::move(values));
   return v;
 }
@@ -113,7 +156,10 @@ Value Value::dictionary(Dict d) {
   Value v;
   v.kind = Kind::kDict;
   int deepest = 0;
-  for (const auto& [key, item] : d.entries) deepest = std::max({deepest, key.nesting, item.nesting});
+  for (const auto& [key, item] : d.entries) {
+    deepest = std::max({deepest, key.nesting, item.nesting});
+    v.bytes = add_bytes(v.bytes, add_bytes(add_bytes(key.bytes, item.bytes), 2 * sizeof(Value)));
+  }
   if (deepest + 1 > kMaxValueNesting) throw std::invalid_argument("value nested too deeply");
   v.nesting = deepest + 1;
   v.dict = std::make_shared<Dict>(std::move(d));
@@ -276,6 +322,7 @@ std::string to_str(const Value& v) {
 std::string repr(const Value& v) { return repr_at(v, 0); }
 
 bool equals(const Value& a, const Value& b) {
+  ++comparisons;
   if (a.is_number() && b.is_number()) {
     if (is_int_like(a) && is_int_like(b)) return int_of(a) == int_of(b);
     return float_of(a) == float_of(b);
@@ -308,6 +355,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  ++comparisons;
   if (a.is_number() && b.is_number()) {
     if (is_int_like(a) && is_int_like(b)) return int_of(a) < int_of(b);
     return float_of(a) < float_of(b);
@@ -323,6 +371,47 @@ bool less_than(const Value& a, const Value& b) {
   }
   throw std::invalid_argument("'<' not supported between instances of '" + type_name(a) + "' and '" +
                               type_name(b) + "'");
+}
+
+bool is_hashable(const Value& v) {
+  switch (v.kind) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString:
+    case Kind::kFunction:
+    case Kind::kObject: return true;
+    case Kind::kTuple:
+      for (const Value& item : *v.items) {
+        if (!is_hashable(item)) return false;
+      }
+      return true;
+    default: return false;
+  }
+}
+
+uint64_t hash_value(const Value& v) {
+  auto mix = [](uint64_t h, uint64_t x) { return (h ^ x) * 0x100000001b3ull + (h >> 29); };
+  switch (v.kind) {
+    case Kind::kBool:
+    case Kind::kInt: return std::hash<int64_t>()(int_of(v));
+    case Kind::kFloat: {
+      // Equal numbers hash alike: a float with an integral value hashes as that integer.
+      const double f = v.number;
+      if (f >= -9.2e18 && f <= 9.2e18 && f == std::floor(f)) return std::hash<int64_t>()(static_cast<int64_t>(f));
+      return f == f ? std::hash<double>()(f) : 0x7ff8;  // any NaN
+    }
+    case Kind::kString: return std::hash<std::string>()(v.text);
+    case Kind::kTuple: {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (const Value& item : *v.items) h = mix(h, hash_value(item));
+      return h;
+    }
+    case Kind::kObject: return std::hash<const void*>()(v.dict.get());
+    case Kind::kFunction: return std::hash<const void*>()(v.function.get());
+    default: return 0;  // None, and unhashable kinds (never looked up by hash)
+  }
 }
 
 namespace {
@@ -387,7 +476,15 @@ std::string json_key(const Value& k) {
 
 void dump(const Value& v, const JsonOptions& options, int depth, std::string& out) {
   if (depth > 512) throw std::invalid_argument("value nested too deeply for tojson");
+  auto check_size = [&](uint64_t more) {
+    if (out.size() + more > options.max_bytes) {
+      throw std::length_error("tojson: the result is larger than max_value_bytes (" +
+                              std::to_string(options.max_bytes) + " bytes)");
+    }
+  };
+  check_size(v.bytes);
   auto newline = [&](int level) {
+    check_size(1 + static_cast<uint64_t>(level) * options.indent.size());
     out.push_back('\n');
     for (int i = 0; i < level; ++i) out += options.indent;
   };

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -20,12 +21,33 @@ namespace qwenrt::chat_template {
 struct Value;
 class Interpreter;
 
-// Python dict: insertion-ordered (key, value) pairs, looked up linearly (template dicts are small).
+// Python dict: insertion-ordered (key, value) pairs. Small dicts are searched linearly; a
+// wide one (a JSON object with thousands of keys) gets a hash index on first lookup, so
+// lookups stay O(1) as in Python. `entries` may be appended to directly with keys not yet
+// present; the index catches up with them.
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
+
+  // A copy starts without an index (it is rebuilt when needed); small dicts never have one.
+  // Defined in value.cpp, where Value is complete.
+  Dict();
+  Dict(const Dict& other);
+  Dict& operator=(const Dict& other);
+  Dict(Dict&&) noexcept;
+  Dict& operator=(Dict&&) noexcept;
+  ~Dict();
+
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
   void set(const Value& key, Value value);
+
+ private:
+  struct Index {
+    std::unordered_multimap<uint64_t, size_t> slots;  // hash(key) -> entry
+    size_t covered = 0;                               // entries indexed so far
+  };
+  size_t find_index(const Value& key) const;  // entries.size() when absent
+  mutable std::unique_ptr<Index> index_;      // wide dicts only
 };
 
 struct CallArgs {
@@ -42,7 +64,7 @@ struct Function {
   std::function<Value(Interpreter&, CallArgs&, int line)> call;
 };
 
-enum class Kind {
+enum class Kind : uint8_t {
   kUndefined,  // jinja2.Undefined: prints as "", falsy, iterates as empty, errors on most use
   kNone,
   kBool,
@@ -56,9 +78,15 @@ enum class Kind {
   kFunction,
 };
 
+// The small fields share one word: a Value is copied often, and its size is felt.
 struct Value {
   Kind kind = Kind::kUndefined;
   bool boolean = false;
+  // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
+  bool unsafe = false;
+  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
+  // destroying a value cannot exhaust the stack.
+  int nesting = 0;
   int64_t integer = 0;
   double number = 0.0;
   // kString: the text. kUndefined: why it is undefined, used when it is misused
@@ -67,11 +95,10 @@ struct Value {
   std::shared_ptr<std::vector<Value>> items;  // kList, kTuple
   std::shared_ptr<Dict> dict;                 // kDict, kObject
   std::shared_ptr<Function> function;         // kFunction
-  // kUndefined produced by the sandbox (e.g. list.append): misuse is a security error.
-  bool unsafe = false;
-  // Container nesting depth (0 for scalars), bounded so that printing, comparing and
-  // destroying a value cannot exhaust the stack.
-  int nesting = 0;
+  // Size in bytes counted for the resource budget: a string's length; for a list, tuple or
+  // dict, its items' sizes plus sizeof(Value) per item (saturating). Shared items count
+  // once per reference, as printing would. 0 for scalars, namespaces and functions.
+  uint64_t bytes = 0;
 
   static Value undefined(std::string reason, bool unsafe = false);
   static Value none();
@@ -116,6 +143,13 @@ std::string repr(const Value& v);
 bool equals(const Value& a, const Value& b);
 // Python <, for sorting and comparisons; throws std::invalid_argument on unorderable types.
 bool less_than(const Value& a, const Value& b);
+// Whether Python could use `v` as a dict key or set member (None, bool, int, float, str,
+// tuples of those); hash_value is consistent with equals (hash(1) == hash(1.0) == hash(True)).
+bool is_hashable(const Value& v);
+uint64_t hash_value(const Value& v);
+// Calls of equals() and less_than() made on this thread so far: tests count them to check
+// that filters and lookups stay within their complexity (RenderStats::comparisons).
+uint64_t comparison_count();
 // Python repr of a float: shortest round-trip digits, exponent outside [1e-4, 1e16).
 std::string float_repr(double f);
 
@@ -129,6 +163,7 @@ struct JsonOptions {
   std::string key_separator = ": ";
   bool sort_keys = false;
   bool ensure_ascii = false;
+  uint64_t max_bytes = UINT64_MAX;  // longer output throws std::length_error
 };
 // Python json.dumps(v, ...). Throws std::invalid_argument for values JSON cannot represent.
 std::string to_json(const Value& v, const JsonOptions& options);

@@ -1,0 +1,237 @@
+#include "core/json.h"
+
+#include <memory>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/mapped_file.h"
+
+namespace qwenrt {
+namespace {
+
+// Objects up to this many keys find duplicates by a linear scan; wider ones get a hash table.
+constexpr size_t kLinearKeyScan = 16;
+
+// Key equality that counts its calls (JsonParseStats::key_comparisons).
+struct CountingEqual {
+  size_t* count;
+  bool operator()(const std::string& a, const std::string& b) const {
+    ++*count;
+    return a == b;
+  }
+};
+
+// SAX handler building a Json tree (nlohmann::json or ordered_json) with a depth limit and
+// linear-time duplicate-key detection.
+template <typename Json>
+class TreeBuilder : public nlohmann::json_sax<Json> {
+  using Base = nlohmann::json_sax<Json>;
+
+ public:
+  TreeBuilder(const JsonParseOptions& options, JsonParseStats& stats) : options_(options), stats_(stats) {}
+
+  Json root;
+  std::string error;
+
+  bool null() override { return place(Json(nullptr)); }
+  bool boolean(bool v) override { return place(Json(v)); }
+  bool number_integer(typename Base::number_integer_t v) override { return place(Json(v)); }
+  bool number_unsigned(typename Base::number_unsigned_t v) override { return place(Json(v)); }
+  bool number_float(typename Base::number_float_t v, const typename Base::string_t&) override {
+    return place(Json(v));
+  }
+  bool string(typename Base::string_t& v) override { return place(Json(std::move(v))); }
+  bool binary(typename Base::binary_t&) override { return fail("unexpected binary value"); }
+
+  bool start_object(std::size_t) override { return open(Json::object()); }
+  bool key(typename Base::string_t& k) override {
+    ++stats_.keys;
+    frames_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Json::array()); }
+  bool end_array() override { return close(); }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    if (error.empty()) error = "not valid JSON: " + json_error_text(e);
+    return false;
+  }
+
+ private:
+  using Keys = std::unordered_map<std::string, size_t, std::hash<std::string>, CountingEqual>;
+  struct Frame {
+    Json* container;
+    std::string key;                  // objects: the key whose value comes next
+    std::unique_ptr<Keys> key_index;  // wide objects: key -> entry index
+  };
+
+  bool fail(std::string message) {
+    if (error.empty()) error = std::move(message);
+    return false;
+  }
+
+  // Index of `key` among the entries of the ordered object `frame`, or npos.
+  static auto& entries_of(Json& object) {
+    // ordered_map is a vector of pairs; use the vector directly (its own insert searches).
+    return static_cast<typename Json::object_t::Container&>(object.template get_ref<typename Json::object_t&>());
+  }
+
+  size_t find_key(Frame& frame, const std::string& key) {
+    auto& entries = entries_of(*frame.container);
+    if (frame.key_index) {
+      const auto it = frame.key_index->find(key);
+      return it == frame.key_index->end() ? std::string::npos : it->second;
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      ++stats_.key_comparisons;
+      if (entries[i].first == key) return i;
+    }
+    return std::string::npos;
+  }
+
+  // Stores `value` in the innermost open container (or as the root); returns where it went.
+  Json* store(Json&& value) {
+    if (frames_.empty()) {
+      root = std::move(value);
+      return &root;
+    }
+    Frame& frame = frames_.back();
+    Json& parent = *frame.container;
+    if (parent.is_array()) {
+      parent.push_back(std::move(value));
+      return &parent.back();
+    }
+    if constexpr (std::is_same_v<Json, nlohmann::ordered_json>) {
+      auto& entries = entries_of(parent);
+      const size_t existing = find_key(frame, frame.key);
+      if (existing != std::string::npos) {
+        if (refuse_duplicates()) return nullptr;
+        entries[existing].second = std::move(value);  // last wins, first place: Python's dict
+        return &entries[existing].second;
+      }
+      entries.emplace_back(frame.key, std::move(value));  // the vector's: no linear search
+      if (frame.key_index) {
+        frame.key_index->emplace(frame.key, entries.size() - 1);
+      } else if (entries.size() > kLinearKeyScan) {
+        frame.key_index = std::make_unique<Keys>(entries.size() * 2, std::hash<std::string>(),
+                                                 CountingEqual{&stats_.key_comparisons});
+        for (size_t i = 0; i < entries.size(); ++i) frame.key_index->emplace(entries[i].first, i);
+      }
+      return &entries.back().second;
+    } else {
+      auto& entries = parent.template get_ref<typename Json::object_t&>();
+      auto [it, inserted] = entries.try_emplace(frame.key);
+      if (!inserted && refuse_duplicates()) return nullptr;
+      it->second = std::move(value);
+      return &it->second;
+    }
+  }
+
+  bool refuse_duplicates() const { return options_.reject_top_level_duplicate_keys && frames_.size() == 1; }
+
+  bool place(Json&& value) {
+    if (store(std::move(value)) == nullptr) return duplicate();
+    return true;
+  }
+  bool open(Json&& container) {
+    if (static_cast<int>(frames_.size()) >= options_.max_depth) {
+      return fail("nested deeper than " + std::to_string(options_.max_depth) + " levels");
+    }
+    Json* slot = store(std::move(container));
+    if (slot == nullptr) return duplicate();
+    frames_.push_back(Frame{slot, {}, nullptr});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+  bool duplicate() { return fail("duplicate key '" + quote_for_message(frames_.back().key) + "'"); }
+
+  const JsonParseOptions& options_;
+  JsonParseStats& stats_;
+  std::vector<Frame> frames_;  // open containers; pointers stay valid while they are open
+};
+
+template <typename Json>
+Json parse_with(std::string_view text, const std::string& name, const JsonParseOptions& options,
+                JsonParseStats* stats) {
+  JsonParseStats local;
+  TreeBuilder<Json> builder(options, stats ? *stats : local);
+  bool ok = false;
+  try {
+    ok = Json::sax_parse(text.begin(), text.end(), &builder, Json::input_format_t::json, /*strict=*/true);
+  } catch (const std::bad_alloc&) {
+    throw Error(options.category, name + ": too large to parse (out of memory)");
+  } catch (const std::exception& e) {  // the library reports through parse_error; be sure
+    throw Error(options.category, name + ": not valid JSON: " + json_error_text(e));
+  }
+  if (!ok || !builder.error.empty()) {
+    throw Error(options.category, name + ": " + (builder.error.empty() ? "not valid JSON" : builder.error));
+  }
+  return std::move(builder.root);
+}
+
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, const std::string& name, const JsonParseOptions& options,
+                          JsonParseStats* stats) {
+  return parse_with<nlohmann::json>(text, name, options, stats);
+}
+
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& name,
+                                          const JsonParseOptions& options, JsonParseStats* stats) {
+  return parse_with<nlohmann::ordered_json>(text, name, options, stats);
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path, const JsonParseOptions& options) {
+  return parse_json(read_text_file(path), path.string(), options);
+}
+
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path, const JsonParseOptions& options) {
+  return parse_ordered_json(read_text_file(path), path.string(), options);
+}
+
+std::string json_error_text(const std::exception& error) {
+  std::string_view text = error.what();
+  // "[json.exception.parse_error.101] parse error at line 1, ...": the id means nothing to users.
+  if (text.rfind("[json.exception.", 0) == 0) {
+    const size_t end = text.find("] ");
+    if (end != std::string_view::npos) text.remove_prefix(end + 2);
+  }
+  return quote_for_message(text, 240);
+}
+
+std::string quote_for_message(std::string_view text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= max_bytes) {
+      // Do not cut inside a UTF-8 sequence.
+      while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+      if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();
+      return out + "...";
+    }
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7F) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+void throw_json_field_error(const std::string& where, std::string_view key, const std::string& problem,
+                            ErrorCategory category) {
+  throw Error(category, where + ": '" + quote_for_message(key) + "' " + problem);
+}
+
+}  // namespace qwenrt

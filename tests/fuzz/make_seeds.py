@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of each fuzz target from the fixtures in tests/data.
+
+Usage: make_seeds.py OUT_DIR [TOKENIZER_DIR]
+OUT_DIR/<target>/ gets one file per seed. Parts of multi-file inputs are joined with the
+separator line of tests/fuzz/fuzz_util.h. TOKENIZER_DIR (Qwen's tokenizer, fetched by
+scripts/fetch-qwen-tokenizer.sh) adds its tokenizer_config.json to the tokenizer seeds.
+"""
+import hashlib
+import json
+import pathlib
+import struct
+import sys
+
+SEP = b"\n@@@@\n"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+
+
+def write(out: pathlib.Path, target: str, data: bytes) -> None:
+    folder = out / target
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def small_safetensors(path: pathlib.Path, keep: int) -> bytes:
+    """The file's header with `keep` tensors shrunk to at most 8 elements, and their data."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    sizes = {"F32": 4, "F16": 2, "BF16": 2}
+    out, data = {}, b""
+    for name, entry in header.items():
+        if name == "__metadata__":
+            out[name] = entry
+            continue
+        if len(out) > keep or entry["dtype"] not in sizes:
+            continue
+        shape = [min(d, 2) for d in entry["shape"]][:3]
+        count = 1
+        for d in shape:
+            count *= d
+        begin = entry["data_offsets"][0] + 8 + length
+        chunk = raw[begin : begin + count * sizes[entry["dtype"]]]
+        out[name] = {"dtype": entry["dtype"], "shape": shape,
+                     "data_offsets": [len(data), len(data) + len(chunk)]}
+        data += chunk
+    text = json.dumps(out, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    tokenizer_dir = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+
+    for path in sorted(DATA.glob("models/*/*.safetensors")):
+        for keep in (1, 4):
+            write(out, "fuzz_safetensors", small_safetensors(path, keep))
+
+    for folder in sorted(DATA.glob("models/*")):
+        config = (folder / "config.json").read_bytes()
+        write(out, "fuzz_config", config)
+        generation = folder / "generation_config.json"
+        if generation.exists():
+            write(out, "fuzz_config", config + SEP + generation.read_bytes())
+
+    def texts_of(path: pathlib.Path) -> list:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+        return [row["text"] for row in rows if "text" in row]  # other rows are decode cases
+
+    texts = texts_of(DATA / "tokenizer/variants/texts.jsonl")
+    corpus = texts_of(DATA / "tokenizer/corpus.jsonl")
+    configs = [b"", b'{"eos_token": "<|endoftext|>", "model_max_length": 32768}']
+    if tokenizer_dir is not None and (tokenizer_dir / "tokenizer_config.json").exists():
+        configs.append((tokenizer_dir / "tokenizer_config.json").read_bytes())
+    for i, path in enumerate(sorted(DATA.glob("tokenizer/variants/*/tokenizer.json"))):
+        for j, config in enumerate(configs):
+            text = texts[(i * 7 + j) % len(texts)].encode()
+            write(out, "fuzz_tokenizer", path.read_bytes() + SEP + config + SEP + text)
+
+    for text in corpus[::3] + texts:
+        write(out, "fuzz_roundtrip", text.encode())
+
+    conversations = json.loads((DATA / "chat_template/conversations.json").read_text())
+    for path in sorted(DATA.glob("templates/*.jinja")):
+        for conversation in conversations[:12]:
+            body = {"messages": conversation["messages"], "tools": conversation.get("tools"),
+                    "vars": conversation.get("vars") or {}}
+            write(out, "fuzz_chat_template", path.read_bytes() + SEP + json.dumps(body).encode())
+    for snippet in json.loads((DATA / "chat_template/snippets.json").read_text()):
+        body = {"messages": [{"role": "user", "content": "hi"}], "vars": snippet.get("vars") or {}}
+        write(out, "fuzz_chat_template", snippet["template"].encode() + SEP + json.dumps(body).encode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+// The shared JSON reader (core/json.h): whatever the JSON library objects to (syntax,
+// numbers beyond a double such as 1e400, invalid UTF-8, nesting, duplicate tensor names)
+// reaches the caller as one qwenrt::Error of one line that names the input; objects are
+// built in linear time.
+#include <gtest/gtest.h>
+
+#include "core/json.h"
+#include "test_util.h"
+
+namespace qwenrt {
+namespace {
+
+using test::expect_error;
+
+// The message of the qwenrt::Error `body` throws (a failure when it throws something else).
+template <typename Body>
+std::string error_message(Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected qwenrt::Error, got another exception: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected qwenrt::Error, nothing was thrown";
+  return {};
+}
+
+TEST(Json, OutOfRangeNumbersNameTheInput) {
+  for (const char* text : {"{\"x\":1e400}", "3E333", "[-1e999]", "{\"a\":{\"b\":[1,2,1.5e308000]}}"}) {
+    const std::string message = error_message([&] { parse_json(text, "thing.json"); });
+    EXPECT_EQ(message.rfind("thing.json: ", 0), 0u) << message;
+    EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+    const std::string ordered = error_message([&] { parse_ordered_json(text, "body"); });
+    EXPECT_EQ(ordered.rfind("body: ", 0), 0u) << ordered;
+  }
+}
+
+TEST(Json, ErrorsAreOneShortLine) {
+  // The library quotes the last token it read; a long token with newlines stays one line.
+  const std::string text = "{\"x\": \"" + std::string(5000, 'a') + "\n\"}";
+  const std::string message = error_message([&] { parse_json(text, "f.json"); });
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_LT(message.size(), 400u);
+  EXPECT_NE(message.find("f.json: not valid JSON"), std::string::npos) << message;
+  const std::string bad_utf8 = error_message([] { parse_json("[\"\xff\"]", "u.json"); });
+  EXPECT_NE(bad_utf8.find("u.json: not valid JSON"), std::string::npos) << bad_utf8;
+}
+
+TEST(Json, CategoryAndDepthAreOptions) {
+  JsonParseOptions options;
+  options.category = ErrorCategory::kInvalidArgument;
+  options.max_depth = 4;
+  expect_error([&] { parse_json("[[[[[1]]]]]", "request body", options); }, ErrorCategory::kInvalidArgument,
+               {"request body", "nested deeper than 4"});
+  EXPECT_NO_THROW(parse_json("[[[[1]]]]", "request body", options));
+  // The default depth refuses what would make recursive consumers overflow the stack.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_error([&] { parse_ordered_json(deep, "m.json"); }, ErrorCategory::kInvalidModel,
+               {"m.json", "nested deeper than 512"});
+}
+
+TEST(Json, DuplicateKeysKeepPythonsOrderAndLastValue) {
+  // json.loads('{"a":1,"b":2,"a":3}') == {"a": 3, "b": 2}, keys in first-seen order.
+  const auto ordered = parse_ordered_json("{\"a\":1,\"b\":2,\"a\":3}", "x");
+  EXPECT_EQ(ordered.dump(), "{\"a\":3,\"b\":2}");
+  EXPECT_EQ(parse_json("{\"a\":1,\"b\":2,\"a\":3}", "x").dump(), "{\"a\":3,\"b\":2}");
+  JsonParseOptions strict;
+  strict.reject_top_level_duplicate_keys = true;
+  expect_error([&] { parse_json("{\"w\":1,\"w\":2}", "h", strict); }, ErrorCategory::kInvalidModel,
+               {"h: duplicate key 'w'"});
+  EXPECT_NO_THROW(parse_json("{\"m\":{\"w\":1,\"w\":2}}", "h", strict));
+}
+
+TEST(Json, WideObjectsParseInLinearComparisons) {
+  // F5: nlohmann's ordered object searches its keys linearly on every insert, n^2/2 key
+  // comparisons for n keys (20k keys took 0.67 s). Count comparisons, not seconds.
+  auto comparisons = [](size_t keys, bool duplicate_every_key) {
+    std::string text = "{";
+    for (size_t i = 0; i < keys; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+    if (duplicate_every_key) {
+      for (size_t i = 0; i < keys; ++i) text += ",\"k" + std::to_string(i) + "\":0";
+    }
+    text += "}";
+    JsonParseStats stats;
+    const auto parsed = parse_ordered_json(text, "wide.json", {}, &stats);
+    EXPECT_EQ(parsed.size(), keys);
+    EXPECT_EQ(stats.keys, keys * (duplicate_every_key ? 2 : 1));
+    return stats.key_comparisons;
+  };
+  const size_t small = comparisons(5000, false);
+  const size_t large = comparisons(20000, false);
+  EXPECT_LT(large, 20000u * 4) << "comparisons per key must not grow with the width";
+  EXPECT_LT(static_cast<double>(large) / static_cast<double>(small), 4.0 * 1.5);
+  EXPECT_LT(comparisons(20000, true), 40000u * 4);
+}
+
+TEST(Json, TypedGettersNameTheField) {
+  const auto body = parse_json("{\"n\": 3, \"big\": 18446744073709551615, \"f\": 0.5, \"s\": \"x\", \"b\": true, \"z\": null}",
+                               "request body");
+  EXPECT_EQ(json_int(body, "n", "request body").value(), 3);
+  EXPECT_FALSE(json_int(body, "z", "request body").has_value());
+  EXPECT_FALSE(json_int(body, "missing", "request body").has_value());
+  EXPECT_DOUBLE_EQ(json_number(body, "f", "request body").value(), 0.5);
+  EXPECT_EQ(json_string(body, "s", "request body").value(), "x");
+  EXPECT_TRUE(json_bool(body, "b", "request body").value());
+  expect_error([&] { json_int(body, "big", "request body", 0, 100, ErrorCategory::kInvalidArgument); },
+               ErrorCategory::kInvalidArgument, {"request body: 'big' is out of range (0 to 100)"});
+  expect_error([&] { json_int(body, "n", "request body", 5, 10); }, ErrorCategory::kInvalidModel,
+               {"'n' is out of range"});
+  expect_error([&] { json_int(body, "f", "request body"); }, ErrorCategory::kInvalidModel,
+               {"'f' must be an integer"});
+  expect_error([&] { json_string(body, "n", "messages[2]"); }, ErrorCategory::kInvalidModel,
+               {"messages[2]: 'n' must be a string"});
+  expect_error([&] { json_bool(body, "s", "w"); }, ErrorCategory::kInvalidModel, {"'s' must be true or false"});
+}
+
+}  // namespace
+}  // namespace qwenrt
