@@ -81,6 +81,15 @@ def main() -> None:
     for text in corpus[::3] + texts:
         write(out, "fuzz_roundtrip", text.encode())
 
+    # The original Qwen's vocabulary: its first ranks (every single byte, then merges) keep a
+    # seed small; texts from the tiktoken goldens' corpus.
+    tiktoken_lines = (DATA / "qwen1/tokenizer/qwen.tiktoken").read_bytes().split(b"\n")
+    v1_texts = texts_of(DATA / "qwen1/tokenizer/corpus.jsonl")
+    for i, keep in enumerate((256, 1000, 4000)):
+        vocabulary = b"\n".join(tiktoken_lines[:keep]) + b"\n"
+        for text in v1_texts[i::40]:
+            write(out, "fuzz_tiktoken", vocabulary + SEP + text.encode())
+
     conversations = json.loads((DATA / "chat_template/conversations.json").read_text())
     for path in sorted(DATA.glob("templates/*.jinja")):
         for conversation in conversations[:12]:
