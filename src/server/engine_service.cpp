@@ -59,7 +59,7 @@ struct EngineService::Choice {
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
-    : engine_(engine), tokenizer_(tokenizer), metrics_(metrics), options_(options), scheduler_(engine) {
+    : tokenizer_(tokenizer), metrics_(metrics), options_(options), scheduler_(engine) {
   thread_ = std::thread([this] { run(); });
 }
 

@@ -96,7 +96,6 @@ class EngineService : public GenerationService {
   // Ends every unfinished choice with an error event (mutex_ held).
   void fail_all(const std::string& reason);
 
-  Engine& engine_;
   const Tokenizer& tokenizer_;
   Metrics& metrics_;
   EngineServiceOptions options_;

@@ -90,6 +90,22 @@ def main() -> None:
         for text in v1_texts[i::40]:
             write(out, "fuzz_tiktoken", vocabulary + SEP + text.encode())
 
+    # Request bodies for the server: chat and completion requests with most fields.
+    requests = [
+        {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8},
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+         "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.7, "top_p": 0.8,
+         "top_k": 20, "seed": 3, "stop": ["\n\n"], "n": 2, "logprobs": True, "top_logprobs": 2},
+        {"messages": [{"role": "user", "content": "weather?"}], "tools": [{"type": "function", "function":
+         {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+         "tool_choice": "auto", "chat_template_kwargs": {"enable_thinking": False}},
+        {"prompt": "Once upon a time", "max_tokens": 16, "presence_penalty": 0.5, "frequency_penalty": 0.2,
+         "repetition_penalty": 1.1, "min_p": 0.05, "ignore_eos": True, "min_tokens": 4},
+        {"prompt": [1, 2, 3, 4], "max_completion_tokens": 4, "logprobs": 3},
+    ]
+    for request in requests:
+        write(out, "fuzz_request", json.dumps(request).encode())
+
     conversations = json.loads((DATA / "chat_template/conversations.json").read_text())
     for path in sorted(DATA.glob("templates/*.jinja")):
         for conversation in conversations[:12]:
