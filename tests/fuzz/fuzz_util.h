@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -58,6 +59,22 @@ bool refused_cleanly_or_ran(Body&& body) {
     return true;
   } catch (const Error&) {
     return false;
+  }
+}
+
+// Encodes `text` with and without special tokens and decodes the ids both ways; an id
+// outside the vocabulary is a find (abort).
+template <typename TokenizerT>
+void encode_decode(const TokenizerT& tokenizer, const std::string& text) {
+  for (bool allow_special : {true, false}) {
+    refused_cleanly_or_ran([&] {
+      const std::vector<int32_t> ids = tokenizer.encode(text, allow_special);
+      for (int32_t id : ids) {
+        if (id < 0 || id >= tokenizer.vocab_size()) std::abort();  // encode made up an id
+      }
+      tokenizer.decode(ids, false);
+      tokenizer.decode(ids, true);
+    });
   }
 }
 
