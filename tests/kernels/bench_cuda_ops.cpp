@@ -40,8 +40,9 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
     int k, m;
   };
   // Qwen2.5-7B: fused-free projections as the forward pass issues them.
-  const Shape shapes[] = {{"q_proj", 3584, 3584},   {"k_proj", 3584, 512},
-                          {"o_proj", 3584, 3584},   {"gate_proj", 3584, 18944},
+  const Shape shapes[] = {{"q_proj", 3584, 3584},     {"k_proj", 3584, 512},
+                          {"qkv_proj", 3584, 4608},   {"o_proj", 3584, 3584},
+                          {"gate_proj", 3584, 18944}, {"gate_up_proj", 3584, 37888},
                           {"down_proj", 18944, 3584}, {"lm_head(f32)", 3584, 152064}};
   std::printf("%-14s %6s %10s %10s %12s\n", "matmul", "n", "us", "GB/s", "TFLOP/s");
   for (const Shape& s : shapes) {
@@ -50,7 +51,7 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
     std::vector<DeviceTensor> weights;
     for (int c = 0; c < copies; ++c)
       weights.push_back(DeviceTensor::from(gpu(), dt, s.m, s.k, random_values(rng_, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
-    for (int n : {1, 8, 64, 512, 2048}) {
+    for (int n : {1, 8, 64, 128, 256, 512, 2048}) {
       auto x = DeviceTensor::from(gpu(), dt, n, s.k, random_values(rng_, static_cast<size_t>(n) * s.k, 1.f, dt));
       const bool f32 = std::string(s.name).find("f32") != std::string::npos;
       auto out = DeviceTensor(gpu(), f32 ? DType::kF32 : dt, n, s.m);

@@ -520,6 +520,21 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
   }
   // Sliding window on the decode path.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {500, 40, 1000}, {1, 1, 1}, 16, 64});
+  // Enough sequences to fill the device: the tensor-core kernel takes decode batches.
+  for (const HeadConfig& h : {heads[0], heads[1], heads[4]}) {
+    std::uniform_int_distribution<int> len(1, 300);
+    std::vector<int> ctx(160);
+    for (int& c : ctx) c = len(rng_);
+    ctx[0] = 1;
+    ctx[1] = 64;
+    ctx[2] = 65;
+    run_attention_case(gpu(), dtype(), rng_, {h, ctx, std::vector<int>(ctx.size(), 1), 16, 0});
+  }
+  {
+    std::vector<int> ctx(150, 90);
+    ctx[3] = 700;
+    run_attention_case(gpu(), dtype(), rng_, {heads[1], ctx, std::vector<int>(ctx.size(), 1), 16, 48});
+  }
 }
 
 }  // namespace
