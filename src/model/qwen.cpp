@@ -26,7 +26,7 @@ Tensor concatenated(std::initializer_list<const Tensor*> parts) {
 // int32 elements of the staged batch arrays for the given limits.
 size_t batch_ints(const ForwardLimits& limits) {
   return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
-         // seq_starts (+1), context_lens, rope_rows and the block tables
+         // seq_starts (+1), context_lens, rope_rows, logit rows and the block tables
          static_cast<size_t>(limits.max_seqs) * (3 + limits.max_blocks_per_seq) + 1 +
          static_cast<size_t>(limits.max_logit_rows);
 }
@@ -122,8 +122,15 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
                     " sequences / " + std::to_string(logit_rows.size()) +
                     " logit rows exceeds the planned limits");
   }
-  const int stride = limits_.max_blocks_per_seq;
-  // Layout of the staging area (fixed offsets from the limits).
+  // The block-table width of this batch: enough for its longest context (for a recorded
+  // step, the context bucket it is recorded for), not the planned maximum, so that a step
+  // fills and uploads n_seqs of those rows instead of max_seqs full-context ones.
+  int max_context = 1;
+  for (const auto& chunk : chunks) max_context = std::max(max_context, chunk.blocks->length() + static_cast<int>(chunk.tokens.size()));
+  const int context_bucket = pad_seqs > 0 ? recorded_context(max_context) : max_context;
+  const int stride = std::min(limits_.max_blocks_per_seq,
+                              std::max(1, (context_bucket + limits_.block_size - 1) / limits_.block_size));
+  // Layout of the staging area (fixed offsets from the limits; the block tables last).
   int32_t* host = batch_host_.data();
   const size_t t_cap = limits_.max_batch_tokens, s_cap = limits_.max_seqs;
   int32_t* ids = host;
@@ -132,9 +139,9 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   int32_t* token_seq = slots + t_cap;
   int32_t* seq_starts = token_seq + t_cap;
   int32_t* context_lens = seq_starts + s_cap + 1;
-  int32_t* block_tables = context_lens + s_cap;
-  int32_t* rope_rows = block_tables + s_cap * stride;
+  int32_t* rope_rows = context_lens + s_cap;
   int32_t* rows = rope_rows + s_cap;
+  int32_t* block_tables = rows + limits_.max_logit_rows;
 
   BatchView view;
   view.n_tokens = n_tokens;
@@ -149,7 +156,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
       throw Error(ErrorCategory::kInternal, "sequence blocks not reserved for its new tokens");
     }
     const auto& table = chunk.blocks->block_table();
-    if (static_cast<int>(table.size()) > stride) {
+    if (static_cast<int>(table.size()) > limits_.max_blocks_per_seq) {
       throw Error(ErrorCategory::kInternal, "sequence longer than the planned context");
     }
     if (chunk.ntk_alpha_index < 0 || chunk.ntk_alpha_index >= rope_rows_) {
@@ -158,6 +165,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     rope_rows[s] = chunk.ntk_alpha_index;
     seq_starts[s] = t;
     context_lens[s] = start + count;
+    // Entries past `stride` hold blocks reserved beyond every position this step reads.
     for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = b < static_cast<int>(table.size()) ? table[b] : 0;
     for (int i = 0; i < count; ++i, ++t) {
       ids[t] = chunk.tokens[i];
@@ -192,15 +200,9 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     view.max_context_len = std::max(view.max_context_len, 1);
   }
   seq_starts[n_seqs] = t;
-  // A recorded step keeps the launch configuration it was recorded with, which the longest
-  // context chooses (attention splits): round that up to a power of two so that a few
-  // recordings cover every length.
-  if (pad_seqs > 0) {
-    int context = 64;
-    while (context < view.max_context_len) context *= 2;
-    view.max_context_len = std::min(context, stride * limits_.block_size);
-  }
-  backend_.copy_to_device(ws_.batch, host, batch_host_.size() * sizeof(int32_t));
+  if (pad_seqs > 0) view.max_context_len = context_bucket;
+  const size_t used = static_cast<size_t>(block_tables - host) + static_cast<size_t>(n_seqs) * stride;
+  backend_.copy_to_device(ws_.batch, host, used * sizeof(int32_t));
   const int32_t* device = ws_.batch;
   view.token_ids = device;
   view.positions = device + (positions - host);
@@ -212,6 +214,12 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   view.rope_rows = device + (rope_rows - host);
   logit_rows_device_ = device + (rows - host);
   return view;
+}
+
+int QwenModel::recorded_context(int context) const {
+  int bucket = 64;
+  while (bucket < context) bucket *= 2;
+  return std::min(bucket, limits_.max_blocks_per_seq * limits_.block_size);
 }
 
 int QwenModel::decode_bucket(std::span<const SequenceChunk> chunks,

@@ -77,6 +77,10 @@ class QwenModel {
   Tensor run_layers(const BatchView& batch, int64_t n_rows);
   // The sequence count a decode batch is recorded at (0: run it without recording).
   int decode_bucket(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) const;
+  // The context a recorded step is made for: a power of two (at least 64) covering
+  // `context`, within the planned maximum. A recording keeps the launch configuration the
+  // context chose (attention splits, block-table width), so a few cover every length.
+  int recorded_context(int context) const;
 
   ModelConfig config_;
   Weights weights_;
