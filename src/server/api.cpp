@@ -56,6 +56,13 @@ json parse_json_body(std::string_view body) {
 namespace {
 
 // A field that is present and not null.
+// True when `object` has the string member `name` equal to `expected` (a member of another
+// type is not an error here: the caller's message names the shape it wants).
+bool member_is(const json& object, const char* name, const char* expected) {
+  const auto it = object.find(name);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == expected;
+}
+
 const json* field(const json& body, const char* name) {
   auto found = body.find(name);
   if (found == body.end() || found->is_null()) return nullptr;
@@ -232,7 +239,7 @@ std::string message_text(const json& message, size_t index) {
   if (content->is_array()) {
     std::string text;
     for (const json& part : *content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      if (!part.is_object() || !member_is(part, "type", "text") || !part.contains("text") || !part["text"].is_string()) {
         throw invalid_request("'" + where + "' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)",
                               where);
       }
@@ -294,7 +301,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   if (const json* given = field(body, "tools")) {
     if (!given->is_array()) throw invalid_request("'tools' must be an array", "tools");
     for (const json& tool : *given) {
-      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+      if (!tool.is_object() || !member_is(tool, "type", "function") || !tool.contains("function") ||
           !tool["function"].is_object() || !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
         throw invalid_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
       }

@@ -233,6 +233,10 @@ const badCases = [
   ['a known field this server does not support', { ...good, logit_bias: { 5: 10 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['forcing a tool', { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' },
     400, 'invalid_request_error', 'tool_choice'],
+  ['a tool whose type is not a string', { ...good, tools: [{ type: { name: 'f' }, function: { name: 'f' } }] },
+    400, 'invalid_request_error', 'tools'],
+  ['a content part whose type is not a string',
+    { ...good, messages: [{ role: 'user', content: [{ type: ['text'], text: 'hi' }] }] }, 400, 'invalid_request_error'],
 ];
 for (const [name, body, status, type, param] of badCases) {
   await test(`bad input: ${name} -> ${status}`, async () => {
