@@ -11,6 +11,11 @@ time to first token and inter-token latency percentiles, errors by kind, and che
 prefix cache are reported separately). With --soak it also checks that the server's memory
 stays flat and exits non-zero on any failure.
 
+The streams are spread over several client processes (--processes; by default one per 32
+streams, up to the machine's cores): one Python process cannot read 10,000+ stream chunks a
+second, and its global interpreter lock would delay each thread's timestamps by whole
+switch intervals, inflating the inter-token latencies it reports.
+
 Examples:
   scripts/loadgen.py --url http://127.0.0.1:8080 --concurrency 256 --prompt-tokens 128 --max-tokens 128 --duration 60
   scripts/loadgen.py --spawn build/qwenrt --model M --concurrency 64 --shared-prefix 1024 --requests 64
@@ -18,6 +23,7 @@ Examples:
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -45,6 +51,7 @@ class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.ttft, self.itl = [], []
+        self.decode_rates = []  # per completed stream: (tokens - 1) / (last token - first token)
         self.generated = 0
         self.completed = 0
         self.disconnects = 0
@@ -54,6 +61,21 @@ class Stats:
     def error(self, kind):
         with self.lock:
             self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def export(self):
+        return {"ttft": self.ttft, "itl": self.itl, "decode_rates": self.decode_rates, "generated": self.generated, "completed": self.completed,
+                "disconnects": self.disconnects, "bad_ok": self.bad_ok, "errors": self.errors}
+
+    def merge(self, part):
+        self.ttft.extend(part["ttft"])
+        self.itl.extend(part["itl"])
+        self.decode_rates.extend(part["decode_rates"])
+        self.generated += part["generated"]
+        self.completed += part["completed"]
+        self.disconnects += part["disconnects"]
+        self.bad_ok += part["bad_ok"]
+        for kind, count in part["errors"].items():
+            self.errors[kind] = self.errors.get(kind, 0) + count
 
 
 BAD_REQUESTS = [
@@ -155,11 +177,47 @@ class Client:
                 if ttft is not None:
                     self.stats.ttft.append(ttft)
                 self.stats.itl.extend(gaps)
+                if len(gaps) > 0 and sum(gaps) > 0:
+                    self.stats.decode_rates.append(len(gaps) / sum(gaps))
                 self.stats.generated += usage["completion_tokens"] if usage else 0
         except Exception as error:
             self.stats.error(f"{type(error).__name__} while {phase}")
         finally:
             conn.close()
+
+
+def client_process(args, prefix, deadline, budget, indexes, results):
+    """One client process: a thread per stream index, each starting streams until the
+    deadline passes or the shared budget of requests runs out; sends its Stats back."""
+    stats = Stats()
+    client = Client(args, stats, prefix)
+
+    def take():
+        if deadline is not None:
+            return time.perf_counter() < deadline
+        with budget.get_lock():
+            if budget.value <= 0:
+                return False
+            budget.value -= 1
+            return True
+
+    def worker(index):
+        rng = random.Random(args.seed * 7919 + index)
+        while take():
+            roll = rng.random()
+            if roll < args.bad_share:
+                client.bad_request(rng)
+            elif roll < args.bad_share + args.disconnect_share:
+                client.stream(rng, disconnect_after=rng.randint(1, 4))
+            else:
+                client.stream(rng)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in indexes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.put(stats.export())
 
 
 def get(args, path):
@@ -208,6 +266,9 @@ def main():
     parser.add_argument("--bad-share", type=float, default=0.0)
     parser.add_argument("--prime", action="store_true",
                         help="send one request alone first and report its TTFT apart (prefix-cache check)")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="client processes the streams are spread over (default: one per 32 streams, "
+                             "at most the number of cores)")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--soak", action="store_true", help="fail on any error, leaked block or memory growth")
     parser.add_argument("--seed", type=int, default=1)
@@ -234,51 +295,38 @@ def main():
     rng_master = random.Random(args.seed)
     prefix = [rng_master.randrange(args.id_range) for _ in range(args.shared_prefix)]
     stats = Stats()
-    client = Client(args, stats, prefix)
-    deadline = time.perf_counter() + args.duration if args.duration else None
-    budget = [args.requests]
-    budget_lock = threading.Lock()
-
-    def take():
-        if deadline is not None:
-            return time.perf_counter() < deadline
-        with budget_lock:
-            if budget[0] <= 0:
-                return False
-            budget[0] -= 1
-            return True
-
-    def worker(index):
-        rng = random.Random(args.seed * 7919 + index)
-        while take():
-            roll = rng.random()
-            if roll < args.bad_share:
-                client.bad_request(rng)
-            elif roll < args.bad_share + args.disconnect_share:
-                client.stream(rng, disconnect_after=rng.randint(1, 4))
-            else:
-                client.stream(rng)
-
     first_ttft = None
     if args.prime:
-        client.stream(random.Random(args.seed))
-        first_ttft = stats.ttft[0] if stats.ttft else None
-        stats.ttft.clear()
-        stats.itl.clear()
-        stats.generated = 0
-        stats.completed = 0
+        primer = Stats()
+        Client(args, primer, prefix).stream(random.Random(args.seed))
+        first_ttft = primer.ttft[0] if primer.ttft else None
+        for kind, count in primer.errors.items():
+            stats.errors[kind] = stats.errors.get(kind, 0) + count
+
+    processes = args.processes or max(1, min(os.cpu_count() or 1, (args.concurrency + 31) // 32))
+    processes = max(1, min(processes, args.concurrency))
+    context = multiprocessing.get_context("fork")
+    budget = context.Value("q", args.requests)  # streams left to start (--requests)
+    results = context.Queue()
     rss_start = None
     started = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.concurrency)]
-    for thread in threads:
-        thread.start()
+    deadline = started + args.duration if args.duration else None
+    workers = [list(range(p, args.concurrency, processes)) for p in range(processes)]
+    children = [context.Process(target=client_process, args=(args, prefix, deadline, budget, indexes, results))
+                for indexes in workers]
+    for child in children:
+        child.start()
     if server and args.soak and args.duration:
         # The baseline after a short warm-up: allocations that grow once (thread stacks,
         # staging buffers) are not a leak.
         time.sleep(min(5.0, args.duration / 4))
         rss_start = rss_kib(server.pid)
-    for thread in threads:
-        thread.join()
+    for _ in children:
+        stats.merge(results.get())
+    for child in children:
+        child.join()
+        if child.exitcode != 0:
+            stats.error(f"client process exited with {child.exitcode}")
     wall = time.perf_counter() - started
 
     # Idle: every sequence ends within a step of its stream ending or being dropped.
@@ -299,6 +347,7 @@ def main():
         "generated_tokens": stats.generated, "generated_tok_per_s": round(stats.generated / wall, 1),
         "ttft_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.ttft).items()},
         "itl_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.itl).items()},
+        "stream_decode_tok_per_s": (round(percentiles(stats.decode_rates)["p50"], 1) if stats.decode_rates else None),
         "disconnects": stats.disconnects, "bad_requests_answered": stats.bad_ok, "errors": stats.errors,
         "kv_blocks_held_when_idle": leaked, "kv_blocks_cached_when_idle": cached,
     }
@@ -314,6 +363,7 @@ def main():
         print(f"  streams        {stats.completed} completed, {stats.disconnects} disconnected on purpose")
         print(f"  TTFT ms        p50 {report['ttft_ms']['p50']}  p90 {report['ttft_ms']['p90']}  p99 {report['ttft_ms']['p99']}")
         print(f"  inter-token ms p50 {report['itl_ms']['p50']}  p90 {report['itl_ms']['p90']}  p99 {report['itl_ms']['p99']}")
+        print(f"  one stream     {report['stream_decode_tok_per_s']} tok/s after its first token (median over streams)")
         if first_ttft is not None:
             print(f"  first request  TTFT {report['first_request_ttft_ms']} ms (sent alone, before the others)")
         print(f"  bad requests   {stats.bad_ok} answered with a 4xx error")

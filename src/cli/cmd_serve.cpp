@@ -29,7 +29,7 @@ struct ServeArgs {
   int port = 8080;
   std::string api_key, api_key_file;
   int max_seqs = 0;          // 0: 256 on a GPU, 16 on the CPU
-  int max_batch_tokens = 0;  // 0: 2048 on a GPU, 512 on the CPU (at least max_seqs)
+  int max_batch_tokens = 0;  // 0: 1024 on a GPU, 512 on the CPU (at least max_seqs)
   double kv_memory_fraction = 0.9;
   int max_queue = 1024;
   std::string served_model_name;
@@ -72,7 +72,7 @@ int run_serve(const ServeArgs& args) {
   const bool gpu = model_args.device != "cpu";
   EngineOptions options = engine_options(model_args);
   options.max_seqs = args.max_seqs > 0 ? args.max_seqs : (gpu ? 256 : 16);
-  options.max_batch_tokens = std::max(args.max_batch_tokens > 0 ? args.max_batch_tokens : (gpu ? 2048 : 512), options.max_seqs);
+  options.max_batch_tokens = std::max(args.max_batch_tokens > 0 ? args.max_batch_tokens : (gpu ? 1024 : 512), options.max_seqs);
   if (args.model.kv_cache_gb == 0) {
     if (gpu) {
       options.kv_memory_fraction = args.kv_memory_fraction;
@@ -165,7 +165,7 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-seqs", args->max_seqs, "sequences per forward pass (default: 256 on a GPU, 16 on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
-                  "tokens per forward pass: decodes plus prefill chunks (default: 2048 on a GPU, 512 on the CPU)")
+                  "tokens per forward pass: decodes plus prefill chunks; smaller keeps inter-token latency low while prompts are prefilled, larger prefills long prompts faster (default: 1024 on a GPU, 512 on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-memory-fraction", args->kv_memory_fraction,
                   "GPU: share of the free device memory for weights, workspace and KV cache when --kv-cache-gb is 0")
