@@ -212,6 +212,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     iteration->parent = outer;
     assign_targets(*iteration, s.targets, s.unpack, items[static_cast<size_t>(i)], s.line);
     Dict loop;
+    loop.entries.reserve(13);  // the attributes below: the vector is not regrown as they go in
     auto put = [&loop](const char* key, Value v) { loop.entries.emplace_back(Value::from_string(key), std::move(v)); };
     put("index", Value::from_int(i + 1));
     put("index0", Value::from_int(i));
