@@ -117,7 +117,7 @@ class Interpreter {
   }
 
   Flow exec_body(const Body& body, std::string& out);
-  Flow exec(const Stmt& s, std::string& out);
+  inline Flow exec(const Stmt& s, std::string& out);  // inline in interpreter.cpp, its one user
   Flow exec_inner(const Stmt& s, std::string& out);
   Flow exec_for(const Stmt& s, std::string& out);
   void exec_set(const Stmt& s);
@@ -125,7 +125,8 @@ class Interpreter {
   void assign_targets(Scope& scope, const std::vector<std::string>& targets, bool unpack, const Value& v,
                       int line);
 
-  Value eval_guarded(const Expr& e);  // eval_inner, library exceptions as template errors
+  // eval_inner, library exceptions as template errors; inline in interpreter.cpp, its one user.
+  inline Value eval_guarded(const Expr& e);
   Value eval_inner(const Expr& e);
   Value eval_compare(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
