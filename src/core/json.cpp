@@ -23,11 +23,26 @@ struct CountingEqual {
   }
 };
 
+// Where an object's entries live: ordered_map is a vector of pairs, used directly (its own
+// insert searches); std::map as it is.
+template <typename Object, bool kOrdered>
+struct EntriesOf {
+  using type = Object;
+};
+template <typename Object>
+struct EntriesOf<Object, true> {
+  using type = typename Object::Container;
+};
+
 // SAX handler building a Json tree (nlohmann::json or ordered_json) with a depth limit and
-// linear-time duplicate-key detection.
+// linear-time duplicate-key detection. Final, so the parser's calls to it are direct.
 template <typename Json>
-class TreeBuilder : public nlohmann::json_sax<Json> {
+class TreeBuilder final : public nlohmann::json_sax<Json> {
   using Base = nlohmann::json_sax<Json>;
+  using Array = typename Json::array_t;
+  using Object = typename Json::object_t;
+  static constexpr bool kOrdered = std::is_same_v<Json, nlohmann::ordered_json>;
+  using Entries = typename EntriesOf<Object, kOrdered>::type;
 
  public:
   TreeBuilder(const JsonParseOptions& options, JsonParseStats& stats) : options_(options), stats_(stats) {}
@@ -35,24 +50,19 @@ class TreeBuilder : public nlohmann::json_sax<Json> {
   Json root;
   std::string error;
 
-  bool null() override { return place(Json(nullptr)); }
-  bool boolean(bool v) override { return place(Json(v)); }
-  bool number_integer(typename Base::number_integer_t v) override { return place(Json(v)); }
-  bool number_unsigned(typename Base::number_unsigned_t v) override { return place(Json(v)); }
-  bool number_float(typename Base::number_float_t v, const typename Base::string_t&) override {
-    return place(Json(v));
-  }
-  bool string(typename Base::string_t& v) override { return place(Json(std::move(v))); }
+  bool null() override { return place(nullptr); }
+  bool boolean(bool v) override { return place(v); }
+  bool number_integer(typename Base::number_integer_t v) override { return place(v); }
+  bool number_unsigned(typename Base::number_unsigned_t v) override { return place(v); }
+  bool number_float(typename Base::number_float_t v, const typename Base::string_t&) override { return place(v); }
+  // Copied, not moved: the lexer's buffer keeps its capacity for the strings that follow.
+  bool string(typename Base::string_t& v) override { return place(static_cast<const typename Base::string_t&>(v)); }
   bool binary(typename Base::binary_t&) override { return fail("unexpected binary value"); }
 
-  bool start_object(std::size_t) override { return open(Json::object()); }
-  bool key(typename Base::string_t& k) override {
-    ++stats_.keys;
-    frames_.back().key = std::move(k);
-    return true;
-  }
+  bool start_object(std::size_t) override { return open(nlohmann::detail::value_t::object); }
+  bool key(typename Base::string_t& k) override;
   bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(Json::array()); }
+  bool start_array(std::size_t) override { return open(nlohmann::detail::value_t::array); }
   bool end_array() override { return close(); }
 
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
@@ -63,9 +73,10 @@ class TreeBuilder : public nlohmann::json_sax<Json> {
  private:
   using Keys = std::unordered_map<std::string, size_t, std::hash<std::string>, CountingEqual>;
   struct Frame {
-    Json* container;
-    std::string key;                  // objects: the key whose value comes next
-    std::unique_ptr<Keys> key_index;  // wide objects: key -> entry index
+    Array* array = nullptr;           // an open array's items
+    Entries* entries = nullptr;       // an open object's entries
+    Json* slot = nullptr;             // objects: where the value of the key just read goes
+    std::unique_ptr<Keys> key_index;  // wide ordered objects: key -> entry index
   };
 
   bool fail(std::string message) {
@@ -73,18 +84,13 @@ class TreeBuilder : public nlohmann::json_sax<Json> {
     return false;
   }
 
-  // Index of `key` among the entries of the ordered object `frame`, or npos.
-  static auto& entries_of(Json& object) {
-    // ordered_map is a vector of pairs; use the vector directly (its own insert searches).
-    return static_cast<typename Json::object_t::Container&>(object.template get_ref<typename Json::object_t&>());
-  }
-
-  size_t find_key(Frame& frame, const std::string& key) {
-    auto& entries = entries_of(*frame.container);
+  // Index of `key` among the entries of the ordered object of `frame`, or npos.
+  size_t find_key(const Frame& frame, const std::string& key) {
     if (frame.key_index) {
       const auto it = frame.key_index->find(key);
       return it == frame.key_index->end() ? std::string::npos : it->second;
     }
+    const Entries& entries = *frame.entries;
     for (size_t i = 0; i < entries.size(); ++i) {
       ++stats_.key_comparisons;
       if (entries[i].first == key) return i;
@@ -92,69 +98,79 @@ class TreeBuilder : public nlohmann::json_sax<Json> {
     return std::string::npos;
   }
 
-  // Stores `value` in the innermost open container (or as the root); returns where it went.
-  Json* store(Json&& value) {
-    if (frames_.empty()) {
-      root = std::move(value);
-      return &root;
-    }
+  // The value's place: the root, the end of the innermost open array, or the slot of the
+  // key just read. Containers stay where they are while they are open.
+  Json* next_slot() {
+    if (frames_.empty()) return &root;
     Frame& frame = frames_.back();
-    Json& parent = *frame.container;
-    if (parent.is_array()) {
-      parent.push_back(std::move(value));
-      return &parent.back();
-    }
-    if constexpr (std::is_same_v<Json, nlohmann::ordered_json>) {
-      auto& entries = entries_of(parent);
-      const size_t existing = find_key(frame, frame.key);
-      if (existing != std::string::npos) {
-        if (refuse_duplicates()) return nullptr;
-        entries[existing].second = std::move(value);  // last wins, first place: Python's dict
-        return &entries[existing].second;
-      }
-      entries.emplace_back(frame.key, std::move(value));  // the vector's: no linear search
-      if (frame.key_index) {
-        frame.key_index->emplace(frame.key, entries.size() - 1);
-      } else if (entries.size() > kLinearKeyScan) {
-        frame.key_index = std::make_unique<Keys>(entries.size() * 2, std::hash<std::string>(),
-                                                 CountingEqual{&stats_.key_comparisons});
-        for (size_t i = 0; i < entries.size(); ++i) frame.key_index->emplace(entries[i].first, i);
-      }
-      return &entries.back().second;
-    } else {
-      auto& entries = parent.template get_ref<typename Json::object_t&>();
-      auto [it, inserted] = entries.try_emplace(frame.key);
-      if (!inserted && refuse_duplicates()) return nullptr;
-      it->second = std::move(value);
-      return &it->second;
-    }
+    if (frame.array != nullptr) return &frame.array->emplace_back();
+    return frame.slot;
+  }
+
+  template <typename T>
+  bool place(T&& value) {
+    *next_slot() = Json(std::forward<T>(value));
+    return true;
   }
 
   bool refuse_duplicates() const { return options_.reject_top_level_duplicate_keys && frames_.size() == 1; }
 
-  bool place(Json&& value) {
-    if (store(std::move(value)) == nullptr) return duplicate();
-    return true;
-  }
-  bool open(Json&& container) {
+  bool open(nlohmann::detail::value_t type) {
     if (static_cast<int>(frames_.size()) >= options_.max_depth) {
       return fail("nested deeper than " + std::to_string(options_.max_depth) + " levels");
     }
-    Json* slot = store(std::move(container));
-    if (slot == nullptr) return duplicate();
-    frames_.push_back(Frame{slot, {}, nullptr});
+    Json* slot = next_slot();
+    *slot = Json(type);
+    Frame frame;
+    if (type == nlohmann::detail::value_t::array) {
+      frame.array = slot->template get_ptr<Array*>();
+    } else {
+      frame.entries = static_cast<Entries*>(slot->template get_ptr<Object*>());
+    }
+    frames_.push_back(std::move(frame));
     return true;
   }
   bool close() {
     frames_.pop_back();
     return true;
   }
-  bool duplicate() { return fail("duplicate key '" + quote_for_message(frames_.back().key) + "'"); }
+  bool duplicate(const std::string& key) { return fail("duplicate key '" + quote_for_message(key) + "'"); }
 
   const JsonParseOptions& options_;
   JsonParseStats& stats_;
-  std::vector<Frame> frames_;  // open containers; pointers stay valid while they are open
+  std::vector<Frame> frames_;  // open containers
 };
+
+// A key names the slot of the value that follows. A key seen before in the same object
+// keeps its first place and takes the last value, as Python's dict does.
+template <typename Json>
+bool TreeBuilder<Json>::key(typename Base::string_t& k) {
+  ++stats_.keys;
+  Frame& frame = frames_.back();
+  Entries& entries = *frame.entries;
+  if constexpr (kOrdered) {
+    const size_t existing = find_key(frame, k);
+    if (existing != std::string::npos) {
+      if (refuse_duplicates()) return duplicate(k);
+      frame.slot = &entries[existing].second;
+      return true;
+    }
+    entries.emplace_back(k, Json());  // the vector's: no linear search
+    if (frame.key_index) {
+      frame.key_index->emplace(k, entries.size() - 1);
+    } else if (entries.size() > kLinearKeyScan) {
+      frame.key_index = std::make_unique<Keys>(entries.size() * 2, std::hash<std::string>(),
+                                               CountingEqual{&stats_.key_comparisons});
+      for (size_t i = 0; i < entries.size(); ++i) frame.key_index->emplace(entries[i].first, i);
+    }
+    frame.slot = &entries.back().second;
+  } else {
+    auto [it, inserted] = entries.try_emplace(k);
+    if (!inserted && refuse_duplicates()) return duplicate(k);
+    frame.slot = &it->second;
+  }
+  return true;
+}
 
 template <typename Json>
 Json parse_with(std::string_view text, const std::string& name, const JsonParseOptions& options,

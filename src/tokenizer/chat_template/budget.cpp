@@ -29,12 +29,12 @@ void Interpreter::start_budget(const std::string& output) {
     }
     pthread_attr_destroy(&attributes);
   }
-  check_stack(1);
+  if (stack_base_ < stack_floor_) deeper_stack(stack_base_, 1);  // a thread whose stack is nearly used
 }
 
 RenderStats Interpreter::stats() const {
   RenderStats stats;
-  stats.steps = steps_;
+  stats.steps = std::min<uint64_t>(limits_.max_steps, INT64_MAX) - static_cast<uint64_t>(steps_left_);
   stats.comparisons = comparison_count() - comparisons_at_start_;
   stats.stack_bytes = stack_base_ - stack_lowest_;
   stats.output_bytes = output_bytes_;
@@ -49,9 +49,8 @@ std::string mebibytes(uint64_t bytes) {
 
 }  // namespace
 
-void Interpreter::check_stack(int line) {
-  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  if (here < stack_lowest_) stack_lowest_ = here;
+void Interpreter::deeper_stack(uintptr_t here, int line) {
+  stack_lowest_ = here;
   if (here < stack_floor_) {
     fail(line, "recursion too deep: the render used " + std::to_string((stack_base_ - here) >> 10) +
                    " KiB of stack (limit max_stack_bytes " + mebibytes(limits_.max_stack_bytes) +
@@ -63,11 +62,9 @@ void Interpreter::fail_steps(int line) const {
   fail(line, "the render takes too long: more than max_steps " + std::to_string(limits_.max_steps) + " steps");
 }
 
-void Interpreter::check_size(uint64_t bytes, int line) const {
-  if (bytes > limits_.max_value_bytes) {
-    fail(line, "a value of " + std::to_string(bytes) + " bytes is larger than max_value_bytes " +
-                   mebibytes(limits_.max_value_bytes));
-  }
+void Interpreter::fail_size(uint64_t bytes, int line) const {
+  fail(line, "a value of " + std::to_string(bytes) + " bytes is larger than max_value_bytes " +
+                 mebibytes(limits_.max_value_bytes));
 }
 
 void Interpreter::check_width(int64_t width, const char* what, int line) const {
@@ -77,43 +74,8 @@ void Interpreter::check_width(int64_t width, const char* what, int line) const {
   }
 }
 
-void Interpreter::emit(std::string& out, std::string_view text, int line) {
-  const uint64_t size = out.size() + text.size();
-  if (&out == output_) {
-    if (size > limits_.max_output_bytes) {
-      fail(line, "the output is larger than max_output_bytes " + mebibytes(limits_.max_output_bytes));
-    }
-    output_bytes_ = size;
-  } else {
-    check_size(size, line);
-  }
-  charge_bytes(text.size(), line);
-  out += text;
-}
-
-namespace {
-
-// Expressions whose value is new (not a variable, an item of one, or a literal): the
-// budget checks their size.
-bool builds_value(ExprKind kind) {
-  switch (kind) {
-    case ExprKind::kLiteral:
-    case ExprKind::kName:
-    case ExprKind::kGetAttr:
-    case ExprKind::kGetItem: return false;
-    default: return true;
-  }
-}
-
-}  // namespace
-
-void Interpreter::account(const Expr& e, const Value& v) {
-  // Strings are copied by value: charge for the copy (or the building) of their text.
-  if (v.kind == Kind::kString) charge_bytes(v.text.size(), e.line);
-  if (builds_value(e.kind)) {
-    check_size(v.bytes, e.line);
-    if (v.kind != Kind::kString) charge_bytes(v.bytes, e.line);
-  }
+void Interpreter::fail_output(int line) const {
+  fail(line, "the output is larger than max_output_bytes " + mebibytes(limits_.max_output_bytes));
 }
 
 }  // namespace qwenrt::chat_template

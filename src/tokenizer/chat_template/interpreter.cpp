@@ -2,6 +2,7 @@
 
 #include "tokenizer/chat_template/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -12,7 +13,10 @@
 namespace qwenrt::chat_template {
 
 Interpreter::Interpreter(const Template& tmpl, std::shared_ptr<Scope> globals, const RenderLimits& limits)
-    : template_(tmpl), scope_(std::move(globals)), limits_(limits) {}
+    : template_(tmpl),
+      scope_(std::move(globals)),
+      limits_(limits),
+      steps_left_(static_cast<int64_t>(std::min<uint64_t>(limits.max_steps, INT64_MAX))) {}
 
 Interpreter::~Interpreter() {
   for (const auto& ns : namespaces_) ns->entries.clear();
@@ -45,16 +49,8 @@ Value Interpreter::lookup(const std::string& name) const {
 
 // ---- statements ----
 
-Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
-  for (const auto& stmt : body) {
-    const Flow flow = exec(*stmt, out);
-    if (flow != Flow::kNormal) return flow;
-  }
-  return Flow::kNormal;
-}
-
-Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
-  check_stack(s.line);
+// Inlined into exec_body, its one caller.
+[[gnu::always_inline]] inline Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
   charge(1, s.line);
   try {
     return exec_inner(s, out);
@@ -63,6 +59,17 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
   } catch (const std::length_error& err) {
     fail(s.line, err.what());
   }
+}
+
+// Every statement that nests runs its body here, so this is where the stack is checked:
+// the body's statements all run from this frame, so one check before the first covers them.
+Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
+  if (!body.empty()) check_stack(body.front()->line);
+  for (const auto& stmt : body) {
+    const Flow flow = exec(*stmt, out);
+    if (flow != Flow::kNormal) return flow;
+  }
+  return Flow::kNormal;
 }
 
 Interpreter::Flow Interpreter::exec_inner(const Stmt& s, std::string& out) {
@@ -205,6 +212,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     iteration->parent = outer;
     assign_targets(*iteration, s.targets, s.unpack, items[static_cast<size_t>(i)], s.line);
     Dict loop;
+    loop.entries.reserve(13);  // the attributes below: the vector is not regrown as they go in
     auto put = [&loop](const char* key, Value v) { loop.entries.emplace_back(Value::from_string(key), std::move(v)); };
     put("index", Value::from_int(i + 1));
     put("index0", Value::from_int(i));
@@ -293,16 +301,9 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Val
 
 // ---- expressions ----
 
-// The stack is checked where recursion is unbounded (statements, calls); an expression's
-// own depth is bounded by the parser.
-Value Interpreter::eval(const Expr& e) {
-  charge(1, e.line);
-  Value v = eval_guarded(e);
-  if (v.bytes >= kBytesPerStep) account(e, v);  // smaller values cost nothing more
-  return v;
-}
-
-Value Interpreter::eval_guarded(const Expr& e) {
+// Inlined into eval, where its result is eval's own (a local inside a try block would be
+// moved to the result, not built there).
+[[gnu::always_inline]] inline Value Interpreter::eval_guarded(const Expr& e) {
   try {
     return eval_inner(e);
   } catch (const std::invalid_argument& err) {
@@ -312,6 +313,15 @@ Value Interpreter::eval_guarded(const Expr& e) {
   } catch (const std::length_error& err) {
     fail(e.line, err.what());
   }
+}
+
+// The stack is checked where recursion is unbounded (statements, calls); an expression's
+// own depth is bounded by the parser.
+Value Interpreter::eval(const Expr& e) {
+  charge(1, e.line);
+  Value v = eval_guarded(e);
+  if (v.bytes >= kBytesPerStep) account(e, v);  // smaller values cost nothing more
+  return v;
 }
 
 CallArgs Interpreter::eval_args(const Expr& e, size_t first_positional) {

@@ -36,15 +36,18 @@ class Interpreter {
   RenderStats stats() const;
 
   // ---- the budget (limits.h); each fails with the limit's name and the line ----
-  // Adds `steps` units of work.
+  // Adds `steps` units of work: the steps left count down, and the render fails when they
+  // are spent (more than max_steps taken).
   void charge(uint64_t steps, int line) {
-    steps_ += steps;
-    if (steps_ > limits_.max_steps) [[unlikely]] fail_steps(line);
+    steps_left_ -= steps > uint64_t{INT64_MAX} ? INT64_MAX : static_cast<int64_t>(steps);
+    if (steps_left_ < 0) [[unlikely]] fail_steps(line);
   }
   // Work for copying or building `bytes` bytes (one step per 16).
   void charge_bytes(uint64_t bytes, int line) { charge(bytes / kBytesPerStep, line); }
   // A value of `bytes` bytes is about to be built.
-  void check_size(uint64_t bytes, int line) const;
+  void check_size(uint64_t bytes, int line) const {
+    if (bytes > limits_.max_value_bytes) [[unlikely]] fail_size(bytes, line);
+  }
   // A width or count given to `what` (a filter).
   void check_width(int64_t width, const char* what, int line) const;
   const RenderLimits& limits() const { return limits_; }
@@ -78,16 +81,43 @@ class Interpreter {
 
   // Notes where the stack and the output begin (budget.cpp).
   void start_budget(const std::string& output);
-  // Fails when the render has used its share of the thread's stack.
-  void check_stack(int line);
+  // Fails when the render has used its share of the thread's stack. The deepest address
+  // seen is never below the floor, so one comparison decides whether there is more to do.
+  void check_stack(int line) {
+    const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    if (here < stack_lowest_) [[unlikely]] deeper_stack(here, line);
+  }
+  // The render reached `here`, below any address seen before: note it, fail below the floor.
+  void deeper_stack(uintptr_t here, int line);
   [[noreturn]] void fail_steps(int line) const;
-  // Charges and size-checks the value `e` produced (values of 16 bytes or more).
-  void account(const Expr& e, const Value& v);
+  [[noreturn]] void fail_size(uint64_t bytes, int line) const;
+  [[noreturn]] void fail_output(int line) const;
+  // Charges and size-checks the value `e` produced (values of 16 bytes or more). Strings
+  // are copied by value: each costs the copy (or the building) of its text. Values that
+  // `e` made anew (not a variable, an item of one, or a literal) are size-checked too.
+  void account(const Expr& e, const Value& v) {
+    if (v.kind == Kind::kString) charge_bytes(v.text.size(), e.line);
+    if (e.kind != ExprKind::kLiteral && e.kind != ExprKind::kName && e.kind != ExprKind::kGetAttr &&
+        e.kind != ExprKind::kGetItem) {
+      check_size(v.bytes, e.line);
+      if (v.kind != Kind::kString) charge_bytes(v.bytes, e.line);
+    }
+  }
   // Appends to the output or to a captured block, within max_output_bytes/max_value_bytes.
-  void emit(std::string& out, std::string_view text, int line);
+  [[gnu::always_inline]] void emit(std::string& out, std::string_view text, int line) {
+    const uint64_t size = out.size() + text.size();
+    if (&out == output_) {
+      if (size > limits_.max_output_bytes) [[unlikely]] fail_output(line);
+      output_bytes_ = size;
+    } else {
+      check_size(size, line);
+    }
+    charge_bytes(text.size(), line);
+    out += text;
+  }
 
   Flow exec_body(const Body& body, std::string& out);
-  Flow exec(const Stmt& s, std::string& out);
+  inline Flow exec(const Stmt& s, std::string& out);  // inline in interpreter.cpp, its one user
   Flow exec_inner(const Stmt& s, std::string& out);
   Flow exec_for(const Stmt& s, std::string& out);
   void exec_set(const Stmt& s);
@@ -95,7 +125,8 @@ class Interpreter {
   void assign_targets(Scope& scope, const std::vector<std::string>& targets, bool unpack, const Value& v,
                       int line);
 
-  Value eval_guarded(const Expr& e);  // eval_inner, library exceptions as template errors
+  // eval_inner, library exceptions as template errors; inline in interpreter.cpp, its one user.
+  inline Value eval_guarded(const Expr& e);
   Value eval_inner(const Expr& e);
   Value eval_compare(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
@@ -108,7 +139,8 @@ class Interpreter {
   const Template& template_;
   std::shared_ptr<Scope> scope_;
   const RenderLimits limits_;
-  uint64_t steps_ = 0;
+  // max_steps (at most INT64_MAX) less the steps taken; below zero the render has failed.
+  int64_t steps_left_;
   uint64_t comparisons_at_start_ = 0;
   const std::string* output_ = nullptr;  // the render's output (not a captured block) while it runs
   uint64_t output_bytes_ = 0;

@@ -57,13 +57,33 @@ Dict::Dict(Dict&&) noexcept = default;
 Dict& Dict::operator=(Dict&&) noexcept = default;
 Dict::~Dict() = default;
 
-size_t Dict::find_index(const Value& key) const {
-  if (entries.size() <= kLinearDictSize || !is_hashable(key)) {
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (equals(entries[i].first, key)) return i;
+namespace {
+
+// The index of `key` in `entries` by a linear search, entries.size() when absent. A string
+// key (attribute names, JSON keys: the usual case) is compared by text, as equals() does.
+size_t find_linear(const std::vector<std::pair<Value, Value>>& entries, const Value& key) {
+  const size_t n = entries.size();
+  if (key.kind == Kind::kString) {
+    for (size_t i = 0; i < n; ++i) {
+      const Value& k = entries[i].first;
+      if (k.kind == Kind::kString && k.text == key.text) {
+        comparisons += i + 1;
+        return i;
+      }
     }
-    return entries.size();
+    comparisons += n;
+    return n;
   }
+  for (size_t i = 0; i < n; ++i) {
+    if (equals(entries[i].first, key)) return i;
+  }
+  return n;
+}
+
+}  // namespace
+
+size_t Dict::find_index(const Value& key) const {
+  if (entries.size() <= kLinearDictSize || !is_hashable(key)) return find_linear(entries, key);
   if (!index_ || index_->covered > entries.size()) index_ = std::make_unique<Index>();  // new, or entries cleared
   for (size_t& i = index_->covered; i < entries.size(); ++i) {
     // Unhashable keys cannot be in a Python dict; template code never makes them.
@@ -77,12 +97,12 @@ size_t Dict::find_index(const Value& key) const {
 }
 
 const Value* Dict::find(const Value& key) const {
-  const size_t i = find_index(key);
+  const size_t i = entries.size() <= kLinearDictSize ? find_linear(entries, key) : find_index(key);
   return i < entries.size() ? &entries[i].second : nullptr;
 }
 
 Value* Dict::find(const Value& key) {
-  const size_t i = find_index(key);
+  const size_t i = entries.size() <= kLinearDictSize ? find_linear(entries, key) : find_index(key);
   return i < entries.size() ? &entries[i].second : nullptr;
 }
 
