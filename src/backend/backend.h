@@ -255,6 +255,14 @@ class Backend {
   virtual void qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                                 const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
                                 const KvGeometry& geometry, KvLayer cache) = 0;
+  // The same reading q, k and v from one q|k|v product (qkv [n_tokens, (n_heads +
+  // 2 n_kv_heads)·head_dim], each row q, k and v back to back) and writing the rotated q
+  // to q_out [n_tokens, n_heads·head_dim]; k and v go to the cache only. Backends without
+  // it say so in fuses_qkv_epilogue(), which callers ask before making the fused product.
+  virtual bool fuses_qkv_epilogue() const;
+  virtual void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                                      const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,
+                                      const KvGeometry& geometry, KvLayer cache);
   // Causal grouped-query attention of each new token over its sequence's cached keys
   // (positions 0..its own), reading the paged cache through the block tables.
   // q, out [n_tokens, n_heads*head_dim].

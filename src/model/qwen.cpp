@@ -274,6 +274,11 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   attention.head_dim = config_.head_dim;
   attention.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
 
+  // Several rows read q|k|v as one product where the backend's epilogue takes it whole and
+  // the gate buffer holds it.
+  const bool fuse_qkv_rows = n > 1 && backend_.fuses_qkv_epilogue() &&
+                             config_.q_dim() + 2 * config_.kv_dim() <= int64_t{config_.intermediate_size};
+  Tensor qkv_rows;
   backend_.embed(batch, weights_.embed_tokens, x);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
@@ -293,6 +298,12 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       q = Tensor{base, qkv.dtype, 1, config_.q_dim()};
       k = Tensor{base + config_.q_dim() * elem, qkv.dtype, 1, config_.kv_dim()};
       v = Tensor{base + (config_.q_dim() + config_.kv_dim()) * elem, qkv.dtype, 1, config_.kv_dim()};
+    } else if (fused.qkv.data != nullptr && fuse_qkv_rows) {
+      // Several rows: one q|k|v product into the gate buffer (free until the MLP), whose
+      // rows the epilogue reads as they are, writing q apart.
+      qkv_rows = Tensor{ws_.gate.data, ws_.gate.dtype, n, fused.qkv.rows};
+      backend_.matmul(h, fused.qkv, qkv_rows);
+      q = ws_.q.row_slice(0, n);
     } else {
       q = ws_.q.row_slice(0, n);
       k = ws_.k.row_slice(0, n);
@@ -305,7 +316,12 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
                          static_cast<const float*>(rope_storage_.data()), rope_scaling_,
                          config_.use_logn_attn ? config_.seq_length : 0};
     attention.sliding_window = config_.layer_sliding_window[layer];
-    backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
+    if (qkv_rows.data != nullptr) {
+      backend_.qkv_fused_rope_kvwrite(batch, attention, epilogue, qkv_rows, q, kv_geometry_, kv_layers_[layer]);
+      qkv_rows = Tensor{};
+    } else {
+      backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
+    }
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
     backend_.matmul(attn, w.o_proj, o);
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);

@@ -390,6 +390,38 @@ TEST_P(CudaOps, QkvRopeKvwrite) {
     for (size_t slot = 0; slot < written.size(); ++slot)
       if (!written[slot] && !std::isnan(kc[slot * kv_cols])) ++touched;
     EXPECT_EQ(touched, 0u) << "slots written that no token maps to, " << what;
+
+    // The same from one q|k|v product row per token: q written apart, k/v to the cache only.
+    ASSERT_TRUE(gpu().fuses_qkv_epilogue());
+    const int qkv_cols = q_cols + 2 * kv_cols;
+    std::vector<float> qkv(static_cast<size_t>(n) * qkv_cols);
+    for (int t = 0; t < n; ++t) {
+      float* row = &qkv[static_cast<size_t>(t) * qkv_cols];
+      std::copy_n(&q[static_cast<size_t>(t) * q_cols], q_cols, row);
+      std::copy_n(&k[static_cast<size_t>(t) * kv_cols], kv_cols, row + q_cols);
+      std::copy_n(&v[static_cast<size_t>(t) * kv_cols], kv_cols, row + q_cols + kv_cols);
+    }
+    auto dqkv = DeviceTensor::from(gpu(), dtype(), n, qkv_cols, qkv);
+    auto q_out = DeviceTensor::poisoned(gpu(), dtype(), n, q_cols);
+    auto k_cache2 = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+    auto v_cache2 = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+    gpu().qkv_fused_rope_kvwrite(batch, attn, epi, dqkv.t, q_out.t, geo, KvLayer{k_cache2.t.data, v_cache2.t.data});
+    expect_close(download(gpu(), q_out.t), q_ref, tol.rel_norm, tol.rel_elem, 1e-2, "fused q " + what);
+    const auto kc2 = download(gpu(), k_cache2.t);
+    const auto vc2 = download(gpu(), v_cache2.t);
+    std::vector<float> k_at2, v_at2;
+    for (int t = 0; t < n; ++t)
+      for (int c = 0; c < kv_cols; ++c) {
+        k_at2.push_back(kc2[static_cast<size_t>(pb.slots[t]) * kv_cols + c]);
+        v_at2.push_back(vc2[static_cast<size_t>(pb.slots[t]) * kv_cols + c]);
+      }
+    expect_close(k_at2, k_want, tol.rel_norm, tol.rel_elem, 1e-2, "fused k cache " + what);
+    expect_close(v_at2, v_want, tol.rel_norm, tol.rel_elem, 1e-2, "fused v cache " + what);
+    const auto qkv_after = download(gpu(), dqkv.t);
+    size_t changed = 0;
+    for (size_t i = 0; i < qkv.size(); ++i)
+      if (qkv_after[i] != qkv[i]) ++changed;
+    EXPECT_EQ(changed, 0u) << "the fused product was written to, " << what;
   }
 }
 

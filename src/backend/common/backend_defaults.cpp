@@ -37,6 +37,13 @@ std::unique_ptr<RecordedOps> Backend::end_recording() { return nullptr; }
 
 bool Backend::matmul_silu_mul(const Tensor&, const Tensor&, Tensor) { return false; }
 
+bool Backend::fuses_qkv_epilogue() const { return false; }
+
+void Backend::qkv_fused_rope_kvwrite(const BatchView&, const AttentionParams&, const QkvEpilogue&, const Tensor&,
+                                     Tensor, const KvGeometry&, KvLayer) {
+  throw Error(ErrorCategory::kUnsupported, "qkv_fused_rope_kvwrite: this backend reads q, k and v separately");
+}
+
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 
 }  // namespace qwenrt

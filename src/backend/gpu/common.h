@@ -109,6 +109,11 @@ void launch_add_rmsnorm(Tensor residual, const Tensor& delta, const Tensor& weig
 void launch_qkv_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                              const QkvEpilogue& epilogue, Tensor q, Tensor k, Tensor v,
                              const KvGeometry& geometry, KvLayer cache, Stream stream);
+// The same reading q, k and v from one q|k|v product [n_tokens, q_dim + 2 kv_dim]; the
+// rotated q goes to q_out [n_tokens, q_dim], k and v to the cache only.
+void launch_qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
+                                   const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,
+                                   const KvGeometry& geometry, KvLayer cache, Stream stream);
 
 // attention_prefill.cu: any batch (prompt chunks, decode tokens, mixed). Returns false
 // when its tiles need more than `max_shared_bytes` of shared memory per block (the caller

@@ -336,6 +336,13 @@ class CudaBackend final : public Backend {
     launch_qkv_rope_kvwrite(batch, attn, epilogue, q, k, v, geometry, cache, stream_);
   }
 
+  bool fuses_qkv_epilogue() const override { return true; }
+
+  void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn, const QkvEpilogue& epilogue,
+                              const Tensor& qkv, Tensor q_out, const KvGeometry& geometry, KvLayer cache) override {
+    launch_qkv_fused_rope_kvwrite(batch, attn, epilogue, qkv, q_out, geometry, cache, stream_);
+  }
+
   void attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
                  const KvGeometry& geometry, KvLayer cache, Tensor out) override {
     QWENRT_CHECK(attn.n_kv_heads > 0 && attn.n_heads % attn.n_kv_heads == 0 &&
