@@ -73,6 +73,7 @@ struct Case {
   SamplingParams params;
   int vocab;
   float logit_scale;
+  bool normal = false;  // N(0, logit_scale) instead of uniform in ±logit_scale
 };
 
 TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
@@ -100,9 +101,21 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
   cases.push_back({"vocab_top_p", make(1.f, 0, 0.95f, 0.f, 1.f, 0.f, 0.f), 151936, 3.f});
   cases.push_back({"top_k_1024", make(1.f, 1024, 0.97f, 0.f, 1.f, 0.f, 0.f), 5000, 1.f});
   cases.push_back({"top_k_above_compact", make(1.f, 1500, 1.f, 0.01f, 1.f, 0.f, 0.f), 5000, 1.f});
+  // Normally distributed logits over a real vocabulary: the top_k candidates sit in the thin
+  // upper tail, so the device-wide histogram finds them (uniform logits put thousands in the
+  // top buckets and take the count select instead, as do the all-equal rows).
+  cases.push_back({"vocab_normal", make(0.7f, 20, 0.8f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_k1", make(0.7f, 1, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_k1000", make(1.f, 1000, 0.95f, 0.01f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_penalties", make(0.9f, 40, 0.9f, 0.f, 1.2f, 0.3f, 0.1f), 151936, 2.f, true});
+  cases.push_back({"vocab_ties", make(1.f, 20, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 0.f});
   for (const Case& c : cases) {
     const int rows = c.vocab > 100000 ? 2 : 8;
     auto logits = random_values(rng_, static_cast<size_t>(rows) * c.vocab, c.logit_scale, DType::kF32);
+    if (c.normal) {
+      std::normal_distribution<float> normal(0.f, c.logit_scale);
+      for (float& l : logits) l = normal(rng_);
+    }
     // Quantised logits create ties in l: the order must still be by index.
     for (size_t i = 0; i < logits.size(); i += 3) logits[i] = std::round(logits[i] * 4.f) / 4.f;
     auto d = DeviceTensor::from(gpu(), DType::kF32, rows, c.vocab, logits);

@@ -150,7 +150,11 @@ struct SamplingWorkspace {
   int32_t* status = nullptr;    // [1] device flag: row + 1 of a non-finite logit, else 0
   size_t rows = 0;              // capacity in rows
   size_t vocab = 0;             // capacity in columns
+  int32_t* histogram = nullptr;  // [histogram_rows, buckets] counts of the top_k path
+  size_t histogram_rows = 0;
 };
+// Bytes of SamplingWorkspace::histogram for `rows` rows.
+size_t sampling_histogram_bytes(size_t rows);
 // Samples out_ids[n] from logits [n, vocab]; leaves the non-finite flag in ws.status.
 void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                    const int32_t* history, const int32_t* history_lens, int history_stride,

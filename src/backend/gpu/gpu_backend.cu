@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
 
   size_t workspace_bytes() const override {
     return cublas_workspace_.bytes() + attention_workspace_.bytes() + status_buffer_.bytes() +
-           penalty_logits_.bytes() + penalty_counts_.bytes();
+           penalty_logits_.bytes() + penalty_counts_.bytes() + sampling_histogram_.bytes();
   }
 
   DeviceMemoryInfo memory_info() const override {
@@ -413,7 +413,16 @@ class CudaBackend final : public Backend {
  private:
   SamplingWorkspace sampling_workspace(const Tensor& logits, bool penalise) {
     if (penalise) reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
+    const auto rows = static_cast<size_t>(logits.rows);
+    if (rows > histogram_rows_) {
+      synchronize();
+      sampling_histogram_.reset();
+      sampling_histogram_ = allocate(sampling_histogram_bytes(rows), "sampling histogram");
+      histogram_rows_ = rows;
+    }
     SamplingWorkspace ws;
+    ws.histogram = static_cast<int32_t*>(sampling_histogram_.data());
+    ws.histogram_rows = histogram_rows_;
     ws.logits = static_cast<float*>(penalty_logits_.data());
     ws.counts = static_cast<int32_t*>(penalty_counts_.data());
     ws.status = static_cast<int32_t*>(status_buffer_.data());
@@ -508,6 +517,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer penalty_counts_;
   size_t penalty_rows_ = 0;
   size_t penalty_vocab_ = 0;
+  DeviceBuffer sampling_histogram_;
+  size_t histogram_rows_ = 0;
   int32_t* status_host_ = nullptr;  // pinned
   std::unique_ptr<Matmul> matmul_;
 };

@@ -6,8 +6,12 @@
 // first candidate where a running count or probability mass crosses a target, 8 key
 // bits per pass with per-warp shared-memory histograms. Bound: ~7 passes over the fp32
 // row (L2-resident) per cut; greedy is one pass. With top_k <= kCompactMax (the usual
-// configurations) only the count select runs over the row; the kept candidates are then
-// sorted in shared memory and finished in the CPU sampler's exact double arithmetic.
+// configurations) the kept candidates are sorted in shared memory and finished in the CPU
+// sampler's exact double arithmetic. They are found without the count select where they
+// can be: a first kernel spread over the whole device counts each row's logits in 4,096
+// buckets of their key's top 12 bits; the row's block then gathers every logit in the
+// buckets up to the one where the count reaches top_k (a superset of the top_k, ordered by
+// the sort), and falls back to the count select when that is more than kGatherMax.
 // Non-finite logits raise a flag. Each row's parameters and random key come either from one
 // set for every row (sample) or from a per-row array in device memory (sample_rows).
 #include <cfloat>
@@ -23,8 +27,16 @@ constexpr int kSampleWarps = kSampleThreads / gpu::kWarpSize;
 constexpr int kBuckets = 256;
 constexpr int kCacheSlots = 4;
 constexpr int kCompactMax = 1024;  // top_k up to this takes the exact sorted path
+constexpr int kHistBits = 12;      // key bits the device-wide histogram counts by
+constexpr int kHistBuckets = 1 << kHistBits;
+constexpr int kHistSlice = 4096;   // logits per histogram block
+constexpr int kHistThreads = 256;
+constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at most
+static_assert(kHistBuckets == 4 * kSampleThreads, "the bucket scan gives each thread four buckets");
 static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
               "the probabilities reuse the histogram memory");
+static_assert((kGatherMax * sizeof(uint64_t) + kCompactMax * sizeof(double)) <= sizeof(float) * kSampleWarps * kBuckets,
+              "the gathered keys and their probabilities reuse the histogram memory");
 
 // Maps a float to 32 bits whose ascending order is the float's descending order.
 __device__ __forceinline__ uint32_t descending_bits(float value) {
@@ -72,6 +84,16 @@ __device__ __forceinline__ float key_logit(uint64_t key) {
   const uint32_t ascending = ~static_cast<uint32_t>(key >> 32);
   const uint32_t bits = (ascending & 0x80000000u) ? (ascending & 0x7fffffffu) : ~ascending;
   return __uint_as_float(bits);
+}
+
+// The histogram bucket of a logit: its key's top bits (ascending bucket = descending logit).
+__device__ __forceinline__ int hist_bucket(float x) {
+  return static_cast<int>(descending_bits(x) >> (32 - kHistBits));
+}
+
+// Whether a row's draw can take the histogram path (the same test in both kernels).
+__device__ __forceinline__ bool histogram_path(const SamplingParams& params, int vocab) {
+  return params.temperature > 0.f && params.top_k > 0 && params.top_k < vocab && params.top_k <= kCompactMax;
 }
 
 __device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
@@ -241,29 +263,12 @@ __global__ void penalty_kernel(const float* __restrict__ logits, float* __restri
   }
 }
 
-// The ≤ kCompactMax kept candidates of a top_k draw, sorted in shared memory, then the CPU
-// sampler's arithmetic: probabilities exp(l·(1/T) − top) in double, normalised, top_p and
-// min_p cuts, renormalised, first cumulative > u.
-__device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
-                               uint64_t position, uint64_t stream, int row, SelectSmem& sm,
-                               int32_t* out_ids) {
-  __shared__ uint64_t keys[kCompactMax];
-  __shared__ int count;
-  if (threadIdx.x == 0) count = 0;
-  for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) keys[i] = ~0ull;
-  __syncthreads();
-  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
-    const uint64_t key = candidate_key(view.x[i], i);
-    if (key <= view.limit) {
-      const int slot = atomicAdd(&count, 1);
-      if (slot < kCompactMax) keys[slot] = key;
-    }
-  }
-  __syncthreads();
-  // Bitonic sort, ascending key = logit descending, index ascending.
-  for (int k = 2; k <= kCompactMax; k <<= 1) {
+// Sorts keys[0, n) ascending (logit descending, index ascending) in shared memory; n is a
+// power of two, slots past the candidates hold ~0. Called by the whole block.
+__device__ void sort_keys(uint64_t* keys, int n) {
+  for (int k = 2; k <= n; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int partner = i ^ j;
         if (partner > i) {
           const uint64_t a = keys[i], b = keys[partner];
@@ -276,9 +281,14 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
       __syncthreads();
     }
   }
-  keep = min(keep, count);
-  // The selection histograms are done with: their memory holds the probabilities.
-  double* probs = reinterpret_cast<double*>(&sm.hist[0][0]);
+}
+
+// The draw from `keep` sorted candidates (keys[0] the row's largest logit), in the CPU
+// sampler's arithmetic: probabilities exp(l·(1/T) − top) in double, normalised, top_p and
+// min_p cuts, renormalised, first cumulative > u. `probs` holds `keep` doubles of shared
+// memory. Called by the whole block; thread 0 writes out_ids[row].
+__device__ void finish_sorted(const uint64_t* keys, int keep, const SamplingParams& params, uint64_t position,
+                              uint64_t stream, int row, double* probs, int32_t* out_ids) {
   const double inv_temperature = 1.0 / static_cast<double>(params.temperature);
   const double top = __dmul_rn(static_cast<double>(key_logit(keys[0])), inv_temperature);
   for (int i = threadIdx.x; i < keep; i += blockDim.x)
@@ -319,10 +329,126 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
   out_ids[row] = static_cast<int32_t>(keys[pick] & 0xffffffffu);
 }
 
+// The ≤ kCompactMax kept candidates of a top_k draw (key <= view.limit), gathered, sorted
+// in shared memory and finished exactly.
+__device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
+                               uint64_t position, uint64_t stream, int row, SelectSmem& sm,
+                               int32_t* out_ids) {
+  __shared__ uint64_t keys[kCompactMax];
+  __shared__ int count;
+  if (threadIdx.x == 0) count = 0;
+  for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) keys[i] = ~0ull;
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const uint64_t key = candidate_key(view.x[i], i);
+    if (key <= view.limit) {
+      const int slot = atomicAdd(&count, 1);
+      if (slot < kCompactMax) keys[slot] = key;
+    }
+  }
+  __syncthreads();
+  sort_keys(keys, kCompactMax);
+  keep = min(keep, count);
+  // The selection histograms are done with: their memory holds the probabilities.
+  finish_sorted(keys, keep, params, position, stream, row, reinterpret_cast<double*>(&sm.hist[0][0]), out_ids);
+}
+
+// Counts each row's logits per histogram bucket (rows that take the histogram path only).
+// Grid: (slices of kHistSlice logits, rows); hist [rows, kHistBuckets], zero on entry.
+__global__ void __launch_bounds__(kHistThreads)
+    key_histogram_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
+                         SamplingParams uniform, int32_t* __restrict__ hist) {
+  __shared__ int local[kHistBuckets];
+  const int row = blockIdx.y;
+  if (!histogram_path(row_key(rows, uniform, 0, row).params, vocab)) return;  // uniform over the block
+  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const int begin = blockIdx.x * kHistSlice;
+  const int end = min(vocab, begin + kHistSlice);
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) atomicAdd(&local[hist_bucket(x[i])], 1);
+  __syncthreads();
+  int32_t* out = hist + static_cast<int64_t>(row) * kHistBuckets;
+  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x)
+    if (local[b] != 0) atomicAdd(&out[b], local[b]);
+}
+
+// The histogram path of a top_k draw: the bucket where the row's count reaches top_k, every
+// logit in it and the buckets before gathered, sorted, the first top_k finished exactly.
+// False (the caller takes the count select) when they are more than kGatherMax. Called by
+// the whole block of kSampleThreads.
+__device__ bool sample_from_histogram(const RowView& view, const SamplingParams& params, uint64_t position,
+                                      uint64_t stream, int row, const int32_t* row_hist, SelectSmem& sm,
+                                      int32_t* out_ids) {
+  __shared__ int warp_total_s[kSampleWarps];
+  __shared__ int crossing_s;
+  __shared__ int through_s;  // logits in the buckets up to and including the crossing one
+  __shared__ int gathered_s;
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int top_k = params.top_k;
+  // Each thread's four buckets, their sum, and an inclusive scan of the sums.
+  int counts[4];
+  int local = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    counts[j] = row_hist[threadIdx.x * 4 + j];
+    local += counts[j];
+  }
+  int inclusive = local;
+#pragma unroll
+  for (int offset = 1; offset < gpu::kWarpSize; offset *= 2) {
+    const int other = gpu::shfl(inclusive, lane >= offset ? lane - offset : lane);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == gpu::kWarpSize - 1) warp_total_s[warp] = inclusive;
+  if (threadIdx.x == 0) {
+    crossing_s = -1;
+    gathered_s = 0;
+  }
+  __syncthreads();
+  int warps_before = 0;
+  for (int w = 0; w < warp; ++w) warps_before += warp_total_s[w];
+  int before = warps_before + inclusive - local;
+  if (before < top_k && before + local >= top_k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (before < top_k && before + counts[j] >= top_k) {
+        crossing_s = threadIdx.x * 4 + j;
+        through_s = before + counts[j];
+      }
+      before += counts[j];
+    }
+  }
+  __syncthreads();
+  if (crossing_s < 0 || through_s > kGatherMax) return false;  // uniform over the block
+  const int crossing = crossing_s;
+  const int through = through_s;
+  int n_sort = 2;
+  while (n_sort < through) n_sort *= 2;
+  // The histograms of the count select are not used on this path: their memory holds the
+  // gathered keys, then (after them) the probabilities.
+  uint64_t* keys = reinterpret_cast<uint64_t*>(&sm.hist[0][0]);
+  double* probs = reinterpret_cast<double*>(keys + kGatherMax);
+  for (int i = threadIdx.x; i < n_sort; i += blockDim.x) keys[i] = ~0ull;
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const float x = view.x[i];
+    if (hist_bucket(x) <= crossing) {
+      const int slot = atomicAdd(&gathered_s, 1);
+      if (slot < kGatherMax) keys[slot] = candidate_key(x, i);
+    }
+  }
+  __syncthreads();
+  sort_keys(keys, n_sort);
+  finish_sorted(keys, min(top_k, through), params, position, stream, row, probs, out_ids);
+  return true;
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
-                  SamplingParams uniform, uint64_t step, int32_t* __restrict__ out_ids,
-                  int32_t* __restrict__ status) {
+                  SamplingParams uniform, uint64_t step, const int32_t* __restrict__ hist,
+                  int32_t* __restrict__ out_ids, int32_t* __restrict__ status) {
   __shared__ SelectSmem sm;
   __shared__ float best_value_s[kSampleWarps];
   __shared__ int best_index_s[kSampleWarps];
@@ -380,6 +506,11 @@ __global__ void __launch_bounds__(kSampleThreads)
   RowView view{x, vocab, params.temperature, best, 0.f, ~0ull};
   uint64_t key = 0;
 
+  if (hist != nullptr && histogram_path(params, vocab) &&
+      sample_from_histogram(view, params, key_of_row.position, key_of_row.stream, row,
+                            hist + static_cast<int64_t>(row) * kHistBuckets, sm, out_ids)) {
+    return;
+  }
   // top_k: the k-th candidate bounds the kept prefix.
   if (params.top_k > 0 && params.top_k < vocab) {
     if (select_crossing(view, false, false, static_cast<float>(params.top_k), index_bits, sm, &key))
@@ -429,6 +560,8 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 }  // namespace
 
+size_t sampling_histogram_bytes(size_t rows) { return rows * kHistBuckets * sizeof(int32_t); }
+
 namespace {
 
 // rows == nullptr: every row uses `uniform` with the key (step, row).
@@ -452,8 +585,23 @@ void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const Sa
     QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes());
     source = ws.logits;
   }
+  // The histogram for top_k draws: for `sample` only when its one parameter set takes the
+  // path; per-row parameters are known on the device only, so there it always runs (rows
+  // that do not take the path return at once).
+  int32_t* hist = nullptr;
+  const bool may_use_histogram =
+      rows != nullptr || (uniform.temperature > 0.f && uniform.top_k > 0 && uniform.top_k < vocab &&
+                          uniform.top_k <= kCompactMax);
+  if (may_use_histogram && ws.histogram != nullptr && ws.histogram_rows >= static_cast<size_t>(n_rows)) {
+    hist = ws.histogram;
+    QWENRT_CUDA_CALL(cudaMemsetAsync(hist, 0, static_cast<size_t>(n_rows) * kHistBuckets * sizeof(int32_t), stream),
+                     "sample", sizes());
+    const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(n_rows));
+    key_histogram_kernel<<<grid, kHistThreads, 0, stream>>>(source, vocab, rows, uniform, hist);
+    QWENRT_CUDA_LAUNCHED("sample (histogram)", sizes());
+  }
   sample_kernel<<<static_cast<unsigned>(n_rows), kSampleThreads, 0, stream>>>(
-      source, vocab, rows, uniform, step, out_ids, ws.status);
+      source, vocab, rows, uniform, step, hist, out_ids, ws.status);
   QWENRT_CUDA_LAUNCHED("sample", sizes());
 }
 
