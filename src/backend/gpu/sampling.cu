@@ -35,8 +35,9 @@ constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at mos
 static_assert(kHistBuckets == 4 * kSampleThreads, "the bucket scan gives each thread four buckets");
 static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
               "the probabilities reuse the histogram memory");
-static_assert((kGatherMax * sizeof(uint64_t) + kCompactMax * sizeof(double)) <= sizeof(float) * kSampleWarps * kBuckets,
-              "the gathered keys and their probabilities reuse the histogram memory");
+static_assert(kGatherMax * sizeof(uint64_t) <= sizeof(float) * kSampleWarps * kBuckets,
+              "the gathered keys reuse the histogram memory");
+static_assert(sizeof(double) == sizeof(uint64_t), "probabilities and keys share slots");
 
 // Maps a float to 32 bits whose ascending order is the float's descending order.
 __device__ __forceinline__ uint32_t descending_bits(float value) {
@@ -331,10 +332,10 @@ __device__ void finish_sorted(const uint64_t* keys, int keep, const SamplingPara
 
 // The ≤ kCompactMax kept candidates of a top_k draw (key <= view.limit), gathered, sorted
 // in shared memory and finished exactly.
+// `keys` is the block's kCompactMax slots of shared memory.
 __device__ void sample_compact(const RowView& view, int keep, const SamplingParams& params,
                                uint64_t position, uint64_t stream, int row, SelectSmem& sm,
-                               int32_t* out_ids) {
-  __shared__ uint64_t keys[kCompactMax];
+                               uint64_t* keys, int32_t* out_ids) {
   __shared__ int count;
   if (threadIdx.x == 0) count = 0;
   for (int i = threadIdx.x; i < kCompactMax; i += blockDim.x) keys[i] = ~0ull;
@@ -376,10 +377,11 @@ __global__ void __launch_bounds__(kHistThreads)
 // The histogram path of a top_k draw: the bucket where the row's count reaches top_k, every
 // logit in it and the buckets before gathered, sorted, the first top_k finished exactly.
 // False (the caller takes the count select) when they are more than kGatherMax. Called by
-// the whole block of kSampleThreads.
+// the whole block of kSampleThreads; `spare` is the block's kCompactMax slots of shared
+// memory (the probabilities).
 __device__ bool sample_from_histogram(const RowView& view, const SamplingParams& params, uint64_t position,
                                       uint64_t stream, int row, const int32_t* row_hist, SelectSmem& sm,
-                                      int32_t* out_ids) {
+                                      uint64_t* spare, int32_t* out_ids) {
   __shared__ int warp_total_s[kSampleWarps];
   __shared__ int crossing_s;
   __shared__ int through_s;  // logits in the buckets up to and including the crossing one
@@ -427,9 +429,9 @@ __device__ bool sample_from_histogram(const RowView& view, const SamplingParams&
   int n_sort = 2;
   while (n_sort < through) n_sort *= 2;
   // The histograms of the count select are not used on this path: their memory holds the
-  // gathered keys, then (after them) the probabilities.
+  // gathered keys.
   uint64_t* keys = reinterpret_cast<uint64_t*>(&sm.hist[0][0]);
-  double* probs = reinterpret_cast<double*>(keys + kGatherMax);
+  double* probs = reinterpret_cast<double*>(spare);
   for (int i = threadIdx.x; i < n_sort; i += blockDim.x) keys[i] = ~0ull;
   __syncthreads();
   for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
@@ -450,6 +452,7 @@ __global__ void __launch_bounds__(kSampleThreads)
                   SamplingParams uniform, uint64_t step, const int32_t* __restrict__ hist,
                   int32_t* __restrict__ out_ids, int32_t* __restrict__ status) {
   __shared__ SelectSmem sm;
+  __shared__ uint64_t spare[kCompactMax];  // sorted candidates, or the histogram path's probabilities
   __shared__ float best_value_s[kSampleWarps];
   __shared__ int best_index_s[kSampleWarps];
   __shared__ float sum_s[kSampleWarps];
@@ -508,7 +511,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   if (hist != nullptr && histogram_path(params, vocab) &&
       sample_from_histogram(view, params, key_of_row.position, key_of_row.stream, row,
-                            hist + static_cast<int64_t>(row) * kHistBuckets, sm, out_ids)) {
+                            hist + static_cast<int64_t>(row) * kHistBuckets, sm, spare, out_ids)) {
     return;
   }
   // top_k: the k-th candidate bounds the kept prefix.
@@ -520,7 +523,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     // Few candidates: gather them, sort them, and finish exactly as the CPU sampler does
     // (double precision, same summation order), so same-seed draws are identical.
     sample_compact(view, min(params.top_k, vocab), params, key_of_row.position, key_of_row.stream,
-                   row, sm, out_ids);
+                   row, sm, spare, out_ids);
     return;
   }
   // top_p: smallest prefix whose probability (over the top_k prefix) reaches top_p.
