@@ -25,6 +25,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import queue
 import random
 import re
 import subprocess
@@ -212,12 +213,16 @@ def client_process(args, prefix, deadline, budget, indexes, results):
             else:
                 client.stream(rng)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in indexes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    results.put(stats.export())
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in indexes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException as error:  # the parent waits for this process's report: always send one
+        stats.error(f"client process: {type(error).__name__}")
+    finally:
+        results.put(stats.export())
 
 
 def get(args, path):
@@ -321,8 +326,17 @@ def main():
         # staging buffers) are not a leak.
         time.sleep(min(5.0, args.duration / 4))
         rss_start = rss_kib(server.pid)
-    for _ in children:
-        stats.merge(results.get())
+    # One report per child; a child that died without sending one (killed) is an error,
+    # not a wait forever.
+    reports = 0
+    while reports < len(children):
+        try:
+            stats.merge(results.get(timeout=1.0))
+            reports += 1
+        except queue.Empty:
+            if not any(child.is_alive() for child in children) and results.empty():
+                stats.error(f"{len(children) - reports} client process(es) ended without a report")
+                break
     for child in children:
         child.join()
         if child.exitcode != 0:

@@ -55,7 +55,6 @@ json parse_json_body(std::string_view body) {
 
 namespace {
 
-// A field that is present and not null.
 // True when `object` has the string member `name` equal to `expected` (a member of another
 // type is not an error here: the caller's message names the shape it wants).
 bool member_is(const json& object, const char* name, const char* expected) {
@@ -63,6 +62,7 @@ bool member_is(const json& object, const char* name, const char* expected) {
   return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == expected;
 }
 
+// A field that is present and not null.
 const json* field(const json& body, const char* name) {
   auto found = body.find(name);
   if (found == body.end() || found->is_null()) return nullptr;
