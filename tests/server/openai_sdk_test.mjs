@@ -2,12 +2,14 @@
 // tiny fixture model on the CPU backend: chat and completions, streamed and whole, usage,
 // logprobs, seeds, greedy tokens against transformers' (the fixture's reference.json), every
 // bad-input case with its status and error type (and a good request after each), the API
-// key, the queue cap, client disconnects, and the drain on SIGTERM. Tool calls and reasoning
+// key, the queue cap, client disconnects, a client that stops reading (dropped after the write
+// timeout while others are served), and the drain on SIGTERM. Tool calls and reasoning
 // go through the scripted engine (the random model never writes those tags).
 // Usage: node openai_sdk_test.mjs QWENRT SCRIPTED_SERVER MODEL_DIR TOKENIZER_DIR SDK_DIR
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -322,6 +324,38 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   const ok = new OpenAI({ baseURL: keyed.url + '/v1', apiKey: 'sekrit-key' });
   assert.equal((await ok.chat.completions.create(good)).choices.length, 1);
   keyed.kill('SIGTERM');
+});
+
+await test('a client that stops reading is dropped after the write timeout; others are served meanwhile', async () => {
+  const slow = await startServer(qwenrt, serveArgs(['--write-timeout', '1', '--max-n', '64', '--max-seqs', '64']));
+  const url = new URL(slow.url);
+  // 64 choices with 20 alternatives per token: ~17 MB of events, more than the socket
+  // buffers hold, so the server's writes block once the client stops reading.
+  const body = JSON.stringify({ model, prompt: 'slow', max_tokens: 480, ignore_eos: true, stream: true, n: 64, logprobs: 20 });
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.pause();
+  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  assert.ok(await waitFor(async () => (await metric(slow.url, 'qwenrt_generation_tokens_total')) > 0), 'generating');
+  const other = await post(slow.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 8 });
+  assert.equal(other.status, 200, 'a request on another connection is served while that one is stuck');
+  await new Promise((resolve) => setTimeout(resolve, 3000));  // well past the 1 s write timeout
+  let received = 0;
+  let tail = '';
+  socket.on('data', (data) => {
+    received += data.length;
+    tail = (tail + data.toString()).slice(-200);
+  });
+  const closed = new Promise((resolve) => socket.once('close', resolve));
+  socket.resume();
+  assert.ok(await Promise.race([closed.then(() => true), new Promise((r) => setTimeout(() => r(false), 10000))]),
+            'the server closed the connection');
+  assert.ok(received > 100000, `the socket buffers were full (${received} bytes)`);
+  assert.ok(!tail.includes('[DONE]'), `the server gave up on the stream instead of finishing it (${received} bytes)`);
+  assert.ok(await waitFor(async () => (await metric(slow.url, 'qwenrt_requests_active')) === 0), 'no request left');
+  assert.equal(await metric(slow.url, 'qwenrt_kv_blocks_used'), 0);
+  slow.kill('SIGTERM');
 });
 
 await test('queue full -> 429 with Retry-After', async () => {
