@@ -106,7 +106,8 @@ struct BatchBenchOptions {
   int gen_tokens = 128;
   int repeat = 3;
   int warmup = 1;
-  uint64_t seed = 1;
+  uint64_t seed = 1;        // the random prompts
+  SamplingParams sampling;  // every sequence's (its own random stream); greedy by default
 };
 
 struct BatchBenchResult {

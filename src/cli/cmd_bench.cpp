@@ -62,6 +62,19 @@ nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
           {"device_total", plan.device_total}};
 }
 
+SamplingParams bench_sampling(const SamplingArgs& args) {
+  SamplingParams params;
+  params.temperature = args.temperature;
+  params.top_k = args.top_k;
+  params.top_p = args.top_p;
+  params.min_p = args.min_p;
+  params.repetition_penalty = args.repetition_penalty;
+  params.presence_penalty = args.presence_penalty;
+  params.frequency_penalty = args.frequency_penalty;
+  params.seed = args.seed;
+  return params;
+}
+
 int report_batch(Engine& engine, const BenchArgs& args, const std::string& model_name) {
   BatchBenchOptions bench;
   bench.batch = args.batch;
@@ -69,6 +82,8 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
   bench.gen_tokens = args.gen;
   bench.repeat = args.repeat;
   bench.warmup = args.warmup;
+  bench.sampling = bench_sampling(args.sampling);
+  const char* sampling = bench.sampling.temperature > 0 ? "sampled" : "greedy";
   BatchBenchResult result = engine.bench_batch(bench);
   const MemoryPlan& plan = engine.memory_plan();
   DeviceInfo info = engine.backend().device_info();
@@ -80,6 +95,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
     out["max_batch_tokens"] = engine.max_batch_tokens();
+    out["sampling"] = sampling;
     out["prefill_tokens_per_s"] = result.prefill_tokens_per_s;
     out["prefill_ms"] = result.prefill_seconds * 1e3;
     out["decode_tokens_per_s"] = result.decode_tokens_per_s;
@@ -92,9 +108,9 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;
   }
-  std::printf("qwenrt bench: %s on %s, %s, batch %d, prompt %d, gen %d each, %d run%s (medians)\n",
+  std::printf("qwenrt bench: %s on %s, %s, batch %d, prompt %d, gen %d each (%s), %d run%s (medians)\n",
               model_name.c_str(), info.name.c_str(), dtype.c_str(), result.batch, result.prompt_tokens,
-              result.gen_tokens, result.repeat, result.repeat == 1 ? "" : "s");
+              result.gen_tokens, sampling, result.repeat, result.repeat == 1 ? "" : "s");
   std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d prompts, %d tokens per pass)\n", "prefill",
               result.prefill_tokens_per_s, result.prefill_seconds * 1e3, result.batch, engine.max_batch_tokens());
   std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d steps; decode time only)\n", "decode",
@@ -151,14 +167,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   bench.gen_tokens = args.gen;
   bench.repeat = args.repeat;
   bench.warmup = args.warmup;
-  bench.sampling.temperature = args.sampling.temperature;
-  bench.sampling.top_k = args.sampling.top_k;
-  bench.sampling.top_p = args.sampling.top_p;
-  bench.sampling.min_p = args.sampling.min_p;
-  bench.sampling.repetition_penalty = args.sampling.repetition_penalty;
-  bench.sampling.presence_penalty = args.sampling.presence_penalty;
-  bench.sampling.frequency_penalty = args.sampling.frequency_penalty;
-  bench.sampling.seed = args.sampling.seed;
+  bench.sampling = bench_sampling(args.sampling);
   BenchResult result = engine->bench(bench);
   const MemoryPlan& plan = engine->memory_plan();
   DeviceInfo info = engine->backend().device_info();
@@ -234,7 +243,7 @@ void add_bench_command(CLI::App& root, int& exit_code) {
                   "prompt tokens per forward pass (default 512, at least --batch)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
-  add_sampling_options(cmd, args->sampling);
+  add_sampling_options(cmd, args->sampling, /*model_defaults=*/false);
   cmd->add_option("--batch", args->batch,
                   "decode this many sequences together, each with its own random prompt (0: one sequence)")
       ->check(CLI::NonNegativeNumber);

@@ -33,10 +33,12 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
                     "print where the memory goes: weights, KV cache, workspace, runtime, measured peak");
 }
 
-void add_sampling_options(CLI::App* command, SamplingArgs& args) {
+void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defaults) {
   command->add_option("--temperature", args.temperature,
-                      "sampling temperature; 0 = greedy (default: greedy, or generation_config.json's "
-                      "settings when it sets do_sample)")
+                      model_defaults ? "sampling temperature; 0 = greedy (default: greedy, or generation_config.json's "
+                                       "settings when it sets do_sample)"
+                                     : "sampling temperature; 0 = greedy (default: greedy; generation_config.json is "
+                                       "not read, so runs compare like with like)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
   command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")

@@ -33,7 +33,9 @@ struct SamplingArgs {
 };
 
 // Adds --temperature, --top-k, --top-p, --min-p, the penalties and --seed, validated.
-void add_sampling_options(CLI::App* command, SamplingArgs& args);
+// model_defaults: the command starts from generation_config.json's sampling (generate,
+// chat); bench does not.
+void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defaults = true);
 // The model's recommended defaults (generation_config.json, when it asks for sampling) under
 // the options given on the command line.
 SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config);

@@ -59,7 +59,13 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       id = static_cast<int32_t>(state % static_cast<uint64_t>(vocab));
     }
   }
-  const SampleRow greedy{};
+  // Each sequence draws from its own stream; penalties see its prompt and what it generated.
+  std::vector<SampleRow> rows(static_cast<size_t>(options.batch));
+  for (int i = 0; i < options.batch; ++i) {
+    rows[static_cast<size_t>(i)].params = options.sampling;
+    rows[static_cast<size_t>(i)].stream = static_cast<uint64_t>(i);
+  }
+  const bool penalised = options.sampling.has_penalties();
   const int token_budget = max_batch_tokens();
   std::vector<double> prefill_times, decode_times, step_times;
   BatchBenchResult result;
@@ -72,6 +78,8 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       QWENRT_CHECK(sequences.back()->reserve(per_sequence), "KV blocks counted above");
     }
     std::vector<int32_t> last(static_cast<size_t>(options.batch), 0);
+    std::vector<std::vector<int32_t>> history;
+    if (penalised) history = prompts;
     backend_->synchronize();
     const auto prefill_start = std::chrono::steady_clock::now();
     // Prefill: pack prompt chunks of several sequences into each pass up to the limits.
@@ -86,7 +94,9 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
         inputs.push_back(StepInput{sequences[i].get(),
                                    std::span<const int32_t>(prompts[i]).subspan(static_cast<size_t>(done[i]),
                                                                                  static_cast<size_t>(count)),
-                                   finishes, greedy, {}});
+                                   finishes, rows[static_cast<size_t>(i)],
+                                   penalised ? std::span<const int32_t>(history[i]).first(static_cast<size_t>(done[i] + count))
+                                             : std::span<const int32_t>()});
         budget -= count;
       }
       step(inputs, sampled);
@@ -103,7 +113,10 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       const auto step_start = std::chrono::steady_clock::now();
       inputs.clear();
       for (int i = 0; i < options.batch; ++i) {
-        inputs.push_back(StepInput{sequences[i].get(), std::span<const int32_t>(&last[i], 1), true, greedy, {}});
+        if (penalised) history[i].push_back(last[i]);
+        inputs.push_back(StepInput{sequences[i].get(), std::span<const int32_t>(&last[i], 1), true,
+                                   rows[static_cast<size_t>(i)],
+                                   penalised ? std::span<const int32_t>(history[i]) : std::span<const int32_t>()});
       }
       step(inputs, sampled);  // reads the sampled ids back: each step ends synchronised
       std::copy(sampled.begin(), sampled.end(), last.begin());

@@ -203,6 +203,20 @@ TEST(CliBench, JsonReportOnAFixture) {
   EXPECT_GT(out["memory"]["kv_cache"].get<double>(), 0);
 }
 
+TEST(CliBench, BatchReportAppliesTheSamplingOptions) {
+  const std::string base = "bench --device cpu -m '" + fixture("qwen3_qknorm") +
+                           "' --batch 3 --prompt 6 --gen 4 --repeat 1 --warmup 0 --format json";
+  RunResult greedy = run_qwenrt(base);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  auto out = nlohmann::json::parse(greedy.out);
+  EXPECT_EQ(out["batch"], 3);
+  EXPECT_EQ(out["sampling"], "greedy");
+  EXPECT_GT(out["decode_tokens_per_s"].get<double>(), 0);
+  RunResult sampled = run_qwenrt(base + " --temperature 0.8 --top-k 5 --repetition-penalty 1.3 --seed 3");
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_EQ(nlohmann::json::parse(sampled.out)["sampling"], "sampled");
+}
+
 TEST(CliBench, RejectsUnknownPresetAndBothSources) {
   RunResult unknown = run_qwenrt("bench --synthetic qwen9-1t");
   EXPECT_EQ(unknown.exit_code, 2);
