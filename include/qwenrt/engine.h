@@ -254,7 +254,7 @@ class Engine {
   int32_t* step_history_ = nullptr;
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
-  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   MemoryPlan plan_;

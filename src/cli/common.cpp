@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "engine/sampler.h"
 
 namespace qwenrt::cli {
 
@@ -55,14 +56,7 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
 }
 
 SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config) {
-  SamplingParams params;
-  if (config.default_do_sample) {
-    params.temperature = config.default_temperature.value_or(1.f);
-    params.top_p = config.default_top_p.value_or(1.f);
-    params.top_k = config.default_top_k.value_or(0);
-    params.min_p = config.default_min_p.value_or(0.f);
-    params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
-  }
+  SamplingParams params = model_default_sampling(config);
   if (command.count("--temperature")) params.temperature = args.temperature;
   if (command.count("--top-k")) params.top_k = args.top_k;
   if (command.count("--top-p")) params.top_p = args.top_p;

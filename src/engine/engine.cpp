@@ -333,24 +333,35 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   const size_t n_rows = step_rows_host_.size();
   if (n_rows == 0) return;
   backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
+  int history_stride = 0;
   if (penalties) {
-    // Penalties look at the whole context (prompt and generated), as transformers does.
+    // Penalties look at the whole context (prompt and generated), as transformers does. The
+    // rows' histories go up in one copy, each row as wide as the longest of them.
     step_lens_host_.assign(n_rows, 0);
     size_t row = 0;
     for (const StepInput& input : inputs) {
       if (!input.sample) continue;
       if (step_rows_host_[row].params.has_penalties()) {
         QWENRT_CHECK(static_cast<int>(input.history.size()) <= plan_.max_context, "sampling history over the context");
-        backend_->copy_to_device(step_history_ + row * static_cast<size_t>(plan_.max_context), input.history.data(),
-                                 input.history.size() * sizeof(int32_t));
         step_lens_host_[row] = static_cast<int32_t>(input.history.size());
+        history_stride = std::max(history_stride, step_lens_host_[row]);
       }
       ++row;
     }
+    history_stride = std::max(history_stride, 1);
+    const auto stride = static_cast<size_t>(history_stride);
+    step_history_host_.assign(n_rows * stride, 0);
+    row = 0;
+    for (const StepInput& input : inputs) {
+      if (!input.sample) continue;
+      if (step_lens_host_[row] > 0) std::copy(input.history.begin(), input.history.end(), &step_history_host_[row * stride]);
+      ++row;
+    }
+    backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
     backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
   }
   backend_->sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
-                        penalties ? step_history_lens_ : nullptr, plan_.max_context, step_out_);
+                        penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
   step_out_host_.resize(n_rows);
   backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
   size_t row = 0;

@@ -7,6 +7,18 @@
 
 namespace qwenrt {
 
+SamplingParams model_default_sampling(const ModelConfig& config) {
+  SamplingParams params;
+  if (config.default_do_sample) {
+    params.temperature = config.default_temperature.value_or(1.f);
+    params.top_p = config.default_top_p.value_or(1.f);
+    params.top_k = config.default_top_k.value_or(0);
+    params.min_p = config.default_min_p.value_or(0.f);
+    params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
+  }
+  return params;
+}
+
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,
                      const int32_t* history, int history_len) {
   if (!params.has_penalties() || history == nullptr || history_len <= 0) return;

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "core/random_bits.h"
+#include "model/config.h"
 
 namespace qwenrt {
 
@@ -20,6 +21,11 @@ namespace qwenrt {
 inline float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
   return unit_float(sample_bits(seed, step, row));
 }
+
+// What generation_config.json recommends (its do_sample settings), else greedy: where
+// generate, chat and the server start before their own options apply. The seed and the
+// presence/frequency penalties are not part of it.
+SamplingParams model_default_sampling(const ModelConfig& config);
 
 // Applies the penalties of `params` to `logits` [vocab] in place.
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,

@@ -181,12 +181,12 @@ const std::vector<SequenceEvent>& Scheduler::step() {
   budget_ = engine_.max_batch_tokens();
   const int seats = engine_.max_seqs();
   // Running sequences, oldest first: every decode (one token each) before any part-prefilled
-  // prompt, which then takes what budget is left.
+  // prompt, which then takes what budget is left. (The passes take disjoint sequences: a
+  // sequence's pending count does not change between them.)
   for (const bool decoding : {true, false}) {
     for (size_t i = 0; i < running_.size() && budget_ > 0;) {
       Sequence& sequence = *running_[i];
-      const bool in_batch = std::find(batch_.begin(), batch_.end(), &sequence) != batch_.end();
-      if (in_batch || (sequence.pending() == 1) != decoding) {
+      if ((sequence.pending() == 1) != decoding) {
         ++i;
         continue;
       }

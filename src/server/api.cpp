@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/random_bits.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -175,13 +176,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
 
   // Sampling: generation_config.json's recommendation (as the CLI uses it), then the request.
   SamplingParams& s = out.sampling;
-  if (model.config != nullptr && model.config->default_do_sample) {
-    s.temperature = model.config->default_temperature.value_or(1.f);
-    s.top_p = model.config->default_top_p.value_or(1.f);
-    s.top_k = model.config->default_top_k.value_or(0);
-    s.min_p = model.config->default_min_p.value_or(0.f);
-    s.repetition_penalty = model.config->default_repetition_penalty.value_or(1.f);
-  }
+  if (model.config != nullptr) s = model_default_sampling(*model.config);
   const double kBig = std::numeric_limits<double>::max();
   s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
   s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));

@@ -102,7 +102,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
       id = scheduler_.submit(std::move(sequence));
     } catch (const Error& error) {
       for (uint64_t earlier : submitted) scheduler_.cancel(earlier);
-      std::erase_if(choices_, [&](const auto& c) { return c->stream == stream; });
+      std::erase_if(choices_, [&](const auto& entry) { return entry.second->stream == stream; });
       throw invalid_request(error.what());
     }
     submitted.push_back(id);
@@ -112,7 +112,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
     choice->started = now;
-    choices_.push_back(std::move(choice));
+    choices_.emplace(id, std::move(choice));
   }
   ++active_;
   work_.notify_all();
@@ -126,8 +126,8 @@ void EngineService::shut_down(const std::string& reason) {
 }
 
 void EngineService::fail_all(const std::string& reason) {
-  for (auto& choice : choices_) {
-    scheduler_.cancel(choice->id);
+  for (auto& [id, choice] : choices_) {
+    scheduler_.cancel(id);
     ChoiceEvent event;
     event.choice = choice->index;
     event.finish_reason = "error";
@@ -136,7 +136,7 @@ void EngineService::fail_all(const std::string& reason) {
   }
   // Each request counts once however many choices it has.
   std::vector<RequestStream*> counted;
-  for (auto& choice : choices_) {
+  for (auto& [id, choice] : choices_) {
     if (std::find(counted.begin(), counted.end(), choice->stream.get()) == counted.end()) {
       counted.push_back(choice->stream.get());
       --active_;
@@ -156,16 +156,17 @@ void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& r
   event.finish_reason = choice.stops.stopped() ? "stop" : reason;
   event.error = error;
   std::shared_ptr<RequestStream> stream = choice.stream;
-  std::erase_if(choices_, [&](const auto& c) { return c->id == id; });
-  const bool last = std::none_of(choices_.begin(), choices_.end(), [&](const auto& c) { return c->stream == stream; });
+  choices_.erase(id);
+  const bool last =
+      std::none_of(choices_.begin(), choices_.end(), [&](const auto& entry) { return entry.second->stream == stream; });
   if (last) --active_;
   stream->push(std::move(event));
 }
 
 void EngineService::dispatch(const SequenceEvent& event) {
-  auto found = std::find_if(choices_.begin(), choices_.end(), [&](const auto& c) { return c->id == event.id; });
+  auto found = choices_.find(event.id);
   if (found == choices_.end()) return;  // ended already (a stop string, a cancel)
-  Choice& choice = **found;
+  Choice& choice = *found->second;
   if (event.token >= 0) {
     const auto now = Clock::now();
     if (choice.tokens == 0) {
@@ -195,10 +196,6 @@ void EngineService::dispatch(const SequenceEvent& event) {
       end_choice(event.id, choice, "stop");
       return;
     }
-    if (event.finish == FinishReason::kNone) {
-      choice.stream->push(std::move(out));
-      return;
-    }
     choice.stream->push(std::move(out));
   }
   switch (event.finish) {
@@ -218,8 +215,8 @@ void EngineService::run() {
       std::unique_lock<std::mutex> lock(mutex_);
       if (stopping_) return;
       // Cancellations from the connections (clients gone): the scheduler ends them next step.
-      for (const auto& choice : choices_) {
-        if (choice->stream->cancelled()) scheduler_.cancel(choice->id);
+      for (const auto& [id, choice] : choices_) {
+        if (choice->stream->cancelled()) scheduler_.cancel(id);
       }
       if (scheduler_.idle()) {
         work_.wait_for(lock, std::chrono::milliseconds(20));

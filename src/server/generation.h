@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,7 +103,7 @@ class EngineService : public GenerationService {
   Scheduler scheduler_;
   mutable std::mutex mutex_;  // guards everything below; held while dispatching a step's events
   std::condition_variable work_;
-  std::vector<std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id
+  std::map<uint64_t, std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id
   int active_ = 0;
   bool stopping_ = false, closed_ = false;
   std::thread thread_;

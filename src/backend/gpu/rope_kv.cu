@@ -8,8 +8,6 @@
 // cache [num_blocks, block_size, n_kv_heads, d]. Bound: memory (one read and one or two
 // writes of q, k, v); angles in fp32 with accurate cosf/sinf. The original Qwen adds a
 // RoPE table row per sequence (its dynamic-NTK alpha) and the logn query scale.
-#include <functional>
-
 #include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
@@ -174,8 +172,10 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
       static_cast<T*>(cache.k), static_cast<T*>(cache.v));
 }
 
+// `sizes` builds the shapes for a message, only when a check fails.
+template <typename Sizes>
 void check_epilogue(const AttentionParams& attn, const QkvEpilogue& epilogue, DType dtype,
-                    const KvGeometry& geometry, const std::function<std::string()>& sizes) {
+                    const KvGeometry& geometry, const Sizes& sizes) {
   const int d = attn.head_dim;
   QWENRT_CHECK(d > 0 && d % 2 == 0 && d <= kMaxHeadDim, "qkv_rope_kvwrite: unsupported head_dim (" + sizes() + ")");
   QWENRT_CHECK(geometry.dtype == dtype && geometry.n_kv_heads == attn.n_kv_heads && geometry.head_dim == d,
