@@ -17,7 +17,9 @@
 
 namespace qwenrt::server {
 
-using nlohmann::json;
+// Request bodies keep their keys' order (tool schemas reach the chat template as written,
+// as transformers renders them).
+using json = nlohmann::ordered_json;
 
 std::string error_body(const ApiError& error) {
   json body = {{"error",
@@ -43,7 +45,7 @@ json parse_json_body(std::string_view body) {
   json parsed;
   try {
     // The shared reader: every library failure (syntax, 1e400, nesting) as one line.
-    parsed = parse_json(body, "request body", JsonParseOptions{ErrorCategory::kInvalidArgument});
+    parsed = parse_ordered_json(body, "request body", JsonParseOptions{ErrorCategory::kInvalidArgument});
   } catch (const Error& error) {
     std::string what = error.what();
     const std::string prefix = "request body: ";
@@ -272,7 +274,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
                                 role_name + "')",
                             where + ".role");
     }
-    nlohmann::ordered_json item = nlohmann::ordered_json::parse(message.dump());
+    nlohmann::ordered_json item = message;
     item["role"] = role_name == "developer" ? "system" : role_name;
     item["content"] = message_text(message, i);
     if (const json* calls = field(message, "tool_calls")) {
@@ -282,9 +284,10 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
         if (call.contains("function") && call["function"].contains("arguments") &&
             call["function"]["arguments"].is_string()) {
           try {
-            call["function"]["arguments"] =
-                nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>());
-          } catch (const std::exception&) {
+            call["function"]["arguments"] = parse_ordered_json(call["function"]["arguments"].get<std::string>(),
+                                                               "tool call arguments",
+                                                               JsonParseOptions{ErrorCategory::kInvalidArgument});
+          } catch (const Error&) {
             throw invalid_request("'" + where + ".tool_calls' arguments must be JSON text", where + ".tool_calls");
           }
         }
@@ -301,7 +304,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
         throw invalid_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
       }
     }
-    if (!given->empty()) tools = nlohmann::ordered_json::parse(given->dump());
+    if (!given->empty()) tools = *given;
   }
   std::string tool_choice = "auto";
   if (const json* choice = field(body, "tool_choice")) {
@@ -316,7 +319,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    extra = nlohmann::ordered_json::parse(kwargs->dump());
+    extra = *kwargs;
   }
   try {
     out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, true, extra);

@@ -39,7 +39,7 @@ ApiError invalid_request(std::string message, std::string param = "");
 uint64_t process_unique_bits();
 
 // Parses a request body as JSON. Library failures become one 400 ApiError line.
-nlohmann::json parse_json_body(std::string_view body);
+nlohmann::ordered_json parse_json_body(std::string_view body);
 
 // Caps a request is checked against (each a serve flag).
 struct RequestLimits {
@@ -77,8 +77,8 @@ struct GenerationRequest {
   bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
 };
 
-GenerationRequest parse_chat_request(const nlohmann::json& body, const ModelText& model, const RequestLimits& limits);
-GenerationRequest parse_completion_request(const nlohmann::json& body, const ModelText& model,
+GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);
+GenerationRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelText& model,
                                            const RequestLimits& limits);
 
 }  // namespace qwenrt::server

@@ -145,7 +145,7 @@ void HttpServer::add_routes() {
       std::shared_ptr<GenerationRequest> request;
       std::shared_ptr<RequestStream> stream;
       try {
-        const nlohmann::json body = parse_json_body(req.body);
+        const nlohmann::ordered_json body = parse_json_body(req.body);
         request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, model_, options_.limits)
                                                            : parse_completion_request(body, model_, options_.limits));
         stream = service_.start(*request);

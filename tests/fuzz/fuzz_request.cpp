@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.served_model_name = "tiny";
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   try {
-    const nlohmann::json parsed = server::parse_json_body(body);
+    const nlohmann::ordered_json parsed = server::parse_json_body(body);
     for (bool chat : {true, false}) {
       try {
         if (chat) {

@@ -1,0 +1,62 @@
+// Request parsing for `qwenrt serve` against the server test fixture's tokenizer and chat
+// template: what reaches the template is the request as written.
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "server/api.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt::server {
+namespace {
+
+struct Fixture {
+  Tokenizer tokenizer = Tokenizer::load(QWENRT_TEST_DATA "/serve");
+  ChatTemplate chat_template = ChatTemplate::load(QWENRT_TEST_DATA "/serve");
+  ModelConfig config = load_model_config(QWENRT_TEST_DATA "/models/qwen3_qknorm");
+};
+
+std::string rendered_chat(const std::string& body) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  const GenerationRequest request = parse_chat_request(parse_json_body(body), text, limits);
+  return fixture.tokenizer.decode(request.prompt);
+}
+
+TEST(RequestParse, ToolSchemasKeepTheirKeyOrder) {
+  // transformers renders `tools|tojson` with the keys as the client wrote them; a sorted
+  // object would put "description" before "name" and "a_first" before "z_last".
+  const std::string prompt = rendered_chat(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function",
+      "function":{"name":"get_weather","description":"d","parameters":{"type":"object",
+      "properties":{"z_last":{"type":"string"},"a_first":{"type":"string"}}}}}]})");
+  const size_t name = prompt.find("\"name\"");
+  const size_t description = prompt.find("\"description\"");
+  const size_t z_last = prompt.find("z_last");
+  const size_t a_first = prompt.find("a_first");
+  ASSERT_NE(name, std::string::npos) << prompt;
+  ASSERT_NE(a_first, std::string::npos) << prompt;
+  EXPECT_LT(name, description) << prompt;
+  EXPECT_LT(z_last, a_first) << prompt;
+}
+
+TEST(RequestParse, DeeplyNestedToolCallArgumentsAreA400) {
+  // Arguments are JSON text the server parses (with the shared reader, whose nesting bound
+  // refuses this): a 400 naming the field.
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"",
+      "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":")" + deep + R"("}}]}]})";
+  try {
+    rendered_chat(body);
+    FAIL() << "deeply nested arguments were accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "messages[1].tool_calls");
+  }
+}
+
+}  // namespace
+}  // namespace qwenrt::server
