@@ -54,8 +54,7 @@ class ChatSession {
         has_system_(cmd.count("--system") > 0) {
     options_.max_new_tokens = args.max_new_tokens;
     options_.sampling = effective_sampling(args.sampling, cmd, engine_.config());
-    if (auto eos = tokenizer_.eos_id()) options_.extra_stop_ids.push_back(*eos);
-    prepare_v1_chat(engine_.config(), tokenizer_, options_);
+    prepare_chat(engine_.config(), tokenizer_, options_);
     think_open_ = tokenizer_.token_to_id("<think>").value_or(-1);
     think_close_ = tokenizer_.token_to_id("</think>").value_or(-1);
   }

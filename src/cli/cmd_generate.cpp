@@ -66,8 +66,11 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.stop_at_eos = !args.ignore_eos;
-  if (tokenizer && tokenizer->eos_id() && !args.ignore_eos) options.extra_stop_ids.push_back(*tokenizer->eos_id());
-  if (cmd.count("--chat") && !args.ignore_eos) prepare_v1_chat(engine.config(), *tokenizer, options);
+  if (!args.ignore_eos && cmd.count("--chat")) {
+    prepare_chat(engine.config(), *tokenizer, options);
+  } else if (tokenizer && tokenizer->eos_id() && !args.ignore_eos) {
+    options.extra_stop_ids.push_back(*tokenizer->eos_id());
+  }
   options.sampling = effective_sampling(args.sampling, cmd, engine.config());
   if (args.verbose) {
     print_sampling(options.sampling, engine.config());

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "tokenizer/chat_prompt.h"
 
 namespace qwenrt::cli {
 
@@ -176,11 +177,10 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-void prepare_v1_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options) {
+void prepare_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options) {
+  const std::vector<int32_t> stops = chat_stop_ids(config, tokenizer);
+  options.extra_stop_ids.insert(options.extra_stop_ids.end(), stops.begin(), stops.end());
   if (config.architecture != Architecture::kQwenV1) return;
-  for (const char* stop : {"<|im_end|>", "<|im_start|>", "<|endoftext|>"}) {
-    if (auto id = tokenizer.token_to_id(stop)) options.extra_stop_ids.push_back(*id);
-  }
   if (config.chat_format != "chatml") {
     std::fprintf(stderr,
                  "note: this is a base model (generation_config.json chat_format \"%s\"), not a Chat "

@@ -51,10 +51,10 @@ double seconds_since_process_start();
 // Parses "1 2 3" or "1,2,3" into ids; throws Error(kInvalidArgument) on anything else.
 std::vector<int32_t> parse_ids(const std::string& text);
 
-// Chat with the original Qwen (v1): stop where its chat() stops (<|im_end|>, <|im_start|>,
-// <|endoftext|>), and say on stderr when the folder is a base model (chat_format "raw").
-// Nothing for other models, whose generation_config.json names their stops.
-void prepare_v1_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options);
+// A chat's stops (chat_stop_ids: the tokenizer's EOS, and the original Qwen's ChatML turn
+// markers) added to `options`; for the original Qwen, a note on stderr when the folder is a
+// base model (chat_format "raw").
+void prepare_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options);
 
 // "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
 std::string format_bytes(double bytes);

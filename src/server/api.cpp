@@ -326,6 +326,8 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   } catch (const Error& error) {
     throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
   }
+  // A chat answer ends at its turn's end (the original Qwen names only <|endoftext|> as EOS).
+  if (model.config != nullptr) out.stop_ids = chat_stop_ids(*model.config, *model.tokenizer);
   out.parse_tool_calls = !tools.is_null();
   out.parse_reasoning = true;
   // Templates of thinking-only models end the prompt with "<think>\n": the output then

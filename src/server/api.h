@@ -71,6 +71,7 @@ struct GenerationRequest {
   SamplingParams sampling;
   int n = 1;
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
   bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content

@@ -87,4 +87,15 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
   return ids;
 }
 
+std::vector<int32_t> chat_stop_ids(const ModelConfig& config, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  if (auto eos = tokenizer.eos_id()) ids.push_back(*eos);
+  if (config.architecture == Architecture::kQwenV1) {
+    for (const char* stop : {"<|im_end|>", "<|im_start|>", "<|endoftext|>"}) {
+      if (auto id = tokenizer.token_to_id(stop)) ids.push_back(*id);
+    }
+  }
+  return ids;
+}
+
 }  // namespace qwenrt

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "model/config.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,5 +19,10 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
                                         const nlohmann::ordered_json& messages,
                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                         const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json());
+
+// The tokens that end a chat answer besides the model's end-of-sequence ids: the
+// tokenizer's EOS, and for the original Qwen (whose generation_config.json names only
+// <|endoftext|>) the ChatML turn markers its own code stops at.
+std::vector<int32_t> chat_stop_ids(const ModelConfig& config, const Tokenizer& tokenizer);
 
 }  // namespace qwenrt

@@ -2,6 +2,8 @@
 // template: what reaches the template is the request as written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/config.h"
 #include "server/api.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -55,6 +57,29 @@ TEST(RequestParse, DeeplyNestedToolCallArgumentsAreA400) {
   } catch (const ApiError& error) {
     EXPECT_EQ(error.status, 400);
     EXPECT_EQ(error.param, "messages[1].tool_calls");
+  }
+}
+
+TEST(RequestParse, ChatAnswersOfTheOriginalQwenStopAtTheTurnsEnd) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  const auto body = parse_json_body(R"({"messages":[{"role":"user","content":"hi"}]})");
+  const auto id = [&](const char* token) { return *fixture.tokenizer.token_to_id(token); };
+  ModelConfig v1 = fixture.config;
+  v1.architecture = Architecture::kQwenV1;
+  const ModelText v1_text{&fixture.tokenizer, &fixture.chat_template, &v1};
+  const std::vector<int32_t> v1_stops = parse_chat_request(body, v1_text, limits).stop_ids;
+  for (const char* token : {"<|im_end|>", "<|im_start|>", "<|endoftext|>"}) {
+    EXPECT_NE(std::find(v1_stops.begin(), v1_stops.end(), id(token)), v1_stops.end()) << token;
+  }
+  // Qwen2/3 name their stops in generation_config.json: only the tokenizer's EOS is added.
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  const std::vector<int32_t> stops = parse_chat_request(body, text, limits).stop_ids;
+  EXPECT_EQ(std::find(stops.begin(), stops.end(), id("<|im_start|>")), stops.end());
+  if (auto eos = fixture.tokenizer.eos_id()) {
+    EXPECT_NE(std::find(stops.begin(), stops.end(), *eos), stops.end());
   }
 }
 
