@@ -53,6 +53,10 @@ struct Tokenizer::Impl {
 // Builds the tokenizer from tokenizer.json (tokenizer_load.cpp), or from the original Qwen's
 // qwen.tiktoken when a model folder has that instead.
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path);
+// Whether tokenizer_config.json or config.json in `dir` names the original Qwen's tokenizer
+// (QWenTokenizer): its folders carry qwen.tiktoken and no chat template. An unreadable file
+// counts as not naming it.
+bool names_qwen_v1_tokenizer(const std::filesystem::path& dir);
 
 // The original Qwen's tokenizer from qwen.tiktoken (tiktoken_load.cpp).
 std::unique_ptr<Tokenizer::Impl> load_tiktoken_impl(const std::filesystem::path& file);

@@ -439,19 +439,22 @@ void Loader::load(Tokenizer::Impl& impl) {
   finish_vocabulary(impl);
 }
 
-// Whether tokenizer_config.json or config.json in `dir` names the original Qwen's tokenizer
-// (so a missing qwen.tiktoken, not tokenizer.json, is what to report).
+}  // namespace
+
 bool names_qwen_v1_tokenizer(const std::filesystem::path& dir) {
   for (const char* name : {"tokenizer_config.json", "config.json"}) {
     const std::filesystem::path file = dir / name;
     if (!std::filesystem::exists(file)) continue;
-    const json config = json::parse(Loader::read_file(file), nullptr, /*allow_exceptions=*/false);
-    if (config.is_object() && config.value("tokenizer_class", json()) == "QWenTokenizer") return true;
+    try {
+      const json config = read_json_file(file);
+      const auto found = config.find("tokenizer_class");
+      if (found != config.end() && *found == "QWenTokenizer") return true;
+    } catch (const Error&) {
+      // Reported by whatever reads the file for its own purpose.
+    }
   }
   return false;
 }
-
-}  // namespace
 
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path) {
   // The original Qwen's folders carry qwen.tiktoken (and a tokenizer_config.json naming

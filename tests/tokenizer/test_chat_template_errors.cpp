@@ -243,6 +243,20 @@ TEST(ChatTemplateConfig, ModelFolderPrefersChatTemplateJinja) {
   EXPECT_THROW(ChatTemplate::load(dir), Error);
 }
 
+TEST(ChatTemplateConfig, OriginalQwenFoldersGetChatMlWhereverTheyNameTheirTokenizer) {
+  // The original Qwen's folders have no template; naming QWenTokenizer in tokenizer_config.json
+  // or only in config.json gives the ChatML of its own code, as the tokenizer loader decides.
+  const auto dir = std::filesystem::temp_directory_path() / "qwenrt_chat_template_v1_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"tokenizer_class": "QWenTokenizer"})";
+  const std::string chatml = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n";
+  EXPECT_EQ(ChatTemplate::load(dir).render(user("x"), Json(), false), chatml);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"tokenizer_class": "QWenTokenizer"})";
+  EXPECT_EQ(ChatTemplate::load(dir).render(user("x"), Json(), false), chatml);
+  std::filesystem::remove_all(dir);
+}
+
 // Booleans are Python ints in the numeric filters; the expected text is jinja2 3.1.6's.
 TEST(ChatTemplateNumbers, BooleansAreIntegersInNumericFilters) {
   EXPECT_EQ(render("{{ true|round }} {{ false|round(1) }} {{ true|abs }} {{ true|int }} {{ true|float }} "

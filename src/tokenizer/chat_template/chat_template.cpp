@@ -10,6 +10,7 @@
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/parser.h"
+#include "tokenizer/tokenizer_impl.h"
 
 namespace qwenrt {
 
@@ -125,14 +126,15 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
   nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
-  if (std::filesystem::exists(jinja_path)) {
-    config["chat_template"] = read_file(jinja_path);
-  } else if (!std::filesystem::exists(config_path)) {
-    throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
-  }
   // The original Qwen's folders carry no template: its Chat models build ChatML in code
   // (qwen_generation_utils.make_context), with this default system prompt.
-  if (!config.contains("chat_template") && config.value("tokenizer_class", nlohmann::json()) == "QWenTokenizer") {
+  const bool qwen_v1 = names_qwen_v1_tokenizer(model_dir);
+  if (std::filesystem::exists(jinja_path)) {
+    config["chat_template"] = read_file(jinja_path);
+  } else if (!std::filesystem::exists(config_path) && !qwen_v1) {
+    throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
+  }
+  if (!config.contains("chat_template") && qwen_v1) {
     config["chat_template"] =
         "{%- if messages | length == 0 or messages[0]['role'] != 'system' %}"
         "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
