@@ -182,12 +182,13 @@ void EngineService::dispatch(const SequenceEvent& event) {
     out.tokens = 1;
     out.text = choice.stops.push(choice.decoder.push(event.token));
     if (choice.logprobs) {
+      const auto token = [&](int32_t id, float logprob) {
+        return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)),
+                            logprob};
+      };
       LogprobEntry entry;
-      entry.token = tokenizer_.decode(std::span<const int32_t>(&event.token, 1));
-      entry.logprob = event.logprobs.sampled;
-      for (const TokenLogprob& alternative : event.logprobs.top) {
-        entry.top.emplace_back(tokenizer_.decode(std::span<const int32_t>(&alternative.id, 1)), alternative.logprob);
-      }
+      static_cast<LogprobToken&>(entry) = token(event.token, event.logprobs.sampled);
+      for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }
     if (choice.stops.stopped()) {

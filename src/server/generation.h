@@ -22,10 +22,16 @@ namespace qwenrt::server {
 
 class Metrics;
 
-struct LogprobEntry {
-  std::string token;  // the token's text (bytes as decoded)
+// A token with its log-probability: its text as decoded (a partial UTF-8 sequence shows as
+// U+FFFD) and its own bytes (what the API's `bytes` field carries).
+struct LogprobToken {
+  std::string text;
+  std::string bytes;
   float logprob = 0;
-  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+struct LogprobEntry : LogprobToken {
+  std::vector<LogprobToken> top;  // most likely first
 };
 
 struct ChoiceEvent {

@@ -55,20 +55,21 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
   json content = json::array();
   for (const LogprobEntry& entry : entries) {
     json top = json::array();
-    for (const auto& [token, logprob] : entry.top) {
-      top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", bytes_of(token)}});
+    for (const LogprobToken& alternative : entry.top) {
+      top.push_back({{"token", alternative.text}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alternative.bytes)}});
     }
-    content.push_back({{"token", entry.token}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.token)}, {"top_logprobs", top}});
+    content.push_back(
+        {{"token", entry.text}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.bytes)}, {"top_logprobs", top}});
   }
   return content;
 }
 
 void ResponseBuilder::add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const {
   for (const LogprobEntry& entry : entries) {
-    choice.tokens.push_back(entry.token);
+    choice.tokens.push_back(entry.text);
     choice.token_logprobs.push_back(entry.logprob);
     json top = json::object();
-    for (const auto& [token, logprob] : entry.top) top[token] = logprob;
+    for (const LogprobToken& alternative : entry.top) top[alternative.text] = alternative.logprob;
     choice.top_logprobs.push_back(top);
   }
 }

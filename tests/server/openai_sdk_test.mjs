@@ -164,6 +164,26 @@ await test('chat logprobs: greedy token is the most likely', async () => {
   }
 });
 
+await test('chat logprobs: `bytes` are the token\'s own bytes, also where its text is U+FFFD', async () => {
+  // The fixture's ids below 256 are single bytes: a byte of a multi-byte character decodes
+  // to U+FFFD on its own, but its `bytes` must still be that one byte.
+  const reply = await client.chat.completions.create({
+    model, messages: hello, max_tokens: 24, temperature: 1.0, seed: 7, logprobs: true, top_logprobs: 5 });
+  let replaced = 0;
+  for (const entry of reply.choices[0].logprobs.content) {
+    for (const item of [entry, ...entry.top_logprobs]) {
+      if (item.token === '\ufffd') {
+        ++replaced;
+        assert.equal(item.bytes.length, 1, JSON.stringify(item));
+        assert.ok(item.bytes[0] >= 0x80);
+      } else {
+        assert.deepEqual(item.bytes, [...Buffer.from(item.token)], JSON.stringify(item));
+      }
+    }
+  }
+  assert.ok(replaced > 0, 'some token was a lone byte of a multi-byte character');
+});
+
 await test('seeded sampling repeats; n choices differ', async () => {
   const request = { model, messages: hello, max_tokens: 16, temperature: 1.0, top_k: 50, seed: 42, n: 3 };
   const a = await client.chat.completions.create(request);
