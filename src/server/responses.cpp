@@ -74,9 +74,9 @@ void ResponseBuilder::add_completion_logprobs(Choice& choice, const std::vector<
   }
 }
 
-json ResponseBuilder::completion_logprobs(const Choice& choice) const {
+json ResponseBuilder::completion_logprobs(const Choice& choice, size_t first_offset) const {
   json offsets = json::array();
-  size_t offset = 0;
+  size_t offset = first_offset;
   for (const std::string& token : choice.tokens) {
     offsets.push_back(offset);
     offset += token.size();
@@ -112,7 +112,8 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     if (logprobs && !event.logprobs.empty()) {
       Choice part(request_);
       add_completion_logprobs(part, event.logprobs);
-      item["logprobs"] = completion_logprobs(part);
+      item["logprobs"] = completion_logprobs(part, choice.text_offset);
+      for (const std::string& token : part.tokens) choice.text_offset += token.size();
     }
     if (!event.finish_reason.empty()) {
       choice.finish = event.finish_reason;

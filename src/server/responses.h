@@ -42,6 +42,7 @@ class ResponseBuilder {
     nlohmann::json top_logprobs = nlohmann::json::array();
     std::string finish;
     int completion_tokens = 0;
+    size_t text_offset = 0;  // streamed completions: bytes of the tokens sent so far
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
   nlohmann::json chunk(nlohmann::json choices) const;
@@ -49,7 +50,8 @@ class ResponseBuilder {
   std::string finish_reason(const Choice& choice) const;
   nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   void add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const;
-  nlohmann::json completion_logprobs(const Choice& choice) const;
+  // `first_offset`: the text_offset of the choice's first token (a stream's earlier chunks).
+  nlohmann::json completion_logprobs(const Choice& choice, size_t first_offset = 0) const;
 
   const GenerationRequest& request_;
   std::string id_;

@@ -142,12 +142,17 @@ await test('completions streamed with logprobs', async () => {
   const stream = await client.completions.create({
     model, prompt: 'The sky', max_tokens: 5, temperature: 0, logprobs: 3, stream: true });
   let tokens = 0;
+  let offset = 0;  // text_offset counts from the start of the completion, across chunks
   for await (const chunk of stream) {
     const lp = chunk.choices[0].logprobs;
     if (!lp) continue;
     tokens += lp.tokens.length;
     for (const value of lp.token_logprobs) assert.ok(value <= 0);
     for (const top of lp.top_logprobs) assert.ok(Object.keys(top).length <= 3 && Object.keys(top).length >= 1);
+    lp.tokens.forEach((token, k) => {
+      assert.equal(lp.text_offset[k], offset, 'cumulative text_offset');
+      offset += Buffer.byteLength(token);
+    });
   }
   assert.equal(tokens, 5);
 });
