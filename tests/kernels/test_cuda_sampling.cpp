@@ -37,13 +37,26 @@ TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
     auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
     auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
     SamplingParams greedy;
-    gpu().sample(d.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()));
-    std::vector<int32_t> got(rows);
-    gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
-    for (int r = 0; r < rows; ++r) {
-      std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * vocab,
-                             logits.begin() + static_cast<int64_t>(r + 1) * vocab);
-      EXPECT_EQ(got[r], reference_sample(row, greedy, 0, r, {})) << "vocab " << vocab << " row " << r;
+    // Both entry points: one parameter set (the argmax in the row's block), and per-row
+    // parameters (the argmax spread over the device by the histogram kernel).
+    for (const bool per_row : {false, true}) {
+      std::vector<int32_t> got(rows, -7);
+      gpu().copy_to_device(ids.data(), got.data(), rows * sizeof(int32_t));
+      if (per_row) {
+        std::vector<SampleRow> keys(rows);
+        auto d_rows = upload_ints(gpu(), keys);
+        gpu().sample_rows(d.t, static_cast<const SampleRow*>(d_rows.data()), nullptr, nullptr, 0,
+                          static_cast<int32_t*>(ids.data()));
+      } else {
+        gpu().sample(d.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()));
+      }
+      gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> row(logits.begin() + static_cast<int64_t>(r) * vocab,
+                               logits.begin() + static_cast<int64_t>(r + 1) * vocab);
+        EXPECT_EQ(got[r], reference_sample(row, greedy, 0, r, {}))
+            << "vocab " << vocab << " row " << r << (per_row ? " (per-row parameters)" : "");
+      }
     }
   }
 }
@@ -60,6 +73,16 @@ TEST_F(CudaSampling, NonFiniteLogitsAreAnError) {
     FAIL() << "expected an error for an infinite logit";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kDevice);
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
+  // The same through per-row parameters (the check is in the histogram kernel there).
+  std::vector<SampleRow> keys(2);
+  auto d_rows = upload_ints(gpu(), keys);
+  try {
+    gpu().sample_rows(d.t, static_cast<const SampleRow*>(d_rows.data()), nullptr, nullptr, 0,
+                      static_cast<int32_t*>(ids.data()));
+    FAIL() << "expected an error for an infinite logit (per-row parameters)";
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
   }
   // The backend stays usable.

@@ -5,10 +5,11 @@
 // radix select over the 64-bit key (order-preserving bits of the logit, index) that finds the
 // first candidate where a running count or probability mass crosses a target, 8 key
 // bits per pass with per-warp shared-memory histograms. Bound: ~7 passes over the fp32
-// row (L2-resident) per cut; greedy is one pass. With top_k <= kCompactMax (the usual
+// row (L2-resident) per cut. The argmax (all a greedy draw needs, and the softmax's max)
+// comes from a first kernel spread over the whole device. With top_k <= kCompactMax (the usual
 // configurations) the kept candidates are sorted in shared memory and finished in the CPU
 // sampler's exact double arithmetic. They are found without the count select where they
-// can be: a first kernel spread over the whole device counts each row's logits in 4,096
+// can be: that first kernel also counts each row's logits in 4,096
 // buckets of their key's top 12 bits; the row's block then gathers every logit in the
 // buckets up to the one where the count reaches top_k (a superset of the top_k, ordered by
 // the sort), and falls back to the count select when that is more than kGatherMax.
@@ -32,6 +33,9 @@ constexpr int kHistBuckets = 1 << kHistBits;
 constexpr int kHistSlice = 4096;   // logits per histogram block
 constexpr int kHistThreads = 256;
 constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at most
+// A histogram row: the buckets, then the row's argmax as one 64-bit key (see argmax_key).
+constexpr int kHistRowInts = kHistBuckets + 2;
+static_assert(kHistBuckets % 2 == 0, "the argmax key is 8-byte aligned");
 static_assert(kHistBuckets == 4 * kSampleThreads, "the bucket scan gives each thread four buckets");
 static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
               "the probabilities reuse the histogram memory");
@@ -354,22 +358,60 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
   finish_sorted(keys, keep, params, position, stream, row, reinterpret_cast<double*>(&sm.hist[0][0]), out_ids);
 }
 
+// The argmax of a row as one integer maximum: the logit's bits in an order that compares
+// like the floats (finite values only), then the index inverted, so that ties keep the
+// lowest index. 0 (no finite logit) is below every key.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int index) {
+  const unsigned bits = __float_as_uint(v);
+  const unsigned ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - static_cast<unsigned>(index));
+}
+__device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
 // Counts each row's logits per histogram bucket (rows that take the histogram path only).
-// Grid: (slices of kHistSlice logits, rows); hist [rows, kHistBuckets], zero on entry.
+
+// Grid: (slices of kHistSlice logits, rows); hist [rows, kHistRowInts], zero on entry. Also
+// leaves each row's argmax key after its buckets and flags a non-finite logit in status.
 __global__ void __launch_bounds__(kHistThreads)
     key_histogram_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
-                         SamplingParams uniform, int32_t* __restrict__ hist) {
+                         SamplingParams uniform, int32_t* __restrict__ hist, int32_t* __restrict__ status) {
   __shared__ int local[kHistBuckets];
+  __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
   const int row = blockIdx.y;
-  if (!histogram_path(row_key(rows, uniform, 0, row).params, vocab)) return;  // uniform over the block
-  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
-  __syncthreads();
   const float* x = logits + static_cast<int64_t>(row) * vocab;
   const int begin = blockIdx.x * kHistSlice;
   const int end = min(vocab, begin + kHistSlice);
+  int32_t* out = hist + static_cast<int64_t>(row) * kHistRowInts;
+
+  // Every row: the slice's argmax and the non-finite check, merged into the row's key.
+  unsigned long long best = 0;
+  bool bad = false;
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = x[i];
+    if (isfinite(v)) {
+      best = key_max(best, argmax_key(v, i));
+    } else {
+      bad = true;
+    }
+  }
+  if (bad) atomicCAS(status, 0, row + 1);
+#pragma unroll
+  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  if (lane == 0) best_s[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) best = key_max(best, best_s[w]);
+    atomicMax(reinterpret_cast<unsigned long long*>(out + kHistBuckets), best);
+  }
+
+  if (!histogram_path(row_key(rows, uniform, 0, row).params, vocab)) return;  // uniform over the block
+  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
+  __syncthreads();
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) atomicAdd(&local[hist_bucket(x[i])], 1);
   __syncthreads();
-  int32_t* out = hist + static_cast<int64_t>(row) * kHistBuckets;
   for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x)
     if (local[b] != 0) atomicAdd(&out[b], local[b]);
 }
@@ -463,11 +505,20 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
 
-  // Pass 1: argmax (lowest index on ties) and the non-finite check.
+  // Pass 1: argmax (lowest index on ties) and the non-finite check, unless the histogram
+  // kernel did both over the whole device.
   float best = -FLT_MAX;
   int best_index = INT_MAX;
   bool bad = false;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+  if (hist != nullptr) {
+    const unsigned long long key =
+        *reinterpret_cast<const unsigned long long*>(hist + static_cast<int64_t>(row) * kHistRowInts + kHistBuckets);
+    if (key != 0) {
+      best_index = static_cast<int>(0xffffffffu - static_cast<unsigned>(key & 0xffffffffu));
+      best = x[best_index];
+    }
+  }
+  for (int i = threadIdx.x; hist == nullptr && i < vocab; i += blockDim.x) {
     const float v = x[i];
     if (!isfinite(v)) bad = true;
     if (v > best) {  // i ascends per thread: ties keep the lower index
@@ -511,7 +562,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   if (hist != nullptr && histogram_path(params, vocab) &&
       sample_from_histogram(view, params, key_of_row.position, key_of_row.stream, row,
-                            hist + static_cast<int64_t>(row) * kHistBuckets, sm, spare, out_ids)) {
+                            hist + static_cast<int64_t>(row) * kHistRowInts, sm, spare, out_ids)) {
     return;
   }
   // top_k: the k-th candidate bounds the kept prefix.
@@ -563,7 +614,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 }  // namespace
 
-size_t sampling_histogram_bytes(size_t rows) { return rows * kHistBuckets * sizeof(int32_t); }
+size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
 
 namespace {
 
@@ -588,19 +639,18 @@ void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const Sa
     QWENRT_CUDA_LAUNCHED("sample (penalties)", sizes());
     source = ws.logits;
   }
-  // The histogram for top_k draws: for `sample` only when its one parameter set takes the
-  // path; per-row parameters are known on the device only, so there it always runs (rows
-  // that do not take the path return at once).
+  // The histogram kernel counts the logits of the rows that take the top_k histogram path
+  // (the others skip that part), and finds every row's argmax and checks for non-finite
+  // logits over the whole device (at a 152k vocabulary the row's one block took 68 µs for
+  // that, the two kernels now 18 µs; Nsight Compute): so it runs for every draw, greedy too,
+  // where its workspace is large enough.
   int32_t* hist = nullptr;
-  const bool may_use_histogram =
-      rows != nullptr || (uniform.temperature > 0.f && uniform.top_k > 0 && uniform.top_k < vocab &&
-                          uniform.top_k <= kCompactMax);
-  if (may_use_histogram && ws.histogram != nullptr && ws.histogram_rows >= static_cast<size_t>(n_rows)) {
+  if (ws.histogram != nullptr && ws.histogram_rows >= static_cast<size_t>(n_rows)) {
     hist = ws.histogram;
-    QWENRT_CUDA_CALL(cudaMemsetAsync(hist, 0, static_cast<size_t>(n_rows) * kHistBuckets * sizeof(int32_t), stream),
+    QWENRT_CUDA_CALL(cudaMemsetAsync(hist, 0, static_cast<size_t>(n_rows) * kHistRowInts * sizeof(int32_t), stream),
                      "sample", sizes());
     const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(n_rows));
-    key_histogram_kernel<<<grid, kHistThreads, 0, stream>>>(source, vocab, rows, uniform, hist);
+    key_histogram_kernel<<<grid, kHistThreads, 0, stream>>>(source, vocab, rows, uniform, hist, ws.status);
     QWENRT_CUDA_LAUNCHED("sample (histogram)", sizes());
   }
   sample_kernel<<<static_cast<unsigned>(n_rows), kSampleThreads, 0, stream>>>(
