@@ -33,7 +33,7 @@ constexpr int kHistBuckets = 1 << kHistBits;
 constexpr int kHistSlice = 4096;   // logits per histogram block
 constexpr int kHistThreads = 256;
 constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at most
-// A histogram row: the buckets, then the row's argmax as one 64-bit key (see argmax_key).
+// A histogram row: the buckets, then the row's argmax as one 64-bit key (see key_max).
 constexpr int kHistRowInts = kHistBuckets + 2;
 static_assert(kHistBuckets % 2 == 0, "the argmax key is 8-byte aligned");
 static_assert(kHistBuckets == 4 * kSampleThreads, "the bucket scan gives each thread four buckets");
@@ -358,18 +358,11 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
   finish_sorted(keys, keep, params, position, stream, row, reinterpret_cast<double*>(&sm.hist[0][0]), out_ids);
 }
 
-// The argmax of a row as one integer maximum: the logit's bits in an order that compares
-// like the floats (finite values only), then the index inverted, so that ties keep the
-// lowest index. 0 (no finite logit) is below every key.
-__device__ __forceinline__ unsigned long long argmax_key(float v, int index) {
-  const unsigned bits = __float_as_uint(v);
-  const unsigned ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - static_cast<unsigned>(index));
-}
+// A row's argmax as one integer maximum: the complement of the smallest candidate key
+// (largest logit, lowest index on ties; never 0, so 0 means no finite logit).
 __device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 
 // Counts each row's logits per histogram bucket (rows that take the histogram path only).
-
 // Grid: (slices of kHistSlice logits, rows); hist [rows, kHistRowInts], zero on entry. Also
 // leaves each row's argmax key after its buckets and flags a non-finite logit in status.
 __global__ void __launch_bounds__(kHistThreads)
@@ -389,7 +382,7 @@ __global__ void __launch_bounds__(kHistThreads)
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float v = x[i];
     if (isfinite(v)) {
-      best = key_max(best, argmax_key(v, i));
+      best = key_max(best, ~candidate_key(v, i));
     } else {
       bad = true;
     }
@@ -509,44 +502,45 @@ __global__ void __launch_bounds__(kSampleThreads)
   // kernel did both over the whole device.
   float best = -FLT_MAX;
   int best_index = INT_MAX;
-  bool bad = false;
   if (hist != nullptr) {
-    const unsigned long long key =
-        *reinterpret_cast<const unsigned long long*>(hist + static_cast<int64_t>(row) * kHistRowInts + kHistBuckets);
-    if (key != 0) {
-      best_index = static_cast<int>(0xffffffffu - static_cast<unsigned>(key & 0xffffffffu));
+    const uint64_t inverted =
+        *reinterpret_cast<const uint64_t*>(hist + static_cast<int64_t>(row) * kHistRowInts + kHistBuckets);
+    if (inverted != 0) {
+      best_index = static_cast<int>(static_cast<uint32_t>(~inverted));
       best = x[best_index];
     }
-  }
-  for (int i = threadIdx.x; hist == nullptr && i < vocab; i += blockDim.x) {
-    const float v = x[i];
-    if (!isfinite(v)) bad = true;
-    if (v > best) {  // i ascends per thread: ties keep the lower index
-      best = v;
-      best_index = i;
+  } else {
+    bool bad = false;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = x[i];
+      if (!isfinite(v)) bad = true;
+      if (v > best) {  // i ascends per thread: ties keep the lower index
+        best = v;
+        best_index = i;
+      }
     }
-  }
-  if (bad) atomicCAS(status, 0, row + 1);
+    if (bad) atomicCAS(status, 0, row + 1);
 #pragma unroll
-  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) {
-    const float other = gpu::shfl_xor(best, offset);
-    const int other_index = gpu::shfl_xor(best_index, offset);
-    if (other > best || (other == best && other_index < best_index)) {
-      best = other;
-      best_index = other_index;
+    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) {
+      const float other = gpu::shfl_xor(best, offset);
+      const int other_index = gpu::shfl_xor(best_index, offset);
+      if (other > best || (other == best && other_index < best_index)) {
+        best = other;
+        best_index = other_index;
+      }
     }
-  }
-  if (lane == 0) {
-    best_value_s[warp] = best;
-    best_index_s[warp] = best_index;
-  }
-  __syncthreads();
-  best = best_value_s[0];
-  best_index = best_index_s[0];
-  for (int w = 1; w < kSampleWarps; ++w) {
-    if (best_value_s[w] > best || (best_value_s[w] == best && best_index_s[w] < best_index)) {
-      best = best_value_s[w];
-      best_index = best_index_s[w];
+    if (lane == 0) {
+      best_value_s[warp] = best;
+      best_index_s[warp] = best_index;
+    }
+    __syncthreads();
+    best = best_value_s[0];
+    best_index = best_index_s[0];
+    for (int w = 1; w < kSampleWarps; ++w) {
+      if (best_value_s[w] > best || (best_value_s[w] == best && best_index_s[w] < best_index)) {
+        best = best_value_s[w];
+        best_index = best_index_s[w];
+      }
     }
   }
   if (best_index == INT_MAX) best_index = 0;  // all -FLT_MAX or NaN: flagged above
