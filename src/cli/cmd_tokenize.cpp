@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
@@ -39,14 +40,6 @@ std::string ids_json(const std::vector<int32_t>& ids) {
   }
   out.push_back(']');
   return out;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(ErrorCategory::kIo, path + ": cannot open");
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  return contents.str();
 }
 
 // "1 2 3", "1,2,3" or "[1, 2, 3]".
@@ -100,7 +93,7 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
 }
 
 void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {
-  const std::string text = read_file(options.bench);
+  const std::string text = read_text_file(options.bench);
   using Clock = std::chrono::steady_clock;
   auto timed_encode = [&](size_t& tokens) {
     const auto start = Clock::now();

@@ -2,11 +2,11 @@
 // field that changes what HF's encode or decode produces is checked: values this code
 // reproduces are accepted, anything else is refused with an error naming the field.
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/json.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/tokenizer_json.h"
@@ -36,18 +36,7 @@ class Loader {
     fail(ErrorCategory::kUnsupported, message + " is not supported");
   }
 
-  static std::string read_file(const std::filesystem::path& path) {
-    std::ifstream file(path, std::ios::binary | std::ios::ate);
-    if (!file) throw Error(ErrorCategory::kIo, path.string() + ": cannot open");
-    std::string contents(static_cast<size_t>(file.tellg()), '\0');
-    file.seekg(0);
-    if (!file.read(contents.data(), static_cast<std::streamsize>(contents.size()))) {
-      throw Error(ErrorCategory::kIo, path.string() + ": read failed");
-    }
-    return contents;
-  }
-
-  json read_json(const std::filesystem::path& path) const { return parse_json(read_file(path), path.string()); }
+  json read_json(const std::filesystem::path& path) const { return parse_json(read_text_file(path), path.string()); }
 
   bool flag(const json& object, const char* key, bool fallback, const std::string& where) const {
     const auto it = object.find(key);
@@ -425,7 +414,7 @@ void Loader::load(Tokenizer::Impl& impl) {
   }
   source_ = json_path;
   config_path_ = json_path.parent_path() / "tokenizer_config.json";
-  tok::TokenizerJson parsed = tok::parse_tokenizer_json(read_file(json_path), json_path.string());
+  tok::TokenizerJson parsed = tok::parse_tokenizer_json(read_text_file(json_path), json_path.string());
   const json& root = parsed.root;
   if (!root.is_object()) invalid("must be a JSON object");
   const auto model = root.find("model");

@@ -2,11 +2,10 @@
 
 #include "tokenizer/chat_template/chat_template.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/mapped_file.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/parser.h"
@@ -57,14 +56,6 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
   throw Error(ErrorCategory::kInvalidModel, std::string("tokenizer_config.json: '") + key + "' is neither a string nor a token object");
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCategory::kIo, "cannot open " + path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 }  // namespace
@@ -130,7 +121,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   // (qwen_generation_utils.make_context), with this default system prompt.
   const bool qwen_v1 = names_qwen_v1_tokenizer(model_dir);
   if (std::filesystem::exists(jinja_path)) {
-    config["chat_template"] = read_file(jinja_path);
+    config["chat_template"] = read_text_file(jinja_path);
   } else if (!std::filesystem::exists(config_path) && !qwen_v1) {
     throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
   }
