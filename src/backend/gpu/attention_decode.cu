@@ -21,7 +21,6 @@ constexpr int kUnroll = 4;
 constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
 constexpr int kMinKeysPerSplit = 64;  // below this a split's fixed costs and the combine dominate
 constexpr int kCombineThreads = 512;  // groups of head_dim threads, each merging some splits
-constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeArgs {
   const int32_t* positions;

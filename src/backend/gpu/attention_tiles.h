@@ -10,8 +10,6 @@
 
 namespace qwenrt::cuda {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 struct PrefillArgs {
   const int32_t* positions;
   const int32_t* seq_starts;

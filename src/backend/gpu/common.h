@@ -44,6 +44,9 @@ void dispatch_half(DType dtype, const char* op, Fn&& fn) {
   }
 }
 
+// log2(e): the attention kernels take the softmax in base 2 (exp2 of scores scaled by it).
+constexpr float kLog2e = 1.4426950408889634f;
+
 inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 std::string shape_string(const Tensor& t);
