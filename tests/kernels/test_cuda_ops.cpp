@@ -550,6 +550,12 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
     // Batch of one with a long context: many splits.
     run_attention_case(gpu(), dtype(), rng_, {h, {3000}, {1}, 16, 0});
   }
+  // Long contexts of one sequence (the tensor-core split kernel), a group of 16, a context
+  // that is not a whole number of tiles or blocks, and a sliding window over a long one.
+  run_attention_case(gpu(), dtype(), rng_, {heads[1], {9001}, {1}, 16, 0});
+  run_attention_case(gpu(), dtype(), rng_, {heads[0], {5000, 2049}, {1, 1}, 32, 0});
+  run_attention_case(gpu(), dtype(), rng_, {{32, 2, 128, false, false}, {4097, 3}, {1, 1}, 16, 0});
+  run_attention_case(gpu(), dtype(), rng_, {heads[4], {6000}, {1}, 16, 1000});
   // Sliding window on the decode path.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {500, 40, 1000}, {1, 1, 1}, 16, 64});
   // Enough sequences to fill the device: the tensor-core kernel takes decode batches.
@@ -561,6 +567,12 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
     ctx[1] = 64;
     ctx[2] = 65;
     run_attention_case(gpu(), dtype(), rng_, {h, ctx, std::vector<int>(ctx.size(), 1), 16, 0});
+  }
+  {
+    // Many sequences and one long context: the long one is still split.
+    std::vector<int> ctx(140, 50);
+    ctx[7] = 5000;
+    run_attention_case(gpu(), dtype(), rng_, {heads[0], ctx, std::vector<int>(ctx.size(), 1), 16, 0});
   }
   {
     std::vector<int> ctx(150, 90);

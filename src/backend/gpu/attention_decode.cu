@@ -1,13 +1,17 @@
 // Paged decode attention: one new token per sequence, many sequences of different
-// lengths. Work split: one block per (split of the key range, kv head, sequence); each
-// key group of kLanesPerKey lanes reads one key's K and V row with 16-byte loads
-// (kUnroll keys in flight) and keeps an online softmax for every q head of the GQA group,
-// so each K/V byte is read once per step. Groups and warps merge in shared memory;
-// split-K partials (unnormalised O, max, sum; fp32) merge in a second kernel.
+// lengths. Work split: one block per (split of the key range, kv head, sequence), so each
+// K/V byte is read once per step for the whole q-head group; split-K partials (unnormalised
+// O, max, sum; fp32) merge in a second kernel. Two kernels do the split: on CUDA a
+// tensor-core one (mma.sync over K/V tiles in shared memory) for any batch, elsewhere a
+// SIMT one (each key group of kLanesPerKey lanes reads one key's K and V row with 16-byte
+// loads, kUnroll keys in flight, and keeps an online softmax for every q head of the group;
+// groups and warps merge in shared memory).
 // Layout: cache [num_blocks, block_size, n_kv_heads, d] read through the block tables.
 // Bound: memory bandwidth on the KV cache (≈ context · n_kv_heads · d · 4 bytes / seq).
 #include <cfloat>
+#include <cstdlib>
 
+#include "backend/gpu/attention_mma.h"
 #include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
@@ -246,18 +250,243 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   }
 }
 
+// The same split on tensor cores (CUDA sm_80 and later): the block's 16 query rows are the
+// q-head group (rows past it are zero and never written); K/V tiles of kMmaKeys keys are
+// copied into shared memory with cp.async two stages deep, and each warp takes 16 keys of
+// every tile: S = Q·Kᵀ and O += P·V with mma.m16n8k16 as in attention_prefill_mma.cu. The
+// four warps' states merge in shared memory at the end. A key costs a few mma per warp
+// instead of a shuffle reduction per head, so the kernel stays memory-bound at long
+// contexts where the SIMT kernel above is bound by its instruction issue.
+constexpr int kMmaKeys = 64;  // keys a tile: 16 per warp
+constexpr int kMmaRows = 16;  // the largest q-head group it takes
+// Splits for this many blocks a multiprocessor (three fit, by shared memory). Measured on
+// the 7B after 8,192- and 32,768-token prompts: 32 to 64 splits of a sequence within 2%,
+// 128 slower (224 vs 238 tok/s at 8,192: a split of one tile does not hide its latency).
+constexpr int kMmaWaves = 4;
+constexpr int kMmaMaxSplitKeys = 2048;
+
+#if !defined(QWENRT_GPU_HIP)
+template <typename T, int kHeadDim>
+constexpr size_t decode_mma_smem_bytes() {
+  // Two stages of a K and a V tile; the warps' merge reuses the first kWarps·16·(d + 2)
+  // floats of it.
+  constexpr size_t tiles = 2 * 2 * static_cast<size_t>(kMmaKeys) * mma::smem_stride<kHeadDim>() * sizeof(T);
+  constexpr size_t merge = static_cast<size_t>(kWarps) * kMmaRows * (kHeadDim + 2) * sizeof(float);
+  return tiles > merge ? tiles : merge;
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_mma_kernel(DecodeArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
+                                const T* __restrict__ v_cache, T* __restrict__ out) {
+  constexpr int kStride = mma::smem_stride<kHeadDim>();
+  constexpr int kDimSteps = kHeadDim / 16;
+  constexpr int kTileElems = kMmaKeys * kStride;
+  constexpr int kVecsPerRow = kHeadDim / 8;
+  extern __shared__ int4 smem_raw[];
+  T* tiles = reinterpret_cast<T*>(smem_raw);
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int seq = blockIdx.z;
+  const int token = args.seq_starts[seq];
+  if (args.seq_starts[seq + 1] <= token) return;  // no new token for this sequence
+  const int pos = args.positions[token];
+  const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
+  const int n_keys = pos + 1 - key_lo;
+  const int per_split = (n_keys + args.n_splits - 1) / args.n_splits;
+  const int begin = key_lo + split * per_split;
+  const int end = min(pos + 1, begin + per_split);  // may be ≤ begin: an empty split
+
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int quad_row = lane / 4;
+  const int quad_col = (lane % 4) * 2;
+  const int g = args.group;
+  const int q_width = args.n_heads * kHeadDim;
+
+  // Q as A fragments (rows quad_row and quad_row + 8 of the group), zero past the group.
+  uint32_t q_frag[kDimSteps][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = quad_row + h * 8;
+    const T* q_row = row < g ? q + static_cast<int64_t>(token) * q_width + (kv_head * g + row) * kHeadDim : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < kDimSteps; ++kk) {
+      const int col = kk * 16 + quad_col;
+      q_frag[kk][h] = q_row ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
+      q_frag[kk][h + 2] = q_row ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+    }
+  }
+
+  float o[kHeadDim / 8][4];
+#pragma unroll
+  for (int t = 0; t < kHeadDim / 8; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[t][e] = 0.f;
+  float row_max[2] = {-FLT_MAX, -FLT_MAX};
+  float row_sum[2] = {0.f, 0.f};  // this lane's share; the quad is summed at the end
+
+  const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
+  const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
+  auto load_tile = [&](int stage, int key0) {
+    T* k_dst = tiles + stage * 2 * kTileElems;
+    T* v_dst = k_dst + kTileElems;
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kMmaKeys * kVecsPerRow; idx += kThreads) {
+      const int j = idx / kVecsPerRow;
+      const int c = (idx % kVecsPerRow) * 8;
+      const int key = key0 + j;
+      const bool valid = key < end;
+      const int safe_key = valid ? key : begin;
+      const int64_t slot =
+          static_cast<int64_t>(block_table[safe_key / args.block_size]) * args.block_size + safe_key % args.block_size;
+      const int64_t offset = slot * kv_stride + kv_head * kHeadDim + c;
+      mma::copy_async_16(k_dst + j * kStride + c, k_cache + offset, valid);
+      mma::copy_async_16(v_dst + j * kStride + c, v_cache + offset, valid);
+    }
+    mma::copy_async_commit();
+  };
+
+  if (begin < end) load_tile(0, begin);
+  int stage = 0;
+  for (int key0 = begin; key0 < end; key0 += kMmaKeys, stage ^= 1) {
+    if (key0 + kMmaKeys < end) {
+      load_tile(stage ^ 1, key0 + kMmaKeys);
+      mma::copy_async_wait<1>();
+    } else {
+      mma::copy_async_wait<0>();
+    }
+    __syncthreads();
+    const T* k_s = tiles + stage * 2 * kTileElems + warp * 16 * kStride;  // this warp's 16 keys
+    const T* v_s = k_s + kTileElems;
+
+    float s[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kDimSteps; ++kk) {
+      uint32_t b[4];
+      mma::ldmatrix_x4(b, k_s + ((lane % 8) + (lane / 16) * 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
+      mma::mma_16816<T>(s[0], q_frag[kk], b[0], b[1]);
+      mma::mma_16816<T>(s[1], q_frag[kk], b[2], b[3]);
+    }
+    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + warp * 16 + t * 8 + quad_col + (e % 2);
+        s[t][e] = key < end ? s[t][e] * args.scale_log2 : -FLT_MAX;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], gpu::shfl_xor(tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], gpu::shfl_xor(tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      alpha[h] = exp2f(row_max[h] - new_max);  // 1 while no key has been visible
+      row_max[h] = new_max;
+      row_sum[h] *= alpha[h];
+    }
+    uint32_t p_frag[4];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = s[t][e] > -FLT_MAX ? exp2f(s[t][e] - row_max[e / 2]) : 0.f;
+        row_sum[e / 2] += p[e];
+      }
+      p_frag[t * 2] = mma::pack2<T>(p[0], p[1]);
+      p_frag[t * 2 + 1] = mma::pack2<T>(p[2], p[3]);
+    }
+#pragma unroll
+    for (int t = 0; t < kHeadDim / 8; ++t) {
+      o[t][0] *= alpha[0];
+      o[t][1] *= alpha[0];
+      o[t][2] *= alpha[1];
+      o[t][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int d2 = 0; d2 < kHeadDim / 16; ++d2) {
+      uint32_t b[4];
+      mma::ldmatrix_x4_trans(b, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + d2 * 16 + (lane / 16) * 8);
+      mma::mma_16816<T>(o[2 * d2], p_frag, b[0], b[1]);
+      mma::mma_16816<T>(o[2 * d2 + 1], p_frag, b[2], b[3]);
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's prefetch
+  }
+
+  // Merge the four warps: each leaves its rows' max, sum and unnormalised O in shared memory.
+  float* merge_o = reinterpret_cast<float*>(smem_raw);            // [warp][row][d]
+  float* merge_ml = merge_o + kWarps * kMmaRows * kHeadDim;       // [warp][row][2]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += gpu::shfl_xor(sum, 1);
+    sum += gpu::shfl_xor(sum, 2);
+    const int row = quad_row + h * 8;
+    float* dst = merge_o + (warp * kMmaRows + row) * kHeadDim;
+#pragma unroll
+    for (int t = 0; t < kHeadDim / 8; ++t) {
+      dst[t * 8 + quad_col] = o[t][2 * h];
+      dst[t * 8 + quad_col + 1] = o[t][2 * h + 1];
+    }
+    if (lane % 4 == 0) {
+      merge_ml[(warp * kMmaRows + row) * 2] = row_max[h];
+      merge_ml[(warp * kMmaRows + row) * 2 + 1] = sum;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < g * kHeadDim; idx += kThreads) {
+    const int row = idx / kHeadDim;
+    const int dim = idx % kHeadDim;
+    float block_max = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, merge_ml[(w * kMmaRows + row) * 2]);
+    float sum = 0.f;
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float l = merge_ml[(w * kMmaRows + row) * 2 + 1];
+      const float weight = l > 0.f ? exp2f(merge_ml[(w * kMmaRows + row) * 2] - block_max) : 0.f;
+      sum += l * weight;
+      acc += merge_o[(w * kMmaRows + row) * kHeadDim + dim] * weight;
+    }
+    const int head = kv_head * g + row;
+    if (args.n_splits == 1) {
+      out[static_cast<int64_t>(token) * q_width + head * kHeadDim + dim] = gpu::from_f32<T>(acc / sum);
+    } else {
+      const int64_t part = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits + split;
+      args.partial_out[part * kHeadDim + dim] = acc;
+      if (dim == 0) {
+        args.partial_ml[part * 2] = block_max;
+        args.partial_ml[part * 2 + 1] = sum;
+      }
+    }
+  }
+}
+#endif
+
+template <typename T>
+void launch_combine(const BatchView& batch, const DecodeArgs& args, int head_dim, Tensor out, Stream stream) {
+  if (args.n_splits <= 1) return;
+  const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
+  attention_combine_kernel<T><<<combine_grid, kCombineThreads, 0, stream>>>(args, head_dim, out.as<T>());
+}
+
+dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
+  return dim3(static_cast<unsigned>(args.n_splits), static_cast<unsigned>(args.n_kv_heads),
+              static_cast<unsigned>(batch.n_seqs));
+}
+
 template <typename T, int kHeadDim, int kMaxGroup>
 void launch_typed(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache,
                   Tensor out, Stream stream) {
-  const dim3 grid(static_cast<unsigned>(args.n_splits), static_cast<unsigned>(args.n_kv_heads),
-                  static_cast<unsigned>(batch.n_seqs));
-  attention_decode_kernel<T, kHeadDim, kMaxGroup><<<grid, kThreads, 0, stream>>>(
+  attention_decode_kernel<T, kHeadDim, kMaxGroup><<<decode_grid(batch, args), kThreads, 0, stream>>>(
       args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v),
       out.as<T>());
-  if (args.n_splits > 1) {
-    const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-    attention_combine_kernel<T><<<combine_grid, kCombineThreads, 0, stream>>>(args, kHeadDim, out.as<T>());
-  }
+  launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 
 template <typename T, int kHeadDim>
@@ -274,6 +503,24 @@ void dispatch_group(const BatchView& batch, const DecodeArgs& args, const Tensor
   }
 }
 
+#if !defined(QWENRT_GPU_HIP)
+template <typename T, int kHeadDim>
+void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
+                Stream stream) {
+  constexpr size_t kSmem = decode_mma_smem_bytes<T, kHeadDim>();
+  // Raised once per kernel (above the 48 KiB default); the device's limit is far above.
+  static const bool raised = [] {
+    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(attention_decode_mma_kernel<T, kHeadDim>, static_cast<int>(kSmem)),
+                     "attention", "tensor-core decode shared memory " + std::to_string(kSmem) + " B");
+    return true;
+  }();
+  (void)raised;
+  attention_decode_mma_kernel<T, kHeadDim><<<decode_grid(batch, args), kThreads, kSmem, stream>>>(
+      args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>());
+  launch_combine<T>(batch, args, kHeadDim, out, stream);
+}
+#endif
+
 }  // namespace
 
 bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
@@ -281,15 +528,33 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
                              Tensor out, float* workspace, size_t workspace_bytes,
                              int multiprocessors, Stream stream) {
   const int group = attn.n_heads / attn.n_kv_heads;
-  if (batch.max_new_tokens != 1 || group > 8 || (attn.head_dim != 64 && attn.head_dim != 128))
-    return false;
+  if (batch.max_new_tokens != 1 || (attn.head_dim != 64 && attn.head_dim != 128)) return false;
+#if defined(QWENRT_GPU_HIP)
+  constexpr bool kTensorCores = false;
+#else
+  constexpr bool kTensorCores = true;
+#endif
+  const bool mma = kTensorCores && group <= kMmaRows;
+  if (!mma && group > 8) return false;
   if (batch.n_seqs == 0) return true;
 
   // Enough blocks for several waves (long contexts need many loads in flight), each split
-  // reading at least kMinSplitElements of K.
+  // reading at least a minimum of keys. The tensor-core kernel splits no further once a
+  // block per (sequence, kv head) fills the device, except that no split walks more than
+  // kMmaMaxSplitKeys: one block going through a long context alone would set the step's time.
   const int base_blocks = batch.n_seqs * attn.n_kv_heads;
-  int n_splits = static_cast<int>(ceil_div(8 * multiprocessors, base_blocks));
-  n_splits = std::min(n_splits, static_cast<int>(ceil_div(batch.max_context_len, kMinSplitElements / attn.head_dim)));
+  const int context = batch.max_context_len;
+  int n_splits;
+  if (mma) {
+    n_splits = static_cast<int>(ceil_div(context, kMmaMaxSplitKeys));
+    if (base_blocks < multiprocessors) {
+      n_splits = std::max(n_splits, std::min(static_cast<int>(ceil_div(kMmaWaves * multiprocessors, base_blocks)),
+                                             static_cast<int>(ceil_div(context, kMmaKeys))));
+    }
+  } else {
+    n_splits = static_cast<int>(ceil_div(8 * multiprocessors, base_blocks));
+    n_splits = std::min(n_splits, static_cast<int>(ceil_div(context, kMinSplitElements / attn.head_dim)));
+  }
   n_splits = std::clamp(n_splits, 1, kMaxSplits);
   const size_t per_split_bytes = static_cast<size_t>(batch.n_seqs) * attn.n_heads *
                                  (attn.head_dim + 2) * sizeof(float);
@@ -314,13 +579,23 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
 
   dispatch_half(q.dtype, "attention", [&](auto tag) {
     using T = decltype(tag);
+#if !defined(QWENRT_GPU_HIP)
+    if (mma) {
+      if (attn.head_dim == 64) {
+        launch_mma<T, 64>(batch, args, q, cache, out, stream);
+      } else {
+        launch_mma<T, 128>(batch, args, q, cache, out, stream);
+      }
+      return;
+    }
+#endif
     if (attn.head_dim == 64) {
       dispatch_group<T, 64>(batch, args, q, cache, out, stream);
     } else {
       dispatch_group<T, 128>(batch, args, q, cache, out, stream);
     }
   });
-  QWENRT_CUDA_LAUNCHED("attention (decode)",
+  QWENRT_CUDA_LAUNCHED(mma ? "attention (decode, tensor cores)" : "attention (decode)",
                        "seqs " + std::to_string(batch.n_seqs) + ", heads " +
                            std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) +
                            ", head_dim " + std::to_string(attn.head_dim) + ", splits " +

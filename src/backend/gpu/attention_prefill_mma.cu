@@ -11,6 +11,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "backend/gpu/attention_mma.h"
 #include "backend/gpu/attention_tiles.h"
 
 namespace qwenrt::cuda {
@@ -18,78 +19,16 @@ namespace qwenrt::cuda {
 #if !defined(QWENRT_GPU_HIP)
 namespace {
 
+using namespace mma;
+
 constexpr int kThreads = 128;
 constexpr int kRows = 64;  // query rows per block: 16 per warp
 constexpr int kKeys = 64;  // keys per tile
 
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma_16816<gpu::bf16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                     uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<gpu::f16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// 16 bytes global -> shared without passing through registers; zeros when !valid.
-__device__ __forceinline__ void copy_async_16(void* smem, const void* global, bool valid) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(global), "r"(src_bytes));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-template <int kHeadDim>
-constexpr int smem_stride() {
-  return kHeadDim + 8;  // 16-byte row padding: ldmatrix rows hit distinct banks
-}
 // Two stages of a K and a V tile.
 template <typename T, int kHeadDim>
 constexpr size_t mma_smem_bytes() {
   return 2 * 2 * static_cast<size_t>(kKeys) * smem_stride<kHeadDim>() * sizeof(T);
-}
-
-// Two fp32 values as one register of two 16-bit values (lo = the first).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const T a = gpu::from_f32<T>(lo);
-  const T b = gpu::from_f32<T>(hi);
-  uint16_t ua, ub;
-  memcpy(&ua, &a, 2);
-  memcpy(&ub, &b, 2);
-  return static_cast<uint32_t>(ua) | (static_cast<uint32_t>(ub) << 16);
 }
 
 template <typename T, int kHeadDim>

@@ -363,16 +363,8 @@ class CudaBackend final : public Backend {
       launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
       return;
     }
-    // Many sequences decoding (a block per sequence and kv head at least fills every
-    // multiprocessor): the tensor-core kernel, 64 keys a stage. The split kernel below is
-    // for fewer sequences, whose long contexts need splitting to fill the device; with many
-    // it costs 5x (its per-lane state for a whole q-head group, and its merge). The
-    // tensor-core kernel does not split a sequence, so a batch holding a long context
-    // keeps the split kernel: one block walking 32k keys would set the step's time.
-    constexpr int kMmaDecodeMaxContext = 4096;
-    const bool many_decoding = batch.max_new_tokens == 1 && batch.max_context_len <= kMmaDecodeMaxContext &&
-                               static_cast<int64_t>(batch.n_seqs) * attn.n_kv_heads >= multiprocessors_;
-    if (many_decoding && launch_attention_prefill_mma(batch, attn, q, geometry, cache, out, stream_)) return;
+    // Decode batches (one new token per sequence, any number of sequences) take the split
+    // decode kernels; prompt chunks and mixed batches the prompt kernels.
     if (launch_attention_decode(batch, attn, q, geometry, cache, out,
                                 static_cast<float*>(attention_workspace_.data()),
                                 kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
