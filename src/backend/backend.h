@@ -263,6 +263,13 @@ class Backend {
   virtual void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                                       const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,
                                       const KvGeometry& geometry, KvLayer cache);
+  // The product x · qkvᵀ and that epilogue in one op, for a few rows (decode): the same
+  // q_out and cache contents as matmul into a q|k|v buffer followed by
+  // qkv_fused_rope_kvwrite. False when the backend has no such op or not for these rows or
+  // this epilogue (the caller then runs the two).
+  virtual bool matmul_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const BatchView& batch,
+                                       const AttentionParams& attn, const QkvEpilogue& epilogue, Tensor q_out,
+                                       const KvGeometry& geometry, KvLayer cache);
   // Causal grouped-query attention of each new token over its sequence's cached keys
   // (positions 0..its own), reading the paged cache through the block tables.
   // q, out [n_tokens, n_heads*head_dim].

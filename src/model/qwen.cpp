@@ -278,7 +278,6 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   // the gate buffer holds it.
   const bool fuse_qkv_rows = n > 1 && backend_.fuses_qkv_epilogue() &&
                              config_.q_dim() + 2 * config_.kv_dim() <= int64_t{config_.intermediate_size};
-  Tensor qkv_rows;
   backend_.embed(batch, weights_.embed_tokens, x);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
@@ -289,7 +288,16 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       backend_.add_rmsnorm(x, o, w.input_norm, eps, h);
     }
     const FusedProjections& fused = fused_[layer];
-    if (n == 1 && fused.qkv.data != nullptr) {
+    QkvEpilogue epilogue{w.q_bias, w.k_bias, w.v_bias, w.q_norm, w.k_norm, eps,
+                         static_cast<const float*>(rope_storage_.data()), rope_scaling_,
+                         config_.use_logn_attn ? config_.seq_length : 0};
+    attention.sliding_window = config_.layer_sliding_window[layer];
+    if (fused.qkv.data != nullptr &&
+        backend_.matmul_qkv_rope_kvwrite(h, fused.qkv, batch, attention, epilogue, ws_.q.row_slice(0, n),
+                                         kv_geometry_, kv_layers_[layer])) {
+      // A few rows: the product and its epilogue in one op.
+      q = ws_.q.row_slice(0, n);
+    } else if (n == 1 && fused.qkv.data != nullptr) {
       // One row: the q|k|v product's row is q, k and v back to back.
       Tensor qkv{ws_.fused.data, ws_.fused.dtype, 1, fused.qkv.rows};
       backend_.matmul(h, fused.qkv, qkv);
@@ -298,12 +306,14 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       q = Tensor{base, qkv.dtype, 1, config_.q_dim()};
       k = Tensor{base + config_.q_dim() * elem, qkv.dtype, 1, config_.kv_dim()};
       v = Tensor{base + (config_.q_dim() + config_.kv_dim()) * elem, qkv.dtype, 1, config_.kv_dim()};
+      backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
     } else if (fused.qkv.data != nullptr && fuse_qkv_rows) {
       // Several rows: one q|k|v product into the gate buffer (free until the MLP), whose
       // rows the epilogue reads as they are, writing q apart.
-      qkv_rows = Tensor{ws_.gate.data, ws_.gate.dtype, n, fused.qkv.rows};
+      const Tensor qkv_rows{ws_.gate.data, ws_.gate.dtype, n, fused.qkv.rows};
       backend_.matmul(h, fused.qkv, qkv_rows);
       q = ws_.q.row_slice(0, n);
+      backend_.qkv_fused_rope_kvwrite(batch, attention, epilogue, qkv_rows, q, kv_geometry_, kv_layers_[layer]);
     } else {
       q = ws_.q.row_slice(0, n);
       k = ws_.k.row_slice(0, n);
@@ -311,15 +321,6 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       backend_.matmul(h, w.q_proj, q);
       backend_.matmul(h, w.k_proj, k);
       backend_.matmul(h, w.v_proj, v);
-    }
-    QkvEpilogue epilogue{w.q_bias, w.k_bias, w.v_bias, w.q_norm, w.k_norm, eps,
-                         static_cast<const float*>(rope_storage_.data()), rope_scaling_,
-                         config_.use_logn_attn ? config_.seq_length : 0};
-    attention.sliding_window = config_.layer_sliding_window[layer];
-    if (qkv_rows.data != nullptr) {
-      backend_.qkv_fused_rope_kvwrite(batch, attention, epilogue, qkv_rows, q, kv_geometry_, kv_layers_[layer]);
-      qkv_rows = Tensor{};
-    } else {
       backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
     }
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);

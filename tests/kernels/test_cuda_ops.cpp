@@ -1,6 +1,7 @@
 // CUDA ops against naive host formulas (double precision on the device's rounded inputs),
 // on awkward sizes, with every output poisoned with NaN before the op runs.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -422,6 +423,89 @@ TEST_P(CudaOps, QkvRopeKvwrite) {
     for (size_t i = 0; i < qkv.size(); ++i)
       if (qkv_after[i] != qkv[i]) ++changed;
     EXPECT_EQ(changed, 0u) << "the fused product was written to, " << what;
+  }
+}
+
+// The q|k|v product with the epilogue folded in writes what the product followed by the
+// epilogue writes (that pair is checked against the formulas above), bit for bit: biases,
+// RoPE table rows per sequence and LogN (the original Qwen), a token with no slot.
+TEST_P(CudaOps, QkvProductWithEpilogueEqualsProductThenEpilogue) {
+  const HeadConfig configs[] = {{14, 2, 64, true, false}, {28, 4, 128, true, false}, {8, 8, 64, false, false}};
+  const int hidden = 264;
+  constexpr int kGemvRowsTested = 4;  // the decode product's row limit
+  for (const HeadConfig& hc : configs) {
+    for (int rows = 1; rows <= kGemvRowsTested; ++rows) {
+      std::vector<int> ctx, fresh;
+      for (int r = 0; r < rows; ++r) {
+        ctx.push_back(std::uniform_int_distribution<int>(1, 120)(rng_));
+        fresh.push_back(1);
+      }
+      PagedBatch pb(gpu(), rng_, ctx, fresh, 16);
+      if (rows == 3) {  // a token whose k/v are not kept
+        pb.slots[1] = -1;
+        pb.d_slots = upload_ints(gpu(), pb.slots);
+      }
+      BatchView batch = pb.view();
+      const bool original_qwen = rows % 2 == 0;
+      std::vector<int32_t> rope_rows;
+      for (int r = 0; r < rows; ++r) rope_rows.push_back(r % 2);
+      DeviceBuffer d_rope_rows = upload_ints(gpu(), rope_rows);
+      if (original_qwen) batch.rope_rows = static_cast<const int32_t*>(d_rope_rows.data());
+
+      const int d = hc.head_dim, half = d / 2;
+      const int q_cols = hc.n_heads * d, kv_cols = hc.n_kv_heads * d, qkv_cols = q_cols + 2 * kv_cols;
+      std::vector<float> inv_freq(2 * half);
+      for (int i = 0; i < half; ++i) {
+        inv_freq[i] = std::pow(1e6f, -2.f * i / d);
+        inv_freq[half + i] = std::pow(3e6f, -2.f * i / d);
+      }
+      auto dfreq = DeviceTensor::from(gpu(), DType::kF32, 2, half, inv_freq);
+      auto x = DeviceTensor::from(gpu(), dtype(), rows, hidden, random_values(rng_, rows * hidden, 1.f, dtype()));
+      auto w = DeviceTensor::from(gpu(), dtype(), qkv_cols, hidden,
+                                  random_values(rng_, static_cast<size_t>(qkv_cols) * hidden, 0.1f, dtype()));
+      auto qb = DeviceTensor::from(gpu(), dtype(), 1, q_cols, random_values(rng_, q_cols, 0.5f, dtype()));
+      auto kb = DeviceTensor::from(gpu(), dtype(), 1, kv_cols, random_values(rng_, kv_cols, 0.5f, dtype()));
+      auto vb = DeviceTensor::from(gpu(), dtype(), 1, kv_cols, random_values(rng_, kv_cols, 0.5f, dtype()));
+      QkvEpilogue epi;
+      if (hc.bias) {
+        epi.q_bias = qb.t;
+        epi.k_bias = kb.t;
+        epi.v_bias = vb.t;
+      }
+      epi.inv_freq = static_cast<const float*>(dfreq.t.data);
+      epi.rope_scaling = 1.1f;
+      epi.logn_length = original_qwen ? 40 : 0;
+      AttentionParams attn{hc.n_heads, hc.n_kv_heads, d, 1.f / std::sqrt(float(d)), 0};
+      KvGeometry geo{pb.num_blocks, pb.block_size, hc.n_kv_heads, d, dtype()};
+      const int64_t pool = static_cast<int64_t>(pb.num_blocks) * pb.block_size * kv_cols;
+
+      auto qkv = DeviceTensor::poisoned(gpu(), dtype(), rows, qkv_cols);
+      auto q_two = DeviceTensor::poisoned(gpu(), dtype(), rows, q_cols);
+      auto k_two = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+      auto v_two = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+      gpu().matmul(x.t, w.t, qkv.t);
+      gpu().qkv_fused_rope_kvwrite(batch, attn, epi, qkv.t, q_two.t, geo, KvLayer{k_two.t.data, v_two.t.data});
+      auto q_one = DeviceTensor::poisoned(gpu(), dtype(), rows, q_cols);
+      auto k_one = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+      auto v_one = DeviceTensor::poisoned(gpu(), dtype(), 1, pool);
+      ASSERT_TRUE(gpu().matmul_qkv_rope_kvwrite(x.t, w.t, batch, attn, epi, q_one.t, geo,
+                                                KvLayer{k_one.t.data, v_one.t.data}));
+      const std::string what = "heads " + std::to_string(hc.n_heads) + "/" + std::to_string(hc.n_kv_heads) +
+                               " d=" + std::to_string(d) + " rows " + std::to_string(rows);
+      const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same_bits(download(gpu(), q_one.t), download(gpu(), q_two.t))) << "q " << what;
+      EXPECT_TRUE(same_bits(download(gpu(), k_one.t), download(gpu(), k_two.t))) << "k cache " << what;
+      EXPECT_TRUE(same_bits(download(gpu(), v_one.t), download(gpu(), v_two.t))) << "v cache " << what;
+
+      // Per-head q/k norms (Qwen3) need the whole head: not folded in.
+      auto norm_weight = DeviceTensor::from(gpu(), dtype(), 1, d, std::vector<float>(d, 1.f));
+      QkvEpilogue normed = epi;
+      normed.q_norm = norm_weight.t;
+      EXPECT_FALSE(gpu().matmul_qkv_rope_kvwrite(x.t, w.t, batch, attn, normed, q_one.t, geo,
+                                                 KvLayer{k_one.t.data, v_one.t.data}));
+    }
   }
 }
 

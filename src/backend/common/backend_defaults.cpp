@@ -36,6 +36,10 @@ void Backend::begin_recording() {
 std::unique_ptr<RecordedOps> Backend::end_recording() { return nullptr; }
 
 bool Backend::matmul_silu_mul(const Tensor&, const Tensor&, Tensor) { return false; }
+bool Backend::matmul_qkv_rope_kvwrite(const Tensor&, const Tensor&, const BatchView&, const AttentionParams&,
+                                      const QkvEpilogue&, Tensor, const KvGeometry&, KvLayer) {
+  return false;
+}
 
 bool Backend::fuses_qkv_epilogue() const { return false; }
 

@@ -96,6 +96,12 @@ bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
 // out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]); false when
 // the shape is not one it takes.
 bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
+// The q|k|v product with rope_kv.cu's epilogue folded in, for models without per-head q/k
+// norms: q to q_out, k and v into the cache; false when it does not apply (the caller runs
+// the product and the epilogue).
+bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const BatchView& batch,
+                                  const AttentionParams& attn, const QkvEpilogue& epilogue, Tensor q_out,
+                                  const KvGeometry& geometry, KvLayer cache, Stream stream);
 
 // elementwise.cu
 void launch_embed(const BatchView& batch, const Tensor& table, Tensor out, Stream stream);

@@ -381,6 +381,12 @@ class CudaBackend final : public Backend {
     launch_silu_mul(gate, up, out, stream_);
   }
 
+  bool matmul_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const BatchView& batch, const AttentionParams& attn,
+                               const QkvEpilogue& epilogue, Tensor q_out, const KvGeometry& geometry,
+                               KvLayer cache) override {
+    return launch_gemv_qkv_rope_kvwrite(x, qkv, batch, attn, epilogue, q_out, geometry, cache, stream_);
+  }
+
   bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out) override {
     return launch_gemv_silu_mul(x, gate_up, out, stream_);
   }

@@ -7,6 +7,7 @@
 // reduce them across the block. w is read with streaming loads (used once per step); x is
 // small and read through the cache by every block.
 #include "backend/gpu/common.h"
+#include "backend/gpu/rope.h"
 
 namespace qwenrt::cuda {
 namespace {
@@ -32,32 +33,19 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
   for (int c = 0; c < 8; ++c) acc += gpu::to_f32(av[c]) * gpu::to_f32(bv[c]);
 }
 
-// kGated: w is [gate; up] with m rows each; the block computes output feature blockIdx.x
-// from gate row f and up row m + f as silu(gate·x) * (up·x) (the MLP input, one launch).
-template <typename T, typename Out, int kRows, int kFeatures, bool kGated = false>
-__global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Out* __restrict__ out, int n_rows,
-                int k, int m) {
-  static_assert(!kGated || kFeatures == 2, "a gated block pairs one gate and one up row");
-  __shared__ float partial[kWarps][kRows][kFeatures];
-  const int feature0 = kGated ? blockIdx.x : blockIdx.x * kFeatures;
-  const int vectors = k / 8;  // 16-byte vectors per row
+// The block's dot products x[r] · w[w_row[f]] for its rows and features: each warp's sums
+// land in partial[warp][r][f] (block_sum adds them up once the barrier at the end is passed).
+template <typename T, int kRows, int kFeatures>
+__device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __restrict__ w,
+                                           const int64_t (&w_row)[kFeatures], int n_rows, int vectors,
+                                           float (&partial)[kWarps][kRows][kFeatures]) {
   const int4* x4 = reinterpret_cast<const int4*>(x);
   const int4* w4 = reinterpret_cast<const int4*>(w);
-
   float acc[kRows][kFeatures];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.f;
-
-  // Rows of w past m are clamped to the last one (their sums are dropped at the end).
-  int64_t w_row[kFeatures];
-#pragma unroll
-  for (int f = 0; f < kFeatures; ++f) {
-    w_row[f] = kGated ? static_cast<int64_t>(feature0 + f * m) * vectors
-                      : static_cast<int64_t>(min(feature0 + f, m - 1)) * vectors;
-  }
 
   int v = threadIdx.x;
   for (; v + (kUnroll - 1) * kThreads < vectors; v += kUnroll * kThreads) {
@@ -102,15 +90,40 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) partial[warp][r][f] = sum;
     }
   __syncthreads();
+}
+
+template <int kRows, int kFeatures>
+__device__ __forceinline__ float block_sum(const float (&partial)[kWarps][kRows][kFeatures], int r, int f) {
+  float sum = 0.f;
+#pragma unroll
+  for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][r][f];
+  return sum;
+}
+
+// kGated: w is [gate; up] with m rows each; the block computes output feature blockIdx.x
+// from gate row f and up row m + f as silu(gate·x) * (up·x) (the MLP input, one launch).
+template <typename T, typename Out, int kRows, int kFeatures, bool kGated = false>
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Out* __restrict__ out, int n_rows,
+                int k, int m) {
+  static_assert(!kGated || kFeatures == 2, "a gated block pairs one gate and one up row");
+  __shared__ float partial[kWarps][kRows][kFeatures];
+  const int feature0 = kGated ? blockIdx.x : blockIdx.x * kFeatures;
+  const int vectors = k / 8;  // 16-byte vectors per row
+  // Rows of w past m are clamped to the last one (their sums are dropped at the end).
+  int64_t w_row[kFeatures];
+#pragma unroll
+  for (int f = 0; f < kFeatures; ++f) {
+    w_row[f] = kGated ? static_cast<int64_t>(feature0 + f * m) * vectors
+                      : static_cast<int64_t>(min(feature0 + f, m - 1)) * vectors;
+  }
+  block_dots<T, kRows, kFeatures>(x, w, w_row, n_rows, vectors, partial);
+
   if constexpr (kGated) {
     if (threadIdx.x < kRows && static_cast<int>(threadIdx.x) < n_rows) {
       const int r = threadIdx.x;
-      float gate = 0.f, up = 0.f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) {
-        gate += partial[wi][r][0];
-        up += partial[wi][r][1];
-      }
+      const float gate = block_sum(partial, r, 0);
+      const float up = block_sum(partial, r, 1);
       out[static_cast<int64_t>(r) * m + feature0] = gpu::from_f32<Out>(gate / (1.f + __expf(-gate)) * up);
     }
     return;
@@ -119,12 +132,72 @@ __global__ void __launch_bounds__(kThreads)
     const int r = threadIdx.x / kFeatures;
     const int f = threadIdx.x % kFeatures;
     if (r < n_rows && feature0 + f < m) {
-      float sum = 0.f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][r][f];
-      out[static_cast<int64_t>(r) * m + feature0 + f] = gpu::from_f32<Out>(sum);
+      out[static_cast<int64_t>(r) * m + feature0 + f] = gpu::from_f32<Out>(block_sum(partial, r, f));
     }
   }
+}
+
+struct QkvRopeArgs {
+  const int32_t* positions;
+  const int32_t* slot_mapping;
+  const int32_t* token_seq;
+  const int32_t* rope_rows;  // [n_seqs] row of inv_freq per sequence; null: row 0
+  const float* inv_freq;     // [rows, head_dim / 2]
+  float rope_scaling;
+  int logn_length;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int64_t q_width;  // q_out's row stride
+};
+
+// q|k|v with the attention-input epilogue folded in (models without per-head q/k norms):
+// block b computes the RoPE pair (i, i + d/2) of job b / (d/2) (q heads, then k heads, then
+// v heads), so its epilogue needs nothing from other blocks. Each sum is rounded to the
+// storage type before the bias is added in fp32, as the product and rope_kv.cu's epilogue
+// do one after the other; q goes to q_out, k and v into the cache at slot_mapping.
+template <typename T, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    gemv_qkv_rope_kernel(const T* __restrict__ x, const T* __restrict__ w, int n_rows, int k, QkvRopeArgs args,
+                         const T* __restrict__ q_bias, const T* __restrict__ k_bias, const T* __restrict__ v_bias,
+                         T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  __shared__ float partial[kWarps][kRows][2];
+  const int d = args.head_dim;
+  const int half = d / 2;
+  const int job = blockIdx.x / half;
+  const int i = blockIdx.x % half;
+  const int vectors = k / 8;
+  const int64_t f0 = static_cast<int64_t>(job) * d + i;
+  const int64_t w_row[2] = {f0 * vectors, (f0 + half) * vectors};
+  block_dots<T, kRows, 2>(x, w, w_row, n_rows, vectors, partial);
+  if (static_cast<int>(threadIdx.x) >= n_rows) return;  // n_rows ≤ kRows ≤ kThreads
+
+  const int r = threadIdx.x;  // the row is the batch's token r
+  const int kind = job < args.n_heads ? 0 : job < args.n_heads + args.n_kv_heads ? 1 : 2;
+  const int head = kind == 0 ? job : kind == 1 ? job - args.n_heads : job - args.n_heads - args.n_kv_heads;
+  const T* bias = kind == 0 ? q_bias : kind == 1 ? k_bias : v_bias;
+  float lo = gpu::to_f32(gpu::from_f32<T>(block_sum(partial, r, 0)));
+  float hi = gpu::to_f32(gpu::from_f32<T>(block_sum(partial, r, 1)));
+  if (bias != nullptr) {
+    lo += gpu::to_f32(bias[head * d + i]);
+    hi += gpu::to_f32(bias[head * d + i + half]);
+  }
+  if (kind != 2) {
+    const int position = args.positions[r];
+    const float* inv_freq = args.inv_freq + (args.rope_rows != nullptr ? args.rope_rows[args.token_seq[r]] : 0) * half;
+    rope_pair(lo, hi, position, inv_freq[i], args.rope_scaling,
+              kind == 0 ? logn_factor(args.logn_length, position) : 1.f);
+  }
+  T* dst;
+  if (kind == 0) {
+    dst = q_out + r * args.q_width + head * d;
+  } else {
+    const int64_t slot = args.slot_mapping[r];
+    if (slot < 0) return;
+    dst = (kind == 1 ? k_cache : v_cache) + (slot * args.n_kv_heads + head) * d;
+  }
+  dst[i] = gpu::from_f32<T>(lo);
+  dst[i + half] = gpu::from_f32<T>(hi);
 }
 
 template <typename T, typename Out, int kRows>
@@ -185,6 +258,47 @@ bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, St
   if (x.rows == 0 || out.cols == 0) return true;
   dispatch_half(x.dtype, "matmul_silu_mul", [&](auto tag) { launch_gated<decltype(tag)>(x, gate_up, out, stream); });
   QWENRT_CUDA_LAUNCHED("matmul_silu_mul (gemv)", matmul_sizes(x, gate_up, out));
+  return true;
+}
+
+bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const BatchView& batch,
+                                  const AttentionParams& attn, const QkvEpilogue& epilogue, Tensor q_out,
+                                  const KvGeometry& geometry, KvLayer cache, Stream stream) {
+  const int d = attn.head_dim;
+  const int jobs = attn.n_heads + 2 * attn.n_kv_heads;
+  const DType t = x.dtype;
+  const auto matches = [t](const Tensor& b) { return b.data == nullptr || b.dtype == t; };
+  if (!gemv_applies(x, qkv) || epilogue.q_norm.data != nullptr || epilogue.k_norm.data != nullptr ||
+      epilogue.inv_freq == nullptr || d <= 0 || d % 2 != 0 || x.rows != batch.n_tokens ||
+      qkv.rows != static_cast<int64_t>(jobs) * d || qkv.cols != x.cols || qkv.dtype != t ||
+      q_out.rows != x.rows || q_out.cols != static_cast<int64_t>(attn.n_heads) * d || q_out.dtype != t ||
+      geometry.dtype != t || geometry.n_kv_heads != attn.n_kv_heads || geometry.head_dim != d ||
+      !matches(epilogue.q_bias) || !matches(epilogue.k_bias) || !matches(epilogue.v_bias)) {
+    return false;
+  }
+  if (x.rows == 0) return true;
+  const QkvRopeArgs args{batch.positions,      batch.slot_mapping, batch.token_seq,  batch.rope_rows,
+                         epilogue.inv_freq,    epilogue.rope_scaling, epilogue.logn_length, attn.n_heads,
+                         attn.n_kv_heads,      d,                  q_out.cols};
+  const unsigned blocks = static_cast<unsigned>(jobs) * static_cast<unsigned>(d / 2);
+  const int rows = static_cast<int>(x.rows);
+  const int k = static_cast<int>(x.cols);
+  dispatch_half(t, "matmul_qkv_rope_kvwrite", [&](auto tag) {
+    using T = decltype(tag);
+    const auto launch = [&](auto kernel) {
+      kernel<<<blocks, kThreads, 0, stream>>>(x.as<const T>(), qkv.as<const T>(), rows, k, args,
+                                              static_cast<const T*>(epilogue.q_bias.data),
+                                              static_cast<const T*>(epilogue.k_bias.data),
+                                              static_cast<const T*>(epilogue.v_bias.data), q_out.as<T>(),
+                                              static_cast<T*>(cache.k), static_cast<T*>(cache.v));
+    };
+    if (rows == 1) {
+      launch(gemv_qkv_rope_kernel<T, 1>);
+    } else {
+      launch(gemv_qkv_rope_kernel<T, kMaxGemvRows>);
+    }
+  });
+  QWENRT_CUDA_LAUNCHED("matmul_qkv_rope_kvwrite (gemv)", matmul_sizes(x, qkv, q_out));
   return true;
 }
 

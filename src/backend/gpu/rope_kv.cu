@@ -9,6 +9,7 @@
 // writes of q, k, v); angles in fp32 with accurate cosf/sinf. The original Qwen adds a
 // RoPE table row per sequence (its dynamic-NTK alpha) and the logn query scale.
 #include "backend/gpu/common.h"
+#include "backend/gpu/rope.h"
 
 namespace qwenrt::cuda {
 namespace {
@@ -107,28 +108,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
     }
   }
   if (kind != 2) {
-    const float position = static_cast<float>(args.positions[token]);
+    const int position = args.positions[token];
     const float* inv_freq =
         args.inv_freq + (args.rope_rows != nullptr ? args.rope_rows[args.token_seq[token]] : 0) * half;
-    // LogN (queries only): log(p + 1) / log(logn_length) in double, rounded to fp32, as the
-    // CPU backend and the original's table.
-    float logn = 1.f;
-    if (kind == 0 && args.logn_length > 0 && args.positions[token] + 1 > args.logn_length) {
-      logn = static_cast<float>(log(static_cast<double>(args.positions[token]) + 1.0) /
-                                log(static_cast<double>(args.logn_length)));
-    }
+    const float logn = kind == 0 ? logn_factor(args.logn_length, position) : 1.f;  // queries only
 #pragma unroll
     for (int j = 0; j < kMaxPairsPerLane; ++j) {
       const int i = lane + j * gpu::kWarpSize;
-      if (i < half) {
-        const float angle = position * inv_freq[i];
-        const float c = cosf(angle) * args.rope_scaling;
-        const float s = sinf(angle) * args.rope_scaling;
-        const float x1 = lo[j];
-        const float x2 = hi[j];
-        lo[j] = (x1 * c - x2 * s) * logn;
-        hi[j] = (x2 * c + x1 * s) * logn;
-      }
+      if (i < half) rope_pair(lo[j], hi[j], position, inv_freq[i], args.rope_scaling, logn);
     }
   }
   const int64_t slot = args.slot_mapping[token];
