@@ -95,7 +95,9 @@ std::vector<double> rmsnorm_ref(const std::vector<float>& x, const std::vector<f
 }
 
 TEST_P(CudaOps, RmsnormAndAddRmsnorm) {
-  const int shapes[][2] = {{1, 896}, {3, 3584}, {17, 1000}, {2, 7}, {5, 1027}};
+  // 1, 2 and 4 chunks a thread in registers, rows re-read in a second pass (8,200 and
+  // 1,027 scalar elements), odd widths.
+  const int shapes[][2] = {{1, 896}, {3, 3584}, {17, 1000}, {2, 7}, {5, 1027}, {2, 8200}, {1, 5120}};
   for (const auto& shape : shapes) {
     const int rows = shape[0], cols = shape[1];
     const float eps = 1e-6f;

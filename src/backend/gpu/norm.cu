@@ -1,7 +1,8 @@
 // RMSNorm and the fused residual add + RMSNorm, as transformers computes them: fp32
 // math, var = mean(x²), x · rsqrt(var + eps), then the cast to the activation dtype and
 // · weight (Qwen2RMSNorm casts before the weight multiply). Work split: one block per
-// row; the row is re-read from L1/L2 in the second pass. Layout: rows of `cols`
+// row; rows of up to 4 chunks a thread stay in registers, longer ones are re-read from
+// L1/L2 in a second pass. Layout: rows of `cols`
 // contiguous elements, 16-byte vectors when aligned. Bound: memory (read x (+delta),
 // write out (+residual)), latency at batch 1 (one 3.5k-element row).
 #include "backend/gpu/common.h"
@@ -44,8 +45,24 @@ __device__ __forceinline__ void store_chunk(T* p, const Chunk<T, kVec>& c) {
   }
 }
 
-// residual (optional) += delta; out = rmsnorm(residual or x) * weight.
-template <typename T, int kVec, bool kAdd>
+// One chunk's output: the normalised value rounded to the activation dtype, then · weight.
+template <typename T, int kVec>
+__device__ __forceinline__ Chunk<T, kVec> normalise(const Chunk<T, kVec>& value, const Chunk<T, kVec>& w,
+                                                    float inv_rms) {
+  Chunk<T, kVec> result;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const T normed = gpu::from_f32<T>(gpu::to_f32(value.v[j]) * inv_rms);
+    result.v[j] = gpu::from_f32<T>(gpu::to_f32(normed) * gpu::to_f32(w.v[j]));
+  }
+  return result;
+}
+
+// residual (optional) += delta; out = rmsnorm(residual or x) * weight. kCached > 0: every
+// thread holds its (at most kCached) chunks and their weights in registers, the weights
+// loaded before the reduction so that their latency hides behind it; 0: rows too long for
+// that, re-read in a second pass.
+template <typename T, int kVec, bool kAdd, int kCached>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ weight,
                    T* __restrict__ out, int cols, float eps) {
@@ -54,8 +71,8 @@ __global__ void __launch_bounds__(kNormThreads)
   T* row = x + row_offset;
   const int chunks = cols / kVec;
 
-  float sum_sq = 0.f;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+  // The row (after the residual add) and its sum of squares.
+  const auto read = [&](int c, float& sum_sq) {
     Chunk<T, kVec> value = load_chunk<T, kVec>(row + c * kVec);
     if constexpr (kAdd) {
       const Chunk<T, kVec> d = load_chunk<T, kVec>(delta + row_offset + c * kVec);
@@ -69,21 +86,55 @@ __global__ void __launch_bounds__(kNormThreads)
       const float f = gpu::to_f32(value.v[j]);
       sum_sq += f * f;
     }
-  }
-  const float total = gpu::block_sum(sum_sq, scratch);
-  const float inv_rms = rsqrtf(total / static_cast<float>(cols) + eps);
+    return value;
+  };
 
-  // Each thread re-reads only the chunks it wrote itself, so no barrier is needed.
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const Chunk<T, kVec> value = load_chunk<T, kVec>(row + c * kVec);
-    const Chunk<T, kVec> w = load_chunk<T, kVec>(weight + c * kVec);
-    Chunk<T, kVec> result;
+  float sum_sq = 0.f;
+  if constexpr (kCached > 0) {
+    Chunk<T, kVec> value[kCached];
+    Chunk<T, kVec> w[kCached];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const T normed = gpu::from_f32<T>(gpu::to_f32(value.v[j]) * inv_rms);
-      result.v[j] = gpu::from_f32<T>(gpu::to_f32(normed) * gpu::to_f32(w.v[j]));
+    for (int i = 0; i < kCached; ++i) {
+      const int c = threadIdx.x + i * kNormThreads;
+      if (c < chunks) {
+        w[i] = load_chunk<T, kVec>(weight + c * kVec);
+        value[i] = read(c, sum_sq);
+      }
     }
-    store_chunk<T, kVec>(out + row_offset + c * kVec, result);
+    const float inv_rms = rsqrtf(gpu::block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int c = threadIdx.x + i * kNormThreads;
+      if (c < chunks) store_chunk<T, kVec>(out + row_offset + c * kVec, normalise<T, kVec>(value[i], w[i], inv_rms));
+    }
+  } else {
+    for (int c = threadIdx.x; c < chunks; c += kNormThreads) read(c, sum_sq);
+    const float inv_rms = rsqrtf(gpu::block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
+    // Each thread re-reads only the chunks it wrote itself, so no barrier is needed.
+    for (int c = threadIdx.x; c < chunks; c += kNormThreads) {
+      const Chunk<T, kVec> value = load_chunk<T, kVec>(row + c * kVec);
+      const Chunk<T, kVec> w = load_chunk<T, kVec>(weight + c * kVec);
+      store_chunk<T, kVec>(out + row_offset + c * kVec, normalise<T, kVec>(value, w, inv_rms));
+    }
+  }
+}
+
+template <typename T, int kVec, bool kAdd>
+void launch_vec(T* x, const T* delta, const T* weight, T* out, int64_t rows, int64_t cols, float eps,
+                Stream stream) {
+  const auto grid = static_cast<unsigned>(rows);
+  const int64_t per_thread = ceil_div(cols / kVec, kNormThreads);
+  const auto go = [&](auto kernel) {
+    kernel<<<grid, kNormThreads, 0, stream>>>(x, delta, weight, out, static_cast<int>(cols), eps);
+  };
+  if (per_thread <= 1) {
+    go(rmsnorm_kernel<T, kVec, kAdd, 1>);
+  } else if (per_thread <= 2) {
+    go(rmsnorm_kernel<T, kVec, kAdd, 2>);
+  } else if (per_thread <= 4) {
+    go(rmsnorm_kernel<T, kVec, kAdd, 4>);
+  } else {
+    go(rmsnorm_kernel<T, kVec, kAdd, 0>);
   }
 }
 
@@ -94,13 +145,10 @@ void launch(T* x, const T* delta, const T* weight, T* out, int64_t rows, int64_t
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vector = cols % kPer == 0 && aligned(x) && aligned(weight) && aligned(out) &&
                       (!kAdd || aligned(delta));
-  const auto grid = static_cast<unsigned>(rows);
   if (vector) {
-    rmsnorm_kernel<T, kPer, kAdd><<<grid, kNormThreads, 0, stream>>>(x, delta, weight, out,
-                                                                     static_cast<int>(cols), eps);
+    launch_vec<T, kPer, kAdd>(x, delta, weight, out, rows, cols, eps, stream);
   } else {
-    rmsnorm_kernel<T, 1, kAdd><<<grid, kNormThreads, 0, stream>>>(x, delta, weight, out,
-                                                                  static_cast<int>(cols), eps);
+    launch_vec<T, 1, kAdd>(x, delta, weight, out, rows, cols, eps, stream);
   }
 }
 
