@@ -5,7 +5,9 @@
 // of w (output features); its threads stride over k in 16-byte vectors (kUnroll vectors
 // of each feature in flight per thread), keep fp32 sums for every (x row, feature), and
 // reduce them across the block. w is read with streaming loads (used once per step); x is
-// small and read through the cache by every block.
+// small and read through the cache by every block. Two variants add an epilogue that needs
+// nothing from other blocks: SiLU·up for the MLP input, and the attention-input epilogue
+// (bias, RoPE, KV-cache write) for q|k|v.
 #include "backend/gpu/common.h"
 #include "backend/gpu/rope.h"
 
