@@ -265,7 +265,7 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   const int64_t n = batch.n_tokens;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = ws_.x.row_slice(0, n), h = ws_.h.row_slice(0, n), o = ws_.o.row_slice(0, n);
-  Tensor q = ws_.q.row_slice(0, n), k = ws_.k.row_slice(0, n), v = ws_.v.row_slice(0, n);
+  const Tensor q_rows = ws_.q.row_slice(0, n), k_rows = ws_.k.row_slice(0, n), v_rows = ws_.v.row_slice(0, n);
   Tensor attn = ws_.attn.row_slice(0, n), gate = ws_.gate.row_slice(0, n), up = ws_.up.row_slice(0, n);
 
   AttentionParams attention;
@@ -292,11 +292,10 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
                          static_cast<const float*>(rope_storage_.data()), rope_scaling_,
                          config_.use_logn_attn ? config_.seq_length : 0};
     attention.sliding_window = config_.layer_sliding_window[layer];
-    if (fused.qkv.data != nullptr &&
-        backend_.matmul_qkv_rope_kvwrite(h, fused.qkv, batch, attention, epilogue, ws_.q.row_slice(0, n),
-                                         kv_geometry_, kv_layers_[layer])) {
+    Tensor q = q_rows;  // where attention reads q this layer
+    if (fused.qkv.data != nullptr && backend_.matmul_qkv_rope_kvwrite(h, fused.qkv, batch, attention, epilogue, q,
+                                                                      kv_geometry_, kv_layers_[layer])) {
       // A few rows: the product and its epilogue in one op.
-      q = ws_.q.row_slice(0, n);
     } else if (n == 1 && fused.qkv.data != nullptr) {
       // One row: the q|k|v product's row is q, k and v back to back.
       Tensor qkv{ws_.fused.data, ws_.fused.dtype, 1, fused.qkv.rows};
@@ -304,24 +303,20 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       const size_t elem = dtype_size(qkv.dtype);
       char* base = static_cast<char*>(qkv.data);
       q = Tensor{base, qkv.dtype, 1, config_.q_dim()};
-      k = Tensor{base + config_.q_dim() * elem, qkv.dtype, 1, config_.kv_dim()};
-      v = Tensor{base + (config_.q_dim() + config_.kv_dim()) * elem, qkv.dtype, 1, config_.kv_dim()};
+      const Tensor k{base + config_.q_dim() * elem, qkv.dtype, 1, config_.kv_dim()};
+      const Tensor v{base + (config_.q_dim() + config_.kv_dim()) * elem, qkv.dtype, 1, config_.kv_dim()};
       backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
     } else if (fused.qkv.data != nullptr && fuse_qkv_rows) {
       // Several rows: one q|k|v product into the gate buffer (free until the MLP), whose
       // rows the epilogue reads as they are, writing q apart.
       const Tensor qkv_rows{ws_.gate.data, ws_.gate.dtype, n, fused.qkv.rows};
       backend_.matmul(h, fused.qkv, qkv_rows);
-      q = ws_.q.row_slice(0, n);
       backend_.qkv_fused_rope_kvwrite(batch, attention, epilogue, qkv_rows, q, kv_geometry_, kv_layers_[layer]);
     } else {
-      q = ws_.q.row_slice(0, n);
-      k = ws_.k.row_slice(0, n);
-      v = ws_.v.row_slice(0, n);
       backend_.matmul(h, w.q_proj, q);
-      backend_.matmul(h, w.k_proj, k);
-      backend_.matmul(h, w.v_proj, v);
-      backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k, v, kv_geometry_, kv_layers_[layer]);
+      backend_.matmul(h, w.k_proj, k_rows);
+      backend_.matmul(h, w.v_proj, v_rows);
+      backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k_rows, v_rows, kv_geometry_, kv_layers_[layer]);
     }
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
     backend_.matmul(attn, w.o_proj, o);

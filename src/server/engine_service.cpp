@@ -46,8 +46,7 @@ bool RequestStream::finished() const {
 
 // One choice of a request: a scheduler sequence and its text state.
 struct EngineService::Choice {
-  uint64_t id = 0;  // scheduler sequence
-  int index = 0;
+  int index = 0;  // the scheduler's sequence id is its key in choices_
   std::shared_ptr<RequestStream> stream;
   StreamDecoder decoder;
   StopMatcher stops;
@@ -108,7 +107,6 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     }
     submitted.push_back(id);
     auto choice = std::make_unique<Choice>(tokenizer_, request.stop);
-    choice->id = id;
     choice->index = i;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
@@ -193,7 +191,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
     }
     if (choice.stops.stopped()) {
       // The stop string ends the choice here; the sequence is cancelled at the next step.
-      scheduler_.cancel(choice.id);
+      scheduler_.cancel(event.id);
       choice.stream->push(std::move(out));
       end_choice(event.id, choice, "stop");
       return;

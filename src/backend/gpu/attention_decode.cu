@@ -46,6 +46,41 @@ struct DecodeArgs {
   float* partial_ml;   // [n_seqs, n_heads, n_splits, 2]   max (log2 domain), sum
 };
 
+// The keys [begin, end) that split `split` of sequence `seq` attends to, and its new
+// token; false when the sequence has no new token (uniform over the block). A split may
+// be empty (end <= begin): it still leaves an empty partial for the combine.
+struct SplitRange {
+  int token, begin, end;
+};
+__device__ __forceinline__ bool split_range(const DecodeArgs& args, int seq, int split, SplitRange& range) {
+  range.token = args.seq_starts[seq];
+  if (args.seq_starts[seq + 1] <= range.token) return false;
+  const int pos = args.positions[range.token];
+  const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
+  const int per_split = (pos + 1 - key_lo + args.n_splits - 1) / args.n_splits;
+  range.begin = key_lo + split * per_split;
+  range.end = min(pos + 1, range.begin + per_split);
+  return true;
+}
+
+// One (head, dim) of a split's result: the output itself when there is one split, else the
+// partial (unnormalised O; with dim 0 the max and sum) for the combine.
+template <typename T>
+__device__ __forceinline__ void write_split_result(const DecodeArgs& args, int seq, int split, int token, int head,
+                                                   int dim, int head_dim, float o, float max, float sum,
+                                                   T* __restrict__ out) {
+  if (args.n_splits == 1) {
+    out[(static_cast<int64_t>(token) * args.n_heads + head) * head_dim + dim] = gpu::from_f32<T>(o / sum);
+    return;
+  }
+  const int64_t part = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits + split;
+  args.partial_out[part * head_dim + dim] = o;
+  if (dim == 0) {
+    args.partial_ml[part * 2] = max;
+    args.partial_ml[part * 2 + 1] = sum;
+  }
+}
+
 template <typename T, int kHeadDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(DecodeArgs args, const T* __restrict__ q,
@@ -63,14 +98,9 @@ __global__ void __launch_bounds__(kThreads)
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  const int token = args.seq_starts[seq];
-  if (args.seq_starts[seq + 1] <= token) return;  // no new token for this sequence
-  const int pos = args.positions[token];
-  const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
-  const int n_keys = pos + 1 - key_lo;
-  const int per_split = (n_keys + args.n_splits - 1) / args.n_splits;
-  const int begin = key_lo + split * per_split;
-  const int end = min(pos + 1, begin + per_split);
+  SplitRange range;
+  if (!split_range(args, seq, split, range)) return;  // no new token for this sequence
+  const int token = range.token, begin = range.begin, end = range.end;
 
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
@@ -177,17 +207,7 @@ __global__ void __launch_bounds__(kThreads)
       sum += red_sum[gr][h] * w;
       o += red_acc[gr][h][dim] * w;
     }
-    const int head = kv_head * g + h;
-    if (args.n_splits == 1) {
-      out[static_cast<int64_t>(token) * q_width + head * kHeadDim + dim] = gpu::from_f32<T>(o / sum);
-    } else {
-      const int64_t part = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits + split;
-      args.partial_out[part * kHeadDim + dim] = o;
-      if (dim == 0) {
-        args.partial_ml[part * 2] = block_max;
-        args.partial_ml[part * 2 + 1] = sum;
-      }
-    }
+    write_split_result<T>(args, seq, split, token, kv_head * g + h, dim, kHeadDim, o, block_max, sum, out);
   }
 }
 
@@ -289,14 +309,9 @@ __global__ void __launch_bounds__(kThreads)
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  const int token = args.seq_starts[seq];
-  if (args.seq_starts[seq + 1] <= token) return;  // no new token for this sequence
-  const int pos = args.positions[token];
-  const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
-  const int n_keys = pos + 1 - key_lo;
-  const int per_split = (n_keys + args.n_splits - 1) / args.n_splits;
-  const int begin = key_lo + split * per_split;
-  const int end = min(pos + 1, begin + per_split);  // may be ≤ begin: an empty split
+  SplitRange range;
+  if (!split_range(args, seq, split, range)) return;  // no new token for this sequence
+  const int token = range.token, begin = range.begin, end = range.end;
 
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
@@ -453,17 +468,7 @@ __global__ void __launch_bounds__(kThreads)
       sum += l * weight;
       acc += merge_o[(w * kMmaRows + row) * kHeadDim + dim] * weight;
     }
-    const int head = kv_head * g + row;
-    if (args.n_splits == 1) {
-      out[static_cast<int64_t>(token) * q_width + head * kHeadDim + dim] = gpu::from_f32<T>(acc / sum);
-    } else {
-      const int64_t part = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits + split;
-      args.partial_out[part * kHeadDim + dim] = acc;
-      if (dim == 0) {
-        args.partial_ml[part * 2] = block_max;
-        args.partial_ml[part * 2 + 1] = sum;
-      }
-    }
+    write_split_result<T>(args, seq, split, token, kv_head * g + row, dim, kHeadDim, acc, block_max, sum, out);
   }
 }
 #endif

@@ -2,7 +2,6 @@
 
 #include "tokenizer/chat_template/chat_template.h"
 
-
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
