@@ -283,10 +283,9 @@ struct HeadConfig {
 };
 
 TEST_P(CudaOps, QkvRopeKvwrite) {
-  const HeadConfig configs[] = {{14, 2, 64, true, false},
-                                {16, 8, 128, false, true},
-                                {28, 4, 128, true, false},
-                                {8, 8, 64, false, true}};
+  // 64 and 128 take the vector kernel (4 pairs a thread), 80 the warp-per-head one.
+  const HeadConfig configs[] = {{14, 2, 64, true, false}, {16, 8, 128, false, true}, {28, 4, 128, true, false},
+                                {8, 8, 64, false, true},  {6, 2, 80, true, true},    {5, 1, 80, false, false}};
   for (const HeadConfig& hc : configs) {
     PagedBatch pb(gpu(), rng_, {37, 1, 70, 200}, {37, 1, 5, 1}, 16);
     const BatchView batch = pb.view();

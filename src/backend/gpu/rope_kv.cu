@@ -1,13 +1,18 @@
 // The fused attention-input epilogue: q/k/v bias → per-head q/k RMSNorm (Qwen3) →
 // rotate-half RoPE on q and k → k and v written into the paged cache at slot_mapping.
-// Work split: one warp per (token, head) job, the jobs being n_heads q heads, then
-// n_kv_heads k heads, then n_kv_heads v heads; lane l owns the RoPE pairs (i, i + d/2)
-// for i = l, l + kWarpSize, ... Layout: q [n_tokens, n_heads*d], k/v [n_tokens,
+// Work split: the jobs are (token, head), n_heads q heads, then n_kv_heads k heads, then
+// n_kv_heads v heads. Head sizes 64, 128 and 256 (aligned rows): a group of d/8 threads
+// per job, each owning 4 consecutive RoPE pairs (i, i + d/2) read and written as 8-byte
+// vectors; other sizes: one warp per job, lane l owning the pairs i = l, l + kWarpSize, ...
+// (a quarter of the threads for the same rows: the many-row batches fit the card in one
+// wave instead of two). Layout: q [n_tokens, n_heads*d], k/v [n_tokens,
 // n_kv_heads*d] updated in place, or all three read from one q|k|v product row (row stride
 // (n_heads + 2 n_kv_heads)·d) with q written to its own tensor and k/v to the cache only;
 // cache [num_blocks, block_size, n_kv_heads, d]. Bound: memory (one read and one or two
 // writes of q, k, v); angles in fp32 with accurate cosf/sinf. The original Qwen adds a
 // RoPE table row per sequence (its dynamic-NTK alpha) and the logn query scale.
+#include <type_traits>
+
 #include "backend/gpu/common.h"
 #include "backend/gpu/rope.h"
 
@@ -43,6 +48,64 @@ struct QkvRows {
   int64_t out_stride[3];
 };
 
+// Job `job` of the epilogue (q heads, then k heads, then v heads) for one token: where it
+// reads and writes, its bias and norm weights, and its cache row (null: none to write).
+template <typename T>
+struct Job {
+  int kind;  // 0 q, 1 k, 2 v
+  int head;
+  const T* in;
+  T* out;  // null: not written back
+  const T* bias;
+  const T* norm;
+  T* cache_row;
+};
+
+template <typename T>
+__device__ __forceinline__ Job<T> resolve_job(const EpilogueArgs& args, const QkvRows<T>& rows, int token, int job,
+                                              const T* q_bias, const T* k_bias, const T* v_bias, const T* q_norm,
+                                              const T* k_norm, T* k_cache, T* v_cache) {
+  Job<T> j;
+  if (job < args.n_heads) {
+    j.kind = 0;
+    j.head = job;
+  } else if (job < args.n_heads + args.n_kv_heads) {
+    j.kind = 1;
+    j.head = job - args.n_heads;
+  } else {
+    j.kind = 2;
+    j.head = job - args.n_heads - args.n_kv_heads;
+  }
+  const int d = args.head_dim;
+  const int c = j.kind;
+  j.in = (c == 0 ? rows.in[0] : c == 1 ? rows.in[1] : rows.in[2]) +
+         token * (c == 0 ? rows.in_stride[0] : c == 1 ? rows.in_stride[1] : rows.in_stride[2]) + j.head * d;
+  j.out = c == 0 ? rows.out[0] : c == 1 ? rows.out[1] : rows.out[2];
+  if (j.out != nullptr) {
+    j.out += token * (c == 0 ? rows.out_stride[0] : c == 1 ? rows.out_stride[1] : rows.out_stride[2]) + j.head * d;
+  }
+  j.bias = c == 0 ? q_bias : c == 1 ? k_bias : v_bias;
+  if (j.bias != nullptr) j.bias += j.head * d;
+  j.norm = c == 0 ? q_norm : c == 1 ? k_norm : nullptr;
+  const int64_t slot = args.slot_mapping[token];
+  j.cache_row = c != 0 && slot >= 0 ? (c == 1 ? k_cache : v_cache) + (slot * args.n_kv_heads + j.head) * d : nullptr;
+  return j;
+}
+
+// The token's RoPE inputs: its position, its inv_freq row and (queries only) the LogN scale.
+struct RopeInputs {
+  int position;
+  const float* inv_freq;
+  float logn;
+};
+
+__device__ __forceinline__ RopeInputs rope_inputs(const EpilogueArgs& args, int token, int kind) {
+  const int position = args.positions[token];
+  const float* inv_freq =
+      args.inv_freq + (args.rope_rows != nullptr ? args.rope_rows[args.token_seq[token]] : 0) * (args.head_dim / 2);
+  return {position, inv_freq, kind == 0 ? logn_factor(args.logn_length, position) : 1.f};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
     qkv_epilogue_kernel(EpilogueArgs args, QkvRows<T> rows, const T* __restrict__ q_bias,
@@ -55,89 +118,143 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
   const int d = args.head_dim;
   const int half = d / 2;
   if (job >= args.n_heads + 2 * args.n_kv_heads) return;
-
-  // Which tensor this warp works on, and the head within it.
-  int kind;  // 0 q, 1 k, 2 v
-  int head;
-  if (job < args.n_heads) {
-    kind = 0;
-    head = job;
-  } else if (job < args.n_heads + args.n_kv_heads) {
-    kind = 1;
-    head = job - args.n_heads;
-  } else {
-    kind = 2;
-    head = job - args.n_heads - args.n_kv_heads;
-  }
-  const T* in = (kind == 0 ? rows.in[0] : kind == 1 ? rows.in[1] : rows.in[2]) +
-                token * (kind == 0 ? rows.in_stride[0] : kind == 1 ? rows.in_stride[1] : rows.in_stride[2]) +
-                head * d;
-  T* out = kind == 0 ? rows.out[0] : kind == 1 ? rows.out[1] : rows.out[2];
-  if (out != nullptr) {
-    out += token * (kind == 0 ? rows.out_stride[0] : kind == 1 ? rows.out_stride[1] : rows.out_stride[2]) + head * d;
-  }
-  const T* bias = kind == 0 ? q_bias : kind == 1 ? k_bias : v_bias;
-  const T* norm = kind == 0 ? q_norm : kind == 1 ? k_norm : nullptr;
+  const Job<T> j = resolve_job(args, rows, token, job, q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache);
 
   float lo[kMaxPairsPerLane];
   float hi[kMaxPairsPerLane];
   float sum_sq = 0.f;
 #pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + j * gpu::kWarpSize;
-    lo[j] = hi[j] = 0.f;
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + p * gpu::kWarpSize;
+    lo[p] = hi[p] = 0.f;
     if (i < half) {
-      lo[j] = gpu::to_f32(in[i]);
-      hi[j] = gpu::to_f32(in[i + half]);
-      if (bias != nullptr) {
-        lo[j] += gpu::to_f32(bias[head * d + i]);
-        hi[j] += gpu::to_f32(bias[head * d + i + half]);
+      lo[p] = gpu::to_f32(j.in[i]);
+      hi[p] = gpu::to_f32(j.in[i + half]);
+      if (j.bias != nullptr) {
+        lo[p] += gpu::to_f32(j.bias[i]);
+        hi[p] += gpu::to_f32(j.bias[i + half]);
       }
-      sum_sq += lo[j] * lo[j] + hi[j] * hi[j];
+      sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
     }
   }
-  if (norm != nullptr) {
+  if (j.norm != nullptr) {
     const float inv_rms = rsqrtf(gpu::warp_sum(sum_sq) / static_cast<float>(d) + args.norm_eps);
 #pragma unroll
-    for (int j = 0; j < kMaxPairsPerLane; ++j) {
-      const int i = lane + j * gpu::kWarpSize;
+    for (int p = 0; p < kMaxPairsPerLane; ++p) {
+      const int i = lane + p * gpu::kWarpSize;
       if (i < half) {
-        lo[j] = lo[j] * inv_rms * gpu::to_f32(norm[i]);
-        hi[j] = hi[j] * inv_rms * gpu::to_f32(norm[i + half]);
+        lo[p] = lo[p] * inv_rms * gpu::to_f32(j.norm[i]);
+        hi[p] = hi[p] * inv_rms * gpu::to_f32(j.norm[i + half]);
       }
     }
   }
-  if (kind != 2) {
-    const int position = args.positions[token];
-    const float* inv_freq =
-        args.inv_freq + (args.rope_rows != nullptr ? args.rope_rows[args.token_seq[token]] : 0) * half;
-    const float logn = kind == 0 ? logn_factor(args.logn_length, position) : 1.f;  // queries only
+  if (j.kind != 2) {
+    const RopeInputs rope = rope_inputs(args, token, j.kind);
 #pragma unroll
-    for (int j = 0; j < kMaxPairsPerLane; ++j) {
-      const int i = lane + j * gpu::kWarpSize;
-      if (i < half) rope_pair(lo[j], hi[j], position, inv_freq[i], args.rope_scaling, logn);
+    for (int p = 0; p < kMaxPairsPerLane; ++p) {
+      const int i = lane + p * gpu::kWarpSize;
+      if (i < half) rope_pair(lo[p], hi[p], rope.position, rope.inv_freq[i], args.rope_scaling, rope.logn);
     }
   }
-  const int64_t slot = args.slot_mapping[token];
-  T* cache_row = nullptr;
-  if (kind != 0 && slot >= 0) {
-    cache_row = (kind == 1 ? k_cache : v_cache) + (slot * args.n_kv_heads + head) * d;
-  }
 #pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + j * gpu::kWarpSize;
+  for (int p = 0; p < kMaxPairsPerLane; ++p) {
+    const int i = lane + p * gpu::kWarpSize;
     if (i < half) {
-      const T a = gpu::from_f32<T>(lo[j]);
-      const T b = gpu::from_f32<T>(hi[j]);
-      if (out != nullptr) {
-        out[i] = a;
-        out[i + half] = b;
+      const T a = gpu::from_f32<T>(lo[p]);
+      const T b = gpu::from_f32<T>(hi[p]);
+      if (j.out != nullptr) {
+        j.out[i] = a;
+        j.out[i + half] = b;
       }
-      if (cache_row != nullptr) {
-        cache_row[i] = a;
-        cache_row[i + half] = b;
+      if (j.cache_row != nullptr) {
+        j.cache_row[i] = a;
+        j.cache_row[i + half] = b;
       }
     }
+  }
+}
+
+// kVecPairs consecutive pairs of a head per thread, read and written as 8-byte vectors:
+// kGroup = (d/2) / kVecPairs threads a head, kVecThreads / kGroup heads a block. The same
+// per-element steps as qkv_epilogue_kernel (only the q/k norm's sum is added up in another
+// order); a fraction of its threads, so many rows' jobs fit the card at once.
+constexpr int kVecPairs = 4;
+constexpr int kVecThreads = 128;
+
+template <typename T>
+struct alignas(8) Vec4 {
+  T v[kVecPairs];
+};
+
+template <typename T, int kGroup>
+__global__ void __launch_bounds__(kVecThreads)
+    qkv_epilogue_vec_kernel(EpilogueArgs args, QkvRows<T> rows, const T* __restrict__ q_bias,
+                            const T* __restrict__ k_bias, const T* __restrict__ v_bias,
+                            const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                            T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  constexpr int kHalf = kGroup * kVecPairs;
+  const int token = blockIdx.x;
+  const int job = blockIdx.y * (kVecThreads / kGroup) + threadIdx.x / kGroup;
+  const int i0 = (threadIdx.x % kGroup) * kVecPairs;
+  // No early exit: every lane of the warp takes part in the norm's shuffles.
+  const bool active = job < args.n_heads + 2 * args.n_kv_heads;
+  const Job<T> j = resolve_job(args, rows, token, active ? job : 0, q_bias, k_bias, v_bias, q_norm, k_norm, k_cache,
+                               v_cache);
+  float lo[kVecPairs] = {};
+  float hi[kVecPairs] = {};
+  float sum_sq = 0.f;
+  if (active) {
+    const Vec4<T> a = *reinterpret_cast<const Vec4<T>*>(j.in + i0);
+    const Vec4<T> b = *reinterpret_cast<const Vec4<T>*>(j.in + i0 + kHalf);
+#pragma unroll
+    for (int p = 0; p < kVecPairs; ++p) {
+      lo[p] = gpu::to_f32(a.v[p]);
+      hi[p] = gpu::to_f32(b.v[p]);
+    }
+    if (j.bias != nullptr) {
+      const Vec4<T> ba = *reinterpret_cast<const Vec4<T>*>(j.bias + i0);
+      const Vec4<T> bb = *reinterpret_cast<const Vec4<T>*>(j.bias + i0 + kHalf);
+#pragma unroll
+      for (int p = 0; p < kVecPairs; ++p) {
+        lo[p] += gpu::to_f32(ba.v[p]);
+        hi[p] += gpu::to_f32(bb.v[p]);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kVecPairs; ++p) sum_sq += lo[p] * lo[p] + hi[p] * hi[p];
+  }
+  const float head_sum_sq = gpu::group_sum<kGroup>(sum_sq);
+  if (!active) return;
+  if (j.norm != nullptr) {
+    const float inv_rms = rsqrtf(head_sum_sq / static_cast<float>(2 * kHalf) + args.norm_eps);
+    const Vec4<T> na = *reinterpret_cast<const Vec4<T>*>(j.norm + i0);
+    const Vec4<T> nb = *reinterpret_cast<const Vec4<T>*>(j.norm + i0 + kHalf);
+#pragma unroll
+    for (int p = 0; p < kVecPairs; ++p) {
+      lo[p] = lo[p] * inv_rms * gpu::to_f32(na.v[p]);
+      hi[p] = hi[p] * inv_rms * gpu::to_f32(nb.v[p]);
+    }
+  }
+  if (j.kind != 2) {
+    const RopeInputs rope = rope_inputs(args, token, j.kind);
+#pragma unroll
+    for (int p = 0; p < kVecPairs; ++p) {
+      rope_pair(lo[p], hi[p], rope.position, rope.inv_freq[i0 + p], args.rope_scaling, rope.logn);
+    }
+  }
+  Vec4<T> a, b;
+#pragma unroll
+  for (int p = 0; p < kVecPairs; ++p) {
+    a.v[p] = gpu::from_f32<T>(lo[p]);
+    b.v[p] = gpu::from_f32<T>(hi[p]);
+  }
+  if (j.out != nullptr) {
+    *reinterpret_cast<Vec4<T>*>(j.out + i0) = a;
+    *reinterpret_cast<Vec4<T>*>(j.out + i0 + kHalf) = b;
+  }
+  if (j.cache_row != nullptr) {
+    *reinterpret_cast<Vec4<T>*>(j.cache_row + i0) = a;
+    *reinterpret_cast<Vec4<T>*>(j.cache_row + i0 + kHalf) = b;
   }
 }
 
@@ -151,12 +268,45 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
                     epilogue.norm_eps, epilogue.logn_length,  batch.n_tokens,
                     attn.n_heads,      attn.n_kv_heads,       attn.head_dim};
   const int jobs = attn.n_heads + 2 * attn.n_kv_heads;
-  const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
-  qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream>>>(
-      args, rows, static_cast<const T*>(data_or_null(epilogue.q_bias)),
-      static_cast<const T*>(data_or_null(epilogue.k_bias)), static_cast<const T*>(data_or_null(epilogue.v_bias)),
-      static_cast<const T*>(data_or_null(epilogue.q_norm)), static_cast<const T*>(data_or_null(epilogue.k_norm)),
-      static_cast<T*>(cache.k), static_cast<T*>(cache.v));
+  const auto* q_bias = static_cast<const T*>(data_or_null(epilogue.q_bias));
+  const auto* k_bias = static_cast<const T*>(data_or_null(epilogue.k_bias));
+  const auto* v_bias = static_cast<const T*>(data_or_null(epilogue.v_bias));
+  const auto* q_norm = static_cast<const T*>(data_or_null(epilogue.q_norm));
+  const auto* k_norm = static_cast<const T*>(data_or_null(epilogue.k_norm));
+  auto* k_cache = static_cast<T*>(cache.k);
+  auto* v_cache = static_cast<T*>(cache.v);
+  // The vector kernel: head sizes whose half is 4 pairs × a power-of-two group within a
+  // warp, every row start and weight 8-byte aligned.
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
+  bool vector = true;
+  for (int c = 0; c < 3; ++c) {
+    vector = vector && aligned(rows.in[c]) && rows.in_stride[c] % kVecPairs == 0 && aligned(rows.out[c]) &&
+             rows.out_stride[c] % kVecPairs == 0;
+  }
+  for (const void* p : {static_cast<const void*>(q_bias), static_cast<const void*>(k_bias),
+                        static_cast<const void*>(v_bias), static_cast<const void*>(q_norm),
+                        static_cast<const void*>(k_norm), static_cast<const void*>(k_cache),
+                        static_cast<const void*>(v_cache)}) {
+    vector = vector && aligned(p);
+  }
+  const auto launch_vec = [&](auto group) {
+    constexpr int kGroup = decltype(group)::value;
+    const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kVecThreads / kGroup));
+    qkv_epilogue_vec_kernel<T, kGroup><<<grid, kVecThreads, 0, stream>>>(args, rows, q_bias, k_bias, v_bias, q_norm,
+                                                                         k_norm, k_cache, v_cache);
+  };
+  const int d = attn.head_dim;
+  if (vector && d == 2 * kVecPairs * 16) {
+    launch_vec(std::integral_constant<int, 16>{});
+  } else if (vector && d == 2 * kVecPairs * 8) {
+    launch_vec(std::integral_constant<int, 8>{});
+  } else if (vector && d == 2 * kVecPairs * 32) {
+    launch_vec(std::integral_constant<int, 32>{});
+  } else {
+    const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
+    qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream>>>(
+        args, rows, q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache);
+  }
 }
 
 // `sizes` builds the shapes for a message, only when a check fails.
