@@ -151,7 +151,11 @@ struct StepInput {
   // The sequence's dynamic-NTK alpha (the original Qwen; 0 otherwise): ntk_alpha_index of
   // its whole prompt, the same on every step of the sequence (model/config.h).
   int ntk_alpha_index = 0;
+  // Token ids this row may not sample (at most kMaxBannedPerRow): the scheduler's
+  // min_tokens holds off end-of-sequence and stop ids. The log-probabilities stay the model's.
+  std::span<const int32_t> banned;
 };
+inline constexpr int kMaxBannedPerRow = 16;
 
 struct TokenLogprob {
   int32_t id = 0;
@@ -246,15 +250,17 @@ class Engine {
   std::unique_ptr<class BlockAllocator> blocks_;
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
   // The batched step's sampling state in backend memory: rows [max_seqs] SampleRow, out ids
-  // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context].
+  // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context], banned
+  // (row, id) pairs [max_seqs · kMaxBannedPerRow, 2].
   DeviceBuffer step_buffer_;
   SampleRow* step_rows_ = nullptr;
   int32_t* step_out_ = nullptr;
   int32_t* step_history_lens_ = nullptr;
   int32_t* step_history_ = nullptr;
+  int32_t* step_bans_ = nullptr;  // [max_seqs · kMaxBannedPerRow] (row, id) pairs
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
-  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_bans_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   MemoryPlan plan_;

@@ -129,6 +129,10 @@ struct SamplingParams {
 // One row's sampling for Backend::sample_rows: its parameters and the key of its random
 // draw, u = sample_uniform(params.seed, position, stream). Keying by the sequence position
 // (not by the row's place in the batch) gives a request the same draws alone or batched.
+// The logit ban_tokens gives a token: finite (the samplers' non-finite check stays a check),
+// and far enough below any real logit that its probability is 0 at every temperature.
+constexpr float kBannedLogit = -1e30f;
+
 struct SampleRow {
   SamplingParams params;
   uint64_t position = 0;  // position of the token being sampled in its sequence
@@ -283,6 +287,10 @@ class Backend {
   // gate_up = [gate; up] as one [2d, k] matrix. False when the backend has no such op or
   // not for this shape (the caller then uses matmul and silu_mul).
   virtual bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out);
+  // Gives logits[pairs[2i], pairs[2i + 1]] (row, token id) kBannedLogit for i < n_pairs, so
+  // no draw picks them (the scheduler's min_tokens holds off end-of-sequence and stop ids).
+  // pairs in backend memory; pairs outside the tensor are skipped.
+  virtual void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's

@@ -25,7 +25,7 @@ std::string gib(size_t bytes) {
 }
 
 // log_softmax of one row of logits at `token`, and the `top` most likely tokens.
-StepLogprobs log_probabilities(const std::vector<float>& logits, int32_t token, int top) {
+StepLogprobs log_probabilities(std::span<const float> logits, int32_t token, int top) {
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (float value : logits) sum += std::exp(static_cast<double>(value) - max_logit);
@@ -156,7 +156,8 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   plan_.used_before_load = memory.total_bytes - memory.free_bytes - plan_.backend_workspace;
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
   const size_t step_rows_bytes = (static_cast<size_t>(limits.max_seqs) * sizeof(SampleRow) + 255) / 256 * 256;
-  const size_t step_bytes = step_rows_bytes + static_cast<size_t>(limits.max_seqs) * (2 + max_context) * sizeof(int32_t);
+  const size_t step_bytes =
+      step_rows_bytes + static_cast<size_t>(limits.max_seqs) * (2 + max_context + 2 * kMaxBannedPerRow) * sizeof(int32_t);
   plan_.workspace += sampling_bytes + step_bytes;
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
@@ -178,6 +179,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes);
   step_history_lens_ = step_out_ + limits.max_seqs;
   step_history_ = step_history_lens_ + limits.max_seqs;
+  step_bans_ = step_history_ + static_cast<size_t>(limits.max_seqs) * max_context;
   const auto warmup_start = std::chrono::steady_clock::now();
   if (plan_.device_total > 0) {
     warm_up();
@@ -360,22 +362,46 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
     backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
     backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
   }
+  // Log-probabilities are the model's: the rows asking for them (rare) come to the host
+  // before any ban; then the banned ids get a logit no draw picks.
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  size_t logprob_rows = 0;  // in step_logits_host_, vocab floats each
+  step_bans_host_.clear();
+  size_t row = 0;
+  for (const StepInput& input : inputs) {
+    if (!input.sample) continue;
+    if (logprobs != nullptr && input.top_logprobs >= 0) {
+      step_logits_host_.resize((logprob_rows + 1) * vocab);
+      backend_->copy_to_host(step_logits_host_.data() + logprob_rows * vocab,
+                             logits.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
+      ++logprob_rows;
+    }
+    QWENRT_CHECK(input.banned.size() <= static_cast<size_t>(kMaxBannedPerRow),
+                 "a step input bans " + std::to_string(input.banned.size()) + " ids (at most " +
+                     std::to_string(kMaxBannedPerRow) + ")");
+    for (const int32_t id : input.banned) {
+      step_bans_host_.push_back(static_cast<int32_t>(row));
+      step_bans_host_.push_back(id);
+    }
+    ++row;
+  }
+  if (!step_bans_host_.empty()) {
+    backend_->copy_to_device(step_bans_, step_bans_host_.data(), step_bans_host_.size() * sizeof(int32_t));
+    backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
+  }
   backend_->sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
                         penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
   step_out_host_.resize(n_rows);
   backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
-  size_t row = 0;
+  row = 0;
+  const float* logprob_row = step_logits_host_.data();
   if (logprobs != nullptr) logprobs->assign(inputs.size(), StepLogprobs{});
-  const int vocab = model_->config().vocab_size;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].sample) continue;
     sampled[i] = step_out_host_[row];
     if (logprobs != nullptr && inputs[i].top_logprobs >= 0) {
-      // Rare (a request asking for logprobs): one row of logits to the host.
-      step_logits_host_.resize(static_cast<size_t>(vocab));
-      backend_->copy_to_host(step_logits_host_.data(), logits.row_slice(static_cast<int64_t>(row), 1).data,
-                             static_cast<size_t>(vocab) * sizeof(float));
-      (*logprobs)[i] = log_probabilities(step_logits_host_, sampled[i], inputs[i].top_logprobs);
+      (*logprobs)[i] = log_probabilities(std::span<const float>(logprob_row, vocab), sampled[i], inputs[i].top_logprobs);
+      logprob_row += vocab;
     }
     ++row;
   }

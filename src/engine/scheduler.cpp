@@ -26,6 +26,7 @@ struct Scheduler::Sequence {
   int generated = 0;
   std::unique_ptr<SequenceBlocks> blocks;  // null while waiting
   int chunk = 0;                           // tokens this step computes
+  std::vector<int32_t> held_ids;           // ids it may not sample before min_tokens
 
   int computed() const { return blocks ? blocks->length() : 0; }
   int pending() const { return static_cast<int>(tokens.size()) - computed(); }
@@ -63,6 +64,18 @@ uint64_t Scheduler::submit(SequenceRequest request) {
     throw Error(ErrorCategory::kInvalidArgument, "sampling parameters out of range");
   }
   auto sequence = std::make_unique<Sequence>();
+  if (request.min_tokens > 0) {
+    // As vLLM's min_tokens: until then the ids that would end the sequence are not drawn.
+    if (!request.ignore_eos) sequence->held_ids = eos_ids_;
+    sequence->held_ids.insert(sequence->held_ids.end(), request.stop_ids.begin(), request.stop_ids.end());
+    std::sort(sequence->held_ids.begin(), sequence->held_ids.end());
+    sequence->held_ids.erase(std::unique(sequence->held_ids.begin(), sequence->held_ids.end()), sequence->held_ids.end());
+    if (sequence->held_ids.size() > static_cast<size_t>(kMaxBannedPerRow)) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "min_tokens would hold off " + std::to_string(sequence->held_ids.size()) +
+                      " end-of-sequence and stop ids; at most " + std::to_string(kMaxBannedPerRow) + " are supported");
+    }
+  }
   sequence->tokens = request.prompt;
   sequence->request = std::move(request);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -236,7 +249,10 @@ const std::vector<SequenceEvent>& Scheduler::step() {
                                 std::span<const int32_t>(sequence->tokens).subspan(static_cast<size_t>(start),
                                                                                    static_cast<size_t>(sequence->chunk)),
                                 samples, sampling, sequence->tokens, sequence->request.top_logprobs,
-                                ntk_alpha(*sequence)});
+                                ntk_alpha(*sequence),
+                                sequence->generated < sequence->request.min_tokens
+                                    ? std::span<const int32_t>(sequence->held_ids)
+                                    : std::span<const int32_t>()});
   }
   try {
     engine_.step(inputs_, sampled_, &logprobs_);

@@ -27,7 +27,7 @@ namespace qwenrt {
 struct SequenceRequest {
   std::vector<int32_t> prompt;
   int max_new_tokens = 16;  // generation also stops at the context limit
-  int min_tokens = 0;       // end-of-sequence and stop ids do not end it before this many
+  int min_tokens = 0;       // end-of-sequence and stop ids are not drawn before this many
   bool ignore_eos = false;
   std::vector<int32_t> stop_ids;  // besides the model's end-of-sequence ids
   SamplingParams sampling;

@@ -3,6 +3,7 @@
 // one at a time. The batch changes the bf16 logits slightly (other matrix shapes), so the
 // scheduler test asserts that everything completes and returns its blocks, and reports how
 // many greedy tokens agree before the first divergence.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -75,6 +76,72 @@ TEST_F(CudaBatchedSampling, PerRowParametersAndKeysMatchTheCpuRule) {
   }
   EXPECT_EQ(exact_same, exact_total) << "the exact paths draw what the CPU rule draws";
   EXPECT_GE(float_same, float_total - std::max(1, float_total / 100));
+}
+
+// ban_tokens (min_tokens' hold on end ids): the banned logits become kBannedLogit, the
+// others stay, pairs outside the tensor are skipped, and no draw picks a banned id: greedy
+// takes the best of the rest, as the CPU rule does on the same banned row.
+TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
+  const int vocab = 3000;
+  std::vector<SampleRow> rows(4);
+  rows[1].params.temperature = 0.8f;
+  rows[1].params.top_k = 5;
+  rows[2].params.temperature = 1.5f;  // full vocabulary
+  rows[3].params.temperature = 1.0f;
+  rows[3].params.top_k = 4;
+  rows[3].params.repetition_penalty = 1.2f;
+  const int rows_n = static_cast<int>(rows.size());
+  auto logits = random_values(rng_, static_cast<size_t>(rows_n) * vocab, 2.f, DType::kF32);
+  std::vector<std::vector<int32_t>> banned(rows_n);
+  std::vector<int32_t> pairs;
+  for (int r = 0; r < rows_n; ++r) {
+    std::vector<int32_t> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(), [&](int a, int b) {
+      return logits[static_cast<size_t>(r) * vocab + a] > logits[static_cast<size_t>(r) * vocab + b];
+    });
+    banned[r] = {order[0], order[1], order[2]};  // the three most likely
+    for (const int32_t id : banned[r]) pairs.insert(pairs.end(), {r, id});
+  }
+  pairs.insert(pairs.end(), {rows_n, 0, 0, -1, 0, vocab, -1, 5});  // outside: skipped
+  auto d = DeviceTensor::from(gpu(), DType::kF32, rows_n, vocab, logits);
+  auto d_pairs = upload_ints(gpu(), pairs);
+  gpu().ban_tokens(d.t, static_cast<const int32_t*>(d_pairs.data()), static_cast<int>(pairs.size() / 2));
+  std::vector<float> want = logits;
+  for (int r = 0; r < rows_n; ++r)
+    for (const int32_t id : banned[r]) want[static_cast<size_t>(r) * vocab + id] = kBannedLogit;
+  EXPECT_EQ(download(gpu(), d.t), want);
+
+  const int stride = 8;
+  std::vector<int32_t> history(static_cast<size_t>(rows_n) * stride);
+  for (int r = 0; r < rows_n; ++r)
+    for (int i = 0; i < stride; ++i) history[r * stride + i] = i < 2 ? banned[r][i] : 10 + i;  // penalised banned ids too
+  std::vector<int32_t> lens(rows_n, stride);
+  auto d_history = upload_ints(gpu(), history);
+  auto d_lens = upload_ints(gpu(), lens);
+  auto ids = upload_ints(gpu(), std::vector<int32_t>(rows_n, -1));
+  DeviceBuffer d_rows = gpu().allocate(rows.size() * sizeof(SampleRow), "test sample rows");
+  std::vector<int32_t> got(rows_n);
+  for (uint64_t position = 0; position < 60; ++position) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      rows[r].params.seed = 77;
+      rows[r].position = position;
+      rows[r].stream = r;
+    }
+    gpu().copy_to_device(d_rows.data(), rows.data(), rows.size() * sizeof(SampleRow));
+    gpu().sample_rows(d.t, static_cast<const SampleRow*>(d_rows.data()), static_cast<const int32_t*>(d_history.data()),
+                      static_cast<const int32_t*>(d_lens.data()), stride, static_cast<int32_t*>(ids.data()));
+    gpu().copy_to_host(got.data(), ids.data(), got.size() * sizeof(int32_t));
+    for (int r = 0; r < rows_n; ++r) {
+      ASSERT_GE(got[r], 0);
+      EXPECT_EQ(std::count(banned[r].begin(), banned[r].end(), got[r]), 0) << "row " << r << " drew a banned id";
+      std::vector<float> row(want.begin() + static_cast<int64_t>(r) * vocab, want.begin() + static_cast<int64_t>(r + 1) * vocab);
+      apply_penalties(row.data(), vocab, rows[r].params, history.data() + r * stride, lens[r]);
+      if (r == 0 || r == 1 || r == 3) {  // exact paths (greedy, small top_k)
+        EXPECT_EQ(got[r], sample_row(row.data(), vocab, rows[r].params, rows[r].position, rows[r].stream)) << "row " << r;
+      }
+    }
+  }
 }
 
 TEST(CudaBatchedEngine, SchedulerCompletesAndReportsAgreementWithOneAtATime) {

@@ -224,6 +224,69 @@ TEST_F(SchedulerTest, CancelEndsTheSequenceAtTheNextStepAndFreesItsBlocks) {
   EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
 }
 
+// The first event of one request run alone through a scheduler.
+SequenceEvent first_event(Engine& engine, const SequenceRequest& request) {
+  Scheduler scheduler(engine);
+  scheduler.submit(request);
+  SequenceEvent first;
+  bool seen = false;
+  while (!scheduler.idle()) {
+    for (const SequenceEvent& event : scheduler.step()) {
+      if (!seen && event.token >= 0) {
+        first = event;
+        seen = true;
+      }
+    }
+  }
+  EXPECT_TRUE(seen);
+  return first;
+}
+
+// min_tokens as vLLM has it: before that many tokens the ids that would end the sequence
+// are not drawn at all (greedy takes the runner-up), while the reported log-probabilities
+// stay the model's.
+TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
+  Engine engine(model_dir(), engine_options());
+  SequenceRequest base;
+  base.prompt = random_ids(7, 12, vocab());
+  base.max_new_tokens = 6;
+  base.top_logprobs = 2;
+  const Outcome free_run = run_batched(engine, {base}, false)[0];
+  ASSERT_EQ(free_run.tokens.size(), 6u);
+  const int32_t first = free_run.tokens[0];
+  const SequenceEvent free_first = first_event(engine, base);
+  ASSERT_EQ(free_first.logprobs.top.size(), 2u);
+  ASSERT_EQ(free_first.logprobs.top[0].id, first);
+  const int32_t runner_up = free_first.logprobs.top[1].id;
+
+  SequenceRequest stopped = base;
+  stopped.stop_ids = {first};
+  const Outcome stop_now = run_batched(engine, {stopped}, false)[0];
+  EXPECT_EQ(stop_now.tokens, std::vector<int32_t>{first});
+  EXPECT_EQ(stop_now.finish, "stop");
+
+  SequenceRequest held = stopped;
+  held.min_tokens = 3;
+  const Outcome held_run = run_batched(engine, {held}, false)[0];
+  ASSERT_GE(held_run.tokens.size(), 3u);
+  EXPECT_EQ(held_run.tokens[0], runner_up);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(held_run.tokens[static_cast<size_t>(i)], first) << "token " << i;
+  const SequenceEvent held_first = first_event(engine, held);
+  EXPECT_EQ(held_first.token, runner_up);
+  ASSERT_EQ(held_first.logprobs.top.size(), 2u);
+  EXPECT_EQ(held_first.logprobs.top[0].id, first) << "log-probabilities are the model's, before the hold";
+  EXPECT_FLOAT_EQ(held_first.logprobs.top[0].logprob, free_first.logprobs.top[0].logprob);
+  EXPECT_FLOAT_EQ(held_first.logprobs.sampled, free_first.logprobs.top[1].logprob);
+
+  // ignore_eos holds nothing of the model's own end ids back; more ids than a row can ban are refused.
+  Scheduler scheduler(engine);
+  SequenceRequest many = base;
+  many.min_tokens = 1;
+  for (int32_t id = 0; id < kMaxBannedPerRow + 1; ++id) many.stop_ids.push_back(id);
+  EXPECT_THROW(scheduler.submit(many), Error);
+  EXPECT_TRUE(scheduler.idle());
+}
+
 TEST_F(SchedulerTest, RefusesBadRequests) {
   Engine engine(model_dir(), engine_options());
   Scheduler scheduler(engine);

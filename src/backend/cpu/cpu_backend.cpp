@@ -312,6 +312,14 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
+    require_f32(logits, "ban_tokens", "logits");
+    for (int i = 0; i < n_pairs; ++i) {
+      const int64_t row = pairs[2 * i], id = pairs[2 * i + 1];
+      if (row >= 0 && row < logits.rows && id >= 0 && id < logits.cols) logits.as<float>()[row * logits.cols + id] = kBannedLogit;
+    }
+  }
+
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     for (int64_t r = 0; r < logits.rows; ++r) {

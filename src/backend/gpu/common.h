@@ -168,6 +168,8 @@ size_t sampling_histogram_bytes(size_t rows);
 void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                    const int32_t* history, const int32_t* history_lens, int history_stride,
                    int32_t* out_ids, const SamplingWorkspace& ws, Stream stream);
+// logits[row, id] = kBannedLogit for each (row, id) of pairs [n_pairs, 2] in device memory.
+void launch_ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs, Stream stream);
 // The same with per-row parameters and random keys, rows [n] in device memory.
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                         const int32_t* history_lens, int history_stride, int32_t* out_ids,

@@ -404,6 +404,10 @@ class CudaBackend final : public Backend {
     check_sampled(logits, ws);
   }
 
+  void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
+    launch_ban_tokens(logits, pairs, n_pairs, stream_);
+  }
+
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);

@@ -612,6 +612,14 @@ size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * size
 
 namespace {
 
+__global__ void ban_tokens_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
+                                  const int32_t* __restrict__ pairs, int n_pairs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n_pairs) return;
+  const int64_t row = pairs[2 * i], id = pairs[2 * i + 1];
+  if (row >= 0 && row < rows && id >= 0 && id < vocab) logits[row * vocab + id] = kBannedLogit;
+}
+
 // rows == nullptr: every row uses `uniform` with the key (step, row).
 void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const SamplingParams& uniform,
                            uint64_t step, bool penalise, const int32_t* history,
@@ -659,6 +667,15 @@ void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t 
                    int32_t* out_ids, const SamplingWorkspace& ws, Stream stream) {
   launch_sample_kernels(logits, nullptr, params, step, params.has_penalties(), history, history_lens,
                         history_stride, out_ids, ws, stream);
+}
+
+void launch_ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs, Stream stream) {
+  QWENRT_CHECK(logits.dtype == DType::kF32, "ban_tokens: logits must be fp32 (" + shape_string(logits) + ")");
+  if (n_pairs <= 0) return;
+  constexpr int kThreads = 128;
+  ban_tokens_kernel<<<ceil_div(n_pairs, kThreads), kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols,
+                                                                          pairs, n_pairs);
+  QWENRT_CUDA_LAUNCHED("ban_tokens", std::to_string(n_pairs) + " pairs, logits " + shape_string(logits));
 }
 
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
