@@ -316,6 +316,7 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   step_chunks_.clear();
   step_logit_rows_.clear();
   step_rows_host_.clear();
+  step_bans_host_.clear();
   int32_t offset = 0;
   bool penalties = false;
   for (const StepInput& input : inputs) {
@@ -323,6 +324,13 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
     step_chunks_.push_back(SequenceChunk{input.sequence, input.tokens, input.ntk_alpha_index});
     offset += static_cast<int32_t>(input.tokens.size());
     if (!input.sample) continue;
+    QWENRT_CHECK(input.banned.size() <= static_cast<size_t>(kMaxBannedPerRow),
+                 "a step input bans " + std::to_string(input.banned.size()) + " ids (at most " +
+                     std::to_string(kMaxBannedPerRow) + ")");
+    for (const int32_t id : input.banned) {  // (row, id) pairs
+      step_bans_host_.push_back(static_cast<int32_t>(step_rows_host_.size()));
+      step_bans_host_.push_back(id);
+    }
     step_logit_rows_.push_back(offset - 1);
     SampleRow row = input.sampling;
     row.position = static_cast<uint64_t>(input.sequence->length()) + input.tokens.size();
@@ -366,22 +374,14 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   // before any ban; then the banned ids get a logit no draw picks.
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   size_t logprob_rows = 0;  // in step_logits_host_, vocab floats each
-  step_bans_host_.clear();
   size_t row = 0;
-  for (const StepInput& input : inputs) {
+  for (const StepInput& input : logprobs != nullptr ? inputs : std::span<const StepInput>()) {
     if (!input.sample) continue;
-    if (logprobs != nullptr && input.top_logprobs >= 0) {
+    if (input.top_logprobs >= 0) {
       step_logits_host_.resize((logprob_rows + 1) * vocab);
       backend_->copy_to_host(step_logits_host_.data() + logprob_rows * vocab,
                              logits.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
       ++logprob_rows;
-    }
-    QWENRT_CHECK(input.banned.size() <= static_cast<size_t>(kMaxBannedPerRow),
-                 "a step input bans " + std::to_string(input.banned.size()) + " ids (at most " +
-                     std::to_string(kMaxBannedPerRow) + ")");
-    for (const int32_t id : input.banned) {
-      step_bans_host_.push_back(static_cast<int32_t>(row));
-      step_bans_host_.push_back(id);
     }
     ++row;
   }
