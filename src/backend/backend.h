@@ -60,6 +60,11 @@ struct BatchView {
   // [n_seqs] row of QkvEpilogue::inv_freq each sequence's RoPE uses: its dynamic-NTK alpha
   // (the original Qwen), fixed per sequence. Null: row 0 for all.
   const int32_t* rope_rows = nullptr;
+  // The leading sequences with one new token each (a mixed batch's decode rows come first:
+  // the scheduler orders them so) and the longest context among them; 0 when the first
+  // sequence has more. Lets a backend take those rows through its decode attention.
+  int leading_decode_seqs = 0;
+  int leading_decode_max_context = 0;
 };
 
 // Shape of the paged KV cache. Each layer has a K pool and a V pool of

@@ -180,6 +180,10 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     }
     view.max_new_tokens = std::max(view.max_new_tokens, count);
     view.max_context_len = std::max(view.max_context_len, start + count);
+    if (count == 1 && view.leading_decode_seqs == s) {
+      view.leading_decode_seqs = s + 1;
+      view.leading_decode_max_context = std::max(view.leading_decode_max_context, start + count);
+    }
   }
   for (size_t r = 0; r < logit_rows.size(); ++r) {
     QWENRT_CHECK(logit_rows[r] >= 0 && logit_rows[r] < t, "logit row out of range");
@@ -198,6 +202,10 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     rows[logit_rows.size() + static_cast<size_t>(s - real_seqs)] = t;
     view.max_new_tokens = std::max(view.max_new_tokens, 1);
     view.max_context_len = std::max(view.max_context_len, 1);
+    if (view.leading_decode_seqs == s) {
+      view.leading_decode_seqs = s + 1;
+      view.leading_decode_max_context = std::max(view.leading_decode_max_context, 1);
+    }
   }
   seq_starts[n_seqs] = t;
   if (pad_seqs > 0) view.max_context_len = context_bucket;

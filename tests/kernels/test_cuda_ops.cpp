@@ -273,6 +273,11 @@ struct PagedBatch {
     b.seq_starts = static_cast<const int32_t*>(d_seq_starts.data());
     b.context_lens = static_cast<const int32_t*>(d_context_lens.data());
     b.block_tables = static_cast<const int32_t*>(d_block_tables.data());
+    // As the model stages a batch: the leading one-token sequences are its decode rows.
+    while (b.leading_decode_seqs < b.n_seqs && new_tokens[b.leading_decode_seqs] == 1) {
+      b.leading_decode_max_context = std::max(b.leading_decode_max_context, context[b.leading_decode_seqs]);
+      ++b.leading_decode_seqs;
+    }
     return b;
   }
 };
@@ -616,6 +621,23 @@ TEST_P(CudaOps, AttentionPromptAndMixedBatches) {
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {90, 33}, {90, 4}, 7, 20});
   // One long prompt chunk continuing a cached prefix.
   run_attention_case(gpu(), dtype(), rng_, {heads[3], {600}, {257}, 32, 0});
+  // Mixed batches led by decode rows (the scheduler's order): those through the decode
+  // kernels, the rest (a one-token sequence among them) through the prompt kernels; a
+  // prompt with a longer context than every decode row; many decode rows and two prompts.
+  for (const HeadConfig& h : heads) {
+    run_attention_case(gpu(), dtype(), rng_, {h, {70, 200, 3, 150, 1, 300}, {1, 1, 1, 40, 1, 3}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {90, 2600}, {1, 130}, 16, 0});
+  }
+  std::vector<int> context, fresh;
+  for (int s = 0; s < 40; ++s) {
+    context.push_back(20 + 13 * s);
+    fresh.push_back(1);
+  }
+  context.insert(context.end(), {128, 77});
+  fresh.insert(fresh.end(), {128, 60});
+  run_attention_case(gpu(), dtype(), rng_, {heads[1], context, fresh, 16, 0});
+  run_attention_case(gpu(), dtype(), rng_, {heads[1], {90, 33, 60}, {1, 4, 1}, 7, 20});  // sliding window
+  run_attention_case(gpu(), dtype(), rng_, {odd[3], {90, 33}, {1, 4}, 16, 0});             // generic only
 }
 
 TEST_P(CudaOps, AttentionDecodeManySequences) {

@@ -364,15 +364,52 @@ class CudaBackend final : public Backend {
       return;
     }
     // Decode batches (one new token per sequence, any number of sequences) take the split
-    // decode kernels; prompt chunks and mixed batches the prompt kernels.
+    // decode kernels; prompt chunks the prompt kernels. A mixed batch's leading decode rows
+    // go to the decode kernels and its prompt chunks to the prompt kernels: in the prompt
+    // kernels a one-token sequence fills a sixty-fourth of its block's rows, and its
+    // sequence slot in the grid spans as many tiles as the longest chunk.
+    const int decode_seqs = batch.leading_decode_seqs;
+    if (batch.max_new_tokens > 1 && decode_seqs > 0 && decode_seqs < batch.n_seqs) {
+      BatchView decode = batch;
+      decode.n_seqs = decode_seqs;
+      decode.n_tokens = decode_seqs;
+      decode.max_new_tokens = 1;
+      decode.max_context_len = batch.leading_decode_max_context;
+      if (launch_attention_decode(decode, attn, q, geometry, cache, out,
+                                  static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
+                                  multiprocessors_, stream_)) {
+        // The rest as a batch of their own: their tokens keep their rows in q and out.
+        BatchView prompt = batch;
+        prompt.n_seqs = batch.n_seqs - decode_seqs;
+        prompt.n_tokens = batch.n_tokens - decode_seqs;
+        prompt.seq_starts += decode_seqs;
+        prompt.context_lens += decode_seqs;
+        prompt.block_tables += static_cast<ptrdiff_t>(decode_seqs) * batch.max_blocks_per_seq;
+        if (prompt.rope_rows != nullptr) prompt.rope_rows += decode_seqs;
+        prompt.leading_decode_seqs = 0;
+        prompt.leading_decode_max_context = 0;
+        if (!tiled_prefill_attention(prompt, attn, q, geometry, cache, out)) {
+          // The generic kernel reads sequences by index: it takes the whole batch again.
+          launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
+        }
+        return;
+      }
+    }
     if (launch_attention_decode(batch, attn, q, geometry, cache, out,
                                 static_cast<float*>(attention_workspace_.data()),
                                 kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
       return;
     }
-    if (launch_attention_prefill_mma(batch, attn, q, geometry, cache, out, stream_)) return;
-    if (!launch_attention_prefill(batch, attn, q, geometry, cache, out, max_shared_bytes_, stream_))
+    if (!tiled_prefill_attention(batch, attn, q, geometry, cache, out))
       launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
+  }
+
+  // The tiled prompt kernels (tensor cores where built, else the portable tiles); false
+  // when neither takes the batch.
+  bool tiled_prefill_attention(const BatchView& batch, const AttentionParams& attn, const Tensor& q,
+                               const KvGeometry& geometry, KvLayer cache, Tensor out) {
+    return launch_attention_prefill_mma(batch, attn, q, geometry, cache, out, stream_) ||
+           launch_attention_prefill(batch, attn, q, geometry, cache, out, max_shared_bytes_, stream_);
   }
 
   void add_bias(Tensor x, const Tensor& bias) override { launch_add_bias(x, bias, stream_); }
