@@ -13,13 +13,18 @@ namespace qwenrt::server {
 using Clock = std::chrono::steady_clock;
 
 void RequestStream::push(ChoiceEvent event) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!event.finish_reason.empty()) --unfinished_;
-    events_.push_back(std::move(event));
-  }
-  ready_.notify_all();
+  push_quietly(std::move(event));
+  wake();
 }
+
+void RequestStream::push_quietly(ChoiceEvent event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!event.finish_reason.empty()) --unfinished_;
+  events_.push_back(std::move(event));
+}
+
+// The waiter checks for events under the mutex, so a wake after the push's unlock is not lost.
+void RequestStream::wake() { ready_.notify_all(); }
 
 std::vector<ChoiceEvent> RequestStream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -59,6 +64,7 @@ struct EngineService::Choice {
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
     : tokenizer_(tokenizer), metrics_(metrics), options_(options), scheduler_(engine) {
+  waker_ = std::thread([this] { wake_streams(); });
   thread_ = std::thread([this] { run(); });
 }
 
@@ -69,6 +75,32 @@ EngineService::~EngineService() {
   }
   work_.notify_all();
   thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    waker_stopping_ = true;
+  }
+  wake_cv_.notify_all();
+  waker_.join();
+}
+
+void EngineService::deliver(const std::shared_ptr<RequestStream>& stream, ChoiceEvent event) {
+  stream->push_quietly(std::move(event));
+  // A request's choices share a stream; one wake a step is enough.
+  if (delivered_.empty() || delivered_.back() != stream) delivered_.push_back(stream);
+}
+
+void EngineService::wake_streams() {
+  std::vector<std::shared_ptr<RequestStream>> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_cv_.wait(lock, [&] { return waker_stopping_ || !to_wake_.empty(); });
+      if (to_wake_.empty()) return;  // stopping, and every stream handed over is woken
+      batch.swap(to_wake_);
+    }
+    for (const auto& stream : batch) stream->wake();
+    batch.clear();
+  }
 }
 
 int EngineService::active_requests() const {
@@ -159,7 +191,7 @@ void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& r
   const bool last =
       std::none_of(choices_.begin(), choices_.end(), [&](const auto& entry) { return entry.second->stream == stream; });
   if (last) --active_;
-  stream->push(std::move(event));
+  deliver(stream, std::move(event));
 }
 
 void EngineService::dispatch(const SequenceEvent& event) {
@@ -192,11 +224,11 @@ void EngineService::dispatch(const SequenceEvent& event) {
     if (choice.stops.stopped()) {
       // The stop string ends the choice here; the sequence is cancelled at the next step.
       scheduler_.cancel(event.id);
-      choice.stream->push(std::move(out));
+      deliver(choice.stream, std::move(out));
       end_choice(event.id, choice, "stop");
       return;
     }
-    choice.stream->push(std::move(out));
+    deliver(choice.stream, std::move(out));
   }
   switch (event.finish) {
     case FinishReason::kNone: return;
@@ -225,13 +257,30 @@ void EngineService::run() {
     }
     try {
       const std::vector<SequenceEvent>& events = scheduler_.step();
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const SequenceEvent& event : events) dispatch(event);
+      std::vector<std::shared_ptr<RequestStream>> woken;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const SequenceEvent& event : events) dispatch(event);
+        woken.swap(delivered_);
+      }
+      if (!woken.empty()) {
+        {
+          std::lock_guard<std::mutex> lock(wake_mutex_);
+          if (to_wake_.empty()) {
+            to_wake_.swap(woken);
+          } else {
+            to_wake_.insert(to_wake_.end(), woken.begin(), woken.end());
+          }
+        }
+        wake_cv_.notify_one();
+      }
     } catch (const std::exception& error) {
       // A broken invariant must not take the server down: the requests in flight end
       // with the error, their sequences are cancelled, and new ones are served.
       std::fprintf(stderr, "qwenrt serve: %s\n", error.what());
       std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& stream : delivered_) stream->wake();  // what the step delivered before it broke
+      delivered_.clear();
       fail_all(std::string("internal error: ") + error.what());
     }
   }
