@@ -1,6 +1,7 @@
 // qwenrt's public API: load a Qwen model folder onto a device and generate or score.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -117,6 +118,7 @@ struct BatchBenchResult {
   double prefill_tokens_per_s = 0;    // batch × prompt_tokens / prefill_seconds
   double decode_tokens_per_s = 0;     // batch × gen_tokens / decode_seconds (S_TG)
   double step_ms_median = 0, step_ms_p90 = 0, step_ms_max = 0;  // decode steps, wall clock
+  double step_device_ms_median = 0;   // their work on the device (StepTiming::device_seconds)
   size_t kv_bytes_in_use = 0;         // KV blocks held at the end of decoding
   int kv_blocks_in_use = 0, kv_blocks_total = 0;
   size_t peak_used_bytes = 0;
@@ -188,6 +190,19 @@ class Session {
   int ntk_alpha_index_ = 0;   // the dynamic-NTK alpha that KV was computed under
 };
 
+// The times of a step that sampled: its wall time in Engine::step and the span of its work
+// on the device, from the first op to the sampled ids (device events on GPUs); what the
+// wall time has beyond the span is host work the device waited for. `index` counts the
+// timed steps, `step` every step run so far (so a caller can tell whether two timed steps
+// were consecutive).
+struct StepTiming {
+  uint64_t index = 0;
+  uint64_t step = 0;
+  double seconds = 0;
+  double device_seconds = 0;
+  std::chrono::steady_clock::time_point started, ended;
+};
+
 class Engine {
  public:
   Engine(const std::filesystem::path& model_dir, const EngineOptions& options);
@@ -221,6 +236,8 @@ class Engine {
   // `logprobs`, when given, gets one entry per input (filled for those that asked).
   void step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
             std::vector<StepLogprobs>* logprobs = nullptr);
+  // The last step that sampled (StepTiming::index 0: none yet).
+  const StepTiming& last_step_timing() const { return last_step_timing_; }
   std::unique_ptr<SequenceBlocks> new_sequence();
   BlockAllocator& block_allocator() { return *blocks_; }
   int max_seqs() const;
@@ -263,6 +280,9 @@ class Engine {
   std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_bans_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
+  std::unique_ptr<DeviceTimer> step_timer_;
+  StepTiming last_step_timing_;
+  uint64_t steps_run_ = 0;
   MemoryPlan plan_;
   StartupTimes startup_;
   size_t peak_used_ = 0;

@@ -101,6 +101,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
     out["decode_tokens_per_s"] = result.decode_tokens_per_s;
     out["decode_ms"] = result.decode_seconds * 1e3;
     out["step_ms"] = {{"median", result.step_ms_median}, {"p90", result.step_ms_p90}, {"max", result.step_ms_max}};
+    out["step_device_ms"] = {{"median", result.step_device_ms_median}};
     out["kv"] = {{"blocks_in_use", result.kv_blocks_in_use},
                  {"blocks_total", result.kv_blocks_total},
                  {"bytes_in_use", result.kv_bytes_in_use}};
@@ -115,8 +116,8 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
               result.prefill_tokens_per_s, result.prefill_seconds * 1e3, result.batch, engine.max_batch_tokens());
   std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d steps; decode time only)\n", "decode",
               result.decode_tokens_per_s, result.decode_seconds * 1e3, result.gen_tokens);
-  std::printf("  %-20s %10.2f ms median, %.2f p90, %.2f max\n", "decode step", result.step_ms_median,
-              result.step_ms_p90, result.step_ms_max);
+  std::printf("  %-20s %10.2f ms median, %.2f p90, %.2f max; on the device %.2f ms median\n", "decode step",
+              result.step_ms_median, result.step_ms_p90, result.step_ms_max, result.step_device_ms_median);
   std::printf("  %-20s %10s (%d of %d blocks)\n", "KV in use",
               format_bytes(static_cast<double>(result.kv_bytes_in_use)).c_str(), result.kv_blocks_in_use,
               result.kv_blocks_total);

@@ -67,7 +67,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
   }
   const bool penalised = options.sampling.has_penalties();
   const int token_budget = max_batch_tokens();
-  std::vector<double> prefill_times, decode_times, step_times;
+  std::vector<double> prefill_times, decode_times, step_times, step_device_times;
   BatchBenchResult result;
   std::vector<int32_t> sampled;
   std::vector<StepInput> inputs;
@@ -108,7 +108,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       while (next < options.batch && done[next] == options.prompt_tokens) ++next;
     }
     const auto decode_start = std::chrono::steady_clock::now();
-    std::vector<double> run_steps;
+    std::vector<double> run_steps, run_device_steps;
     for (int t = 0; t < options.gen_tokens; ++t) {
       const auto step_start = std::chrono::steady_clock::now();
       inputs.clear();
@@ -121,6 +121,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       step(inputs, sampled);  // reads the sampled ids back: each step ends synchronised
       std::copy(sampled.begin(), sampled.end(), last.begin());
       run_steps.push_back(seconds_between(step_start, std::chrono::steady_clock::now()));
+      run_device_steps.push_back(last_step_timing().device_seconds);
     }
     const auto decode_end = std::chrono::steady_clock::now();
     device_used_now();
@@ -128,6 +129,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
       prefill_times.push_back(seconds_between(prefill_start, decode_start));
       decode_times.push_back(seconds_between(decode_start, decode_end));
       step_times.insert(step_times.end(), run_steps.begin(), run_steps.end());
+      step_device_times.insert(step_device_times.end(), run_device_steps.begin(), run_device_steps.end());
       result.kv_blocks_in_use = blocks_->held_blocks();
     }
   }
@@ -142,6 +144,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
   result.step_ms_median = 1e3 * percentile(step_times, 0.5);
   result.step_ms_p90 = 1e3 * percentile(step_times, 0.9);
   result.step_ms_max = 1e3 * *std::max_element(step_times.begin(), step_times.end());
+  result.step_device_ms_median = 1e3 * percentile(step_device_times, 0.5);
   result.kv_blocks_total = blocks_->num_blocks();
   result.kv_bytes_in_use = static_cast<size_t>(result.kv_blocks_in_use) * plan_.kv_block_size * plan_.kv_bytes_per_token;
   result.peak_used_bytes = peak_used_;

@@ -337,6 +337,15 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
     step_rows_host_.push_back(row);
     penalties = penalties || row.params.has_penalties();
   }
+  ++steps_run_;
+  // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
+  // back), so reading the timer adds no wait.
+  const bool timed = !step_rows_host_.empty();
+  const auto started = std::chrono::steady_clock::now();
+  if (timed) {
+    if (!step_timer_) step_timer_ = backend_->make_timer();
+    step_timer_->start();
+  }
   Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
   for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
   sampled.assign(inputs.size(), -1);
@@ -391,6 +400,7 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   }
   backend_->sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
                         penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
+  step_timer_->stop();
   step_out_host_.resize(n_rows);
   backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
   row = 0;
@@ -405,6 +415,13 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
     }
     ++row;
   }
+  StepTiming& timing = last_step_timing_;
+  ++timing.index;
+  timing.step = steps_run_;
+  timing.device_seconds = step_timer_->seconds();
+  timing.started = started;
+  timing.ended = std::chrono::steady_clock::now();
+  timing.seconds = std::chrono::duration<double>(timing.ended - started).count();
 }
 
 Session::Session(std::unique_ptr<SequenceBlocks> sequence) : sequence_(std::move(sequence)) {}

@@ -63,9 +63,19 @@ struct EngineService::Choice {
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
-    : tokenizer_(tokenizer), metrics_(metrics), options_(options), scheduler_(engine) {
+    : tokenizer_(tokenizer), metrics_(metrics), options_(options), engine_(engine), scheduler_(engine) {
   waker_ = std::thread([this] { wake_streams(); });
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(wake_mutex_);
+      waker_stopping_ = true;
+    }
+    wake_cv_.notify_all();
+    waker_.join();
+    throw;
+  }
 }
 
 EngineService::~EngineService() {
@@ -251,12 +261,22 @@ void EngineService::run() {
         if (choice->stream->cancelled()) scheduler_.cancel(id);
       }
       if (scheduler_.idle()) {
+        idled_ = true;
         work_.wait_for(lock, std::chrono::milliseconds(20));
         continue;
       }
     }
     try {
       const std::vector<SequenceEvent>& events = scheduler_.step();
+      const StepTiming& timing = engine_.last_step_timing();
+      if (timing.index != last_timing_.index) {
+        const bool consecutive = !idled_ && last_timing_.index > 0 && timing.step == last_timing_.step + 1;
+        metrics_.observe_step(timing.seconds, timing.device_seconds,
+                              consecutive ? std::chrono::duration<double>(timing.started - last_timing_.ended).count()
+                                          : -1.0);
+        last_timing_ = timing;
+        idled_ = false;
+      }
       std::vector<std::shared_ptr<RequestStream>> woken;
       {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -114,8 +114,13 @@ class EngineService : public GenerationService {
   const Tokenizer& tokenizer_;
   Metrics& metrics_;
   EngineServiceOptions options_;
+  const Engine& engine_;
   Scheduler scheduler_;
-  mutable std::mutex mutex_;  // guards everything below; held while dispatching a step's events
+  // The engine's thread only: the last timed step seen, and whether the loop waited for
+  // work since (then the next gap is idle time, not the engine's).
+  StepTiming last_timing_;
+  bool idled_ = true;
+  mutable std::mutex mutex_;  // guards what follows up to the waker's own; held while dispatching a step's events
   std::condition_variable work_;
   std::map<uint64_t, std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id
   int active_ = 0;

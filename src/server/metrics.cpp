@@ -42,7 +42,10 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48}),
-      itl_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0}) {}
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0}),
+      step_({0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25}),
+      step_device_({0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25}),
+      step_gap_({0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032}) {}
 
 void Metrics::count_request(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -59,6 +62,13 @@ void Metrics::observe_inter_token(double seconds) {
   itl_.observe(seconds);
 }
 
+void Metrics::observe_step(double seconds, double device_seconds, double gap_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_.observe(seconds);
+  step_device_.observe(device_seconds);
+  if (gap_seconds >= 0) step_gap_.observe(gap_seconds);
+}
+
 std::string Metrics::render(const SchedulerStats& s, int active_requests) const {
   std::string out;
   {
@@ -71,6 +81,11 @@ std::string Metrics::render(const SchedulerStats& s, int active_requests) const 
     }
     ttft_.write(out, "qwenrt_time_to_first_token_seconds", "time from request to its first generated token");
     itl_.write(out, "qwenrt_inter_token_seconds", "time between successive tokens of a choice");
+    step_.write(out, "qwenrt_engine_step_seconds", "a forward pass that sampled, as the engine's thread waited for it");
+    step_device_.write(out, "qwenrt_engine_step_device_seconds",
+                       "its work on the device, from the first op to the sampled ids");
+    step_gap_.write(out, "qwenrt_engine_step_gap_seconds",
+                    "the engine's thread between two consecutive forward passes: scheduling, events");
   }
   metric(out, "qwenrt_prompt_tokens_total", "counter", "prompt tokens of started sequences",
          static_cast<double>(s.prompt_tokens));

@@ -318,5 +318,33 @@ TEST_F(SchedulerTest, RefusesBadRequests) {
   EXPECT_EQ(tokens, 2);
 }
 
+// Every step that samples is timed: its wall time in Engine::step, and its work on the
+// device (here the CPU) within it; a prefill chunk that samples nothing is counted as a
+// step but not timed.
+TEST_F(SchedulerTest, StepsThatSampleAreTimed) {
+  Engine engine(model_dir(), engine_options(4, 16));
+  EXPECT_EQ(engine.last_step_timing().index, 0u);
+  SequenceRequest request;
+  request.prompt = random_ids(7, 40, vocab());  // three chunks of 16: two sample nothing
+  request.max_new_tokens = 3;
+  Scheduler scheduler(engine, false);
+  scheduler.submit(request);
+  std::vector<uint64_t> indices, steps;
+  while (!scheduler.idle()) {
+    scheduler.step();
+    const StepTiming& timing = engine.last_step_timing();
+    if (timing.index == 0) continue;
+    if (indices.empty() || indices.back() != timing.index) {
+      indices.push_back(timing.index);
+      steps.push_back(timing.step);
+      EXPECT_GT(timing.device_seconds, 0.0);
+      EXPECT_LE(timing.device_seconds, timing.seconds);
+      EXPECT_GE(std::chrono::duration<double>(timing.ended - timing.started).count(), timing.seconds - 1e-9);
+    }
+  }
+  EXPECT_EQ(indices, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(steps, (std::vector<uint64_t>{3, 4, 5}));  // the prompt's last chunk samples the first token
+}
+
 }  // namespace
 }  // namespace qwenrt

@@ -329,10 +329,12 @@ await test('metrics in Prometheus text', async () => {
   const text = await (await fetch(main.url + '/metrics')).text();
   for (const name of ['qwenrt_requests_total', 'qwenrt_time_to_first_token_seconds_bucket', 'qwenrt_inter_token_seconds_count',
     'qwenrt_prompt_tokens_total', 'qwenrt_generation_tokens_total', 'qwenrt_sequences_running', 'qwenrt_sequences_waiting',
-    'qwenrt_kv_blocks_used', 'qwenrt_kv_blocks_free', 'qwenrt_prefix_cache_hits_total']) {
+    'qwenrt_kv_blocks_used', 'qwenrt_kv_blocks_free', 'qwenrt_prefix_cache_hits_total',
+    'qwenrt_engine_step_seconds_count', 'qwenrt_engine_step_device_seconds_sum', 'qwenrt_engine_step_gap_seconds_bucket']) {
     assert.ok(text.includes(name), name);
   }
   assert.match(text, /qwenrt_requests_total\{route="\/v1\/chat\/completions",status="400"\} [1-9]/);
+  assert.match(text, /qwenrt_engine_step_seconds_count [1-9]/);  // the requests before this one were timed
 });
 
 // API key, from the environment (a key on the command line would show in ps).

@@ -378,7 +378,10 @@ class CudaBackend final : public Backend {
       if (launch_attention_decode(decode, attn, q, geometry, cache, out,
                                   static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
                                   multiprocessors_, stream_)) {
-        // The rest as a batch of their own: their tokens keep their rows in q and out.
+        // The rest as a batch of their own: their tokens keep their rows in q and out. The
+        // view's sequence arrays start at its first sequence, its token arrays do not (the
+        // prompt kernels reach tokens through seq_starts only; the generic kernel, which
+        // walks tokens, takes the whole batch below).
         BatchView prompt = batch;
         prompt.n_seqs = batch.n_seqs - decode_seqs;
         prompt.n_tokens = batch.n_tokens - decode_seqs;
