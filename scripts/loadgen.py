@@ -8,8 +8,10 @@ disconnects (the client closes after a few tokens) and bad requests (each must g
 with an OpenAI-style error). Reports generated tok/s over the wall time (prefill included),
 time to first token and inter-token latency percentiles, errors by kind, and checks through
 /metrics that no KV block is held by a sequence once the server is idle (blocks kept by the
-prefix cache are reported separately). With --soak it also checks that the server's memory
-stays flat and exits non-zero on any failure.
+prefix cache are reported separately). It also reports the engine's forward passes over the
+run from /metrics: their mean wall time, their time on the device and the engine thread's
+time between passes. With --soak it also checks that the server's memory stays flat and
+exits non-zero on any failure.
 
 The streams are spread over several client processes (--processes; by default one per 32
 streams, up to the machine's cores): one Python process cannot read 10,000+ stream chunks a
@@ -242,6 +244,39 @@ def metric(text, name):
     return float(match.group(1)) if match else None
 
 
+STEP_HISTOGRAMS = {"wall": "qwenrt_engine_step_seconds", "device": "qwenrt_engine_step_device_seconds",
+                   "gap": "qwenrt_engine_step_gap_seconds"}
+
+
+def step_sums(args):
+    """The server's step histograms' (sum, count) now; None where /metrics lacks them."""
+    try:
+        status, text = get(args, "/metrics")
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    sums = {}
+    for key, name in STEP_HISTOGRAMS.items():
+        total, count = metric(text, name + "_sum"), metric(text, name + "_count")
+        if total is None or count is None:
+            return None
+        sums[key] = (total, count)
+    return sums
+
+
+def step_means_ms(before, after):
+    """Mean milliseconds of each step histogram over the run (between two step_sums)."""
+    if before is None or after is None:
+        return None
+    means = {}
+    for key in STEP_HISTOGRAMS:
+        count = after[key][1] - before[key][1]
+        means[key] = round(1e3 * (after[key][0] - before[key][0]) / count, 3) if count > 0 else None
+    means["steps"] = int(after["wall"][1] - before["wall"][1])
+    return means
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -314,6 +349,7 @@ def main():
     budget = context.Value("q", args.requests)  # streams left to start (--requests)
     results = context.Queue()
     rss_start = None
+    steps_before = step_sums(args)
     started = time.perf_counter()
     deadline = started + args.duration if args.duration else None
     workers = [list(range(p, args.concurrency, processes)) for p in range(processes)]
@@ -342,6 +378,7 @@ def main():
         if child.exitcode != 0:
             stats.error(f"client process exited with {child.exitcode}")
     wall = time.perf_counter() - started
+    steps = step_means_ms(steps_before, step_sums(args))
 
     # Idle: every sequence ends within a step of its stream ending or being dropped.
     leaked = None
@@ -364,6 +401,9 @@ def main():
         "stream_decode_tok_per_s": (round(percentiles(stats.decode_rates)["p50"], 1) if stats.decode_rates else None),
         "disconnects": stats.disconnects, "bad_requests_answered": stats.bad_ok, "errors": stats.errors,
         "kv_blocks_held_when_idle": leaked, "kv_blocks_cached_when_idle": cached,
+        # The engine's forward passes that sampled, over the run (/metrics): mean wall time,
+        # time on the device, and the engine thread's time between consecutive passes.
+        "engine_step_ms": steps,
     }
     if first_ttft is not None:
         report["first_request_ttft_ms"] = round(first_ttft * 1e3, 2)
@@ -383,6 +423,9 @@ def main():
         print(f"  bad requests   {stats.bad_ok} answered with a 4xx error")
         print(f"  errors         {stats.errors or 'none'}")
         print(f"  KV when idle   {leaked} blocks held by sequences, {cached} kept by the prefix cache")
+        if steps is not None:
+            print(f"  engine steps   {steps['steps']} that sampled: {steps['wall']} ms mean wall, "
+                  f"{steps['device']} ms on the device, {steps['gap']} ms between passes")
         if rss_start is not None:
             print(f"  server RSS     {report['server_rss_mib']['after_warmup']} MiB after warm-up, "
                   f"{report['server_rss_mib']['end']} MiB at the end")
