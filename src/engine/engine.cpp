@@ -338,18 +338,17 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
     penalties = penalties || row.params.has_penalties();
   }
   ++steps_run_;
+  const size_t n_rows = step_rows_host_.size();
   // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
   // back), so reading the timer adds no wait.
-  const bool timed = !step_rows_host_.empty();
   const auto started = std::chrono::steady_clock::now();
-  if (timed) {
+  if (n_rows > 0) {
     if (!step_timer_) step_timer_ = backend_->make_timer();
     step_timer_->start();
   }
   Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
   for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
   sampled.assign(inputs.size(), -1);
-  const size_t n_rows = step_rows_host_.size();
   if (n_rows == 0) return;
   backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
   int history_stride = 0;

@@ -68,12 +68,7 @@ EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics
   try {
     thread_ = std::thread([this] { run(); });
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(wake_mutex_);
-      waker_stopping_ = true;
-    }
-    wake_cv_.notify_all();
-    waker_.join();
+    stop_waker();
     throw;
   }
 }
@@ -85,6 +80,11 @@ EngineService::~EngineService() {
   }
   work_.notify_all();
   thread_.join();
+  stop_waker();
+}
+
+// After the waker has woken every stream handed to it.
+void EngineService::stop_waker() {
   {
     std::lock_guard<std::mutex> lock(wake_mutex_);
     waker_stopping_ = true;
@@ -277,23 +277,21 @@ void EngineService::run() {
         last_timing_ = timing;
         idled_ = false;
       }
-      std::vector<std::shared_ptr<RequestStream>> woken;
+      bool delivered = false;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         for (const SequenceEvent& event : events) dispatch(event);
-        woken.swap(delivered_);
-      }
-      if (!woken.empty()) {
-        {
-          std::lock_guard<std::mutex> lock(wake_mutex_);
-          if (to_wake_.empty()) {
-            to_wake_.swap(woken);
-          } else {
-            to_wake_.insert(to_wake_.end(), woken.begin(), woken.end());
-          }
+        if (!delivered_.empty()) {
+          // mutex_ before wake_mutex_ (the waker takes only the latter); both vectors keep
+          // their capacity, so a step allocates nothing here.
+          std::lock_guard<std::mutex> wake_lock(wake_mutex_);
+          to_wake_.insert(to_wake_.end(), std::make_move_iterator(delivered_.begin()),
+                          std::make_move_iterator(delivered_.end()));
+          delivered_.clear();
+          delivered = true;
         }
-        wake_cv_.notify_one();
       }
+      if (delivered) wake_cv_.notify_one();
     } catch (const std::exception& error) {
       // A broken invariant must not take the server down: the requests in flight end
       // with the error, their sequences are cancelled, and new ones are served.

@@ -110,6 +110,7 @@ class EngineService : public GenerationService {
   // A step's event for its stream, woken after the step's dispatch by the waker thread.
   void deliver(const std::shared_ptr<RequestStream>& stream, ChoiceEvent event);
   void wake_streams();
+  void stop_waker();
 
   const Tokenizer& tokenizer_;
   Metrics& metrics_;

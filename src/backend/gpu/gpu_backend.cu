@@ -368,6 +368,11 @@ class CudaBackend final : public Backend {
     // go to the decode kernels and its prompt chunks to the prompt kernels: in the prompt
     // kernels a one-token sequence fills a sixty-fourth of its block's rows, and its
     // sequence slot in the grid spans as many tiles as the longest chunk.
+    const auto decode_attention = [&](const BatchView& view) {
+      return launch_attention_decode(view, attn, q, geometry, cache, out,
+                                     static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
+                                     multiprocessors_, stream_);
+    };
     const int decode_seqs = batch.leading_decode_seqs;
     if (batch.max_new_tokens > 1 && decode_seqs > 0 && decode_seqs < batch.n_seqs) {
       BatchView decode = batch;
@@ -375,9 +380,7 @@ class CudaBackend final : public Backend {
       decode.n_tokens = decode_seqs;
       decode.max_new_tokens = 1;
       decode.max_context_len = batch.leading_decode_max_context;
-      if (launch_attention_decode(decode, attn, q, geometry, cache, out,
-                                  static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
-                                  multiprocessors_, stream_)) {
+      if (decode_attention(decode)) {
         // The rest as a batch of their own: their tokens keep their rows in q and out. The
         // view's sequence arrays start at its first sequence, its token arrays do not (the
         // prompt kernels reach tokens through seq_starts only; the generic kernel, which
@@ -398,11 +401,7 @@ class CudaBackend final : public Backend {
         return;
       }
     }
-    if (launch_attention_decode(batch, attn, q, geometry, cache, out,
-                                static_cast<float*>(attention_workspace_.data()),
-                                kAttentionWorkspaceBytes, multiprocessors_, stream_)) {
-      return;
-    }
+    if (decode_attention(batch)) return;
     if (!tiled_prefill_attention(batch, attn, q, geometry, cache, out))
       launch_attention_generic(batch, attn, q, geometry, cache, out, stream_);
   }
