@@ -146,9 +146,11 @@ struct AttentionProblem {
 struct AttentionShape {
   int seqs, context, fresh;
 };
-const AttentionShape kAttentionShapes[] = {{1, 512, 1},    {1, 4096, 1},     {1, 32768, 1},
-                                           {32, 1024, 1},  {128, 2048, 1},   {1, 512, 512},
-                                           {1, 2048, 2048}, {4, 4096, 1024}};
+// Decode: one sequence at growing contexts, and batches as a server runs them (256 streams
+// of 128-token prompts sit at 128 to 256 tokens); then prompts.
+const AttentionShape kAttentionShapes[] = {{1, 512, 1},     {1, 4096, 1},    {1, 8192, 1},   {1, 32768, 1},
+                                           {32, 1024, 1},   {128, 2048, 1},  {256, 192, 1},  {256, 256, 1},
+                                           {64, 512, 1},    {1, 512, 512},   {1, 2048, 2048}, {4, 4096, 1024}};
 
 TEST_F(CudaBench, DISABLED_AttentionDecodeAndPrefill) {
   for (const AttentionShape& shape : kAttentionShapes) {

@@ -665,7 +665,8 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
   run_attention_case(gpu(), dtype(), rng_, {heads[4], {6000}, {1}, 16, 1000});
   // Sliding window on the decode path.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {500, 40, 1000}, {1, 1, 1}, 16, 64});
-  // Enough sequences to fill the device: the tensor-core kernel takes decode batches.
+  // Enough sequences to fill the device: the tensor-core kernel takes decode batches, in
+  // blocks of four warps up to a wave of them (160 x 2 kv heads) and of two warps beyond.
   for (const HeadConfig& h : {heads[0], heads[1], heads[4]}) {
     std::uniform_int_distribution<int> len(1, 300);
     std::vector<int> ctx(160);

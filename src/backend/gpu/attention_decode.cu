@@ -271,13 +271,14 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
 }
 
 // The same split on tensor cores (CUDA sm_80 and later): the block's 16 query rows are the
-// q-head group (rows past it are zero and never written); K/V tiles of kMmaKeys keys are
-// copied into shared memory with cp.async two stages deep, and each warp takes 16 keys of
+// q-head group (rows past it are zero and never written); K/V tiles of 16 keys a warp are
+// copied into shared memory with cp.async, kStages deep, and each warp takes its 16 keys of
 // every tile: S = Q·Kᵀ and O += P·V with mma.m16n8k16 as in attention_prefill_mma.cu. The
-// four warps' states merge in shared memory at the end. A key costs a few mma per warp
+// warps' states merge in shared memory at the end. A key costs a few mma per warp
 // instead of a shuffle reduction per head, so the kernel stays memory-bound at long
-// contexts where the SIMT kernel above is bound by its instruction issue.
-constexpr int kMmaKeys = 64;  // keys a tile: 16 per warp
+// contexts where the SIMT kernel above is bound by its instruction issue. Two block shapes
+// (launch_mma chooses): four warps two stages deep, and two warps three deep.
+constexpr int kMmaKeys = 64;  // keys a split is cut to at least (a tile of four warps)
 constexpr int kMmaRows = 16;  // the largest q-head group it takes
 // Splits for this many blocks a multiprocessor (three fit, by shared memory). Measured on
 // the 7B after 8,192- and 32,768-token prompts: 32 to 64 splits of a sequence within 2%,
@@ -286,22 +287,27 @@ constexpr int kMmaWaves = 4;
 constexpr int kMmaMaxSplitKeys = 2048;
 
 #if !defined(QWENRT_GPU_HIP)
-template <typename T, int kHeadDim>
+constexpr int kMmaBlocksPerSm = 3;  // of the four-warp shape (registers and shared memory)
+
+template <typename T, int kHeadDim, int kMmaWarps, int kStages>
 constexpr size_t decode_mma_smem_bytes() {
-  // Two stages of a K and a V tile; the warps' merge reuses the first kWarps·16·(d + 2)
-  // floats of it.
-  constexpr size_t tiles = 2 * 2 * static_cast<size_t>(kMmaKeys) * mma::smem_stride<kHeadDim>() * sizeof(T);
-  constexpr size_t merge = static_cast<size_t>(kWarps) * kMmaRows * (kHeadDim + 2) * sizeof(float);
+  // kStages stages of a K and a V tile; the warps' merge reuses the first
+  // kMmaWarps x 16 x (d + 2) floats of it.
+  constexpr size_t tiles =
+      static_cast<size_t>(kStages) * 2 * (kMmaWarps * 16) * mma::smem_stride<kHeadDim>() * sizeof(T);
+  constexpr size_t merge = static_cast<size_t>(kMmaWarps) * kMmaRows * (kHeadDim + 2) * sizeof(float);
   return tiles > merge ? tiles : merge;
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int kHeadDim, int kMmaWarps, int kStages>
+__global__ void __launch_bounds__(kMmaWarps * 32)
     attention_decode_mma_kernel(DecodeArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
                                 const T* __restrict__ v_cache, T* __restrict__ out) {
+  constexpr int kBlockThreads = kMmaWarps * 32;
+  constexpr int kTileKeys = kMmaWarps * 16;  // 16 keys a warp
   constexpr int kStride = mma::smem_stride<kHeadDim>();
   constexpr int kDimSteps = kHeadDim / 16;
-  constexpr int kTileElems = kMmaKeys * kStride;
+  constexpr int kTileElems = kTileKeys * kStride;
   constexpr int kVecsPerRow = kHeadDim / 8;
   extern __shared__ int4 smem_raw[];
   T* tiles = reinterpret_cast<T*>(smem_raw);
@@ -348,7 +354,7 @@ __global__ void __launch_bounds__(kThreads)
     T* k_dst = tiles + stage * 2 * kTileElems;
     T* v_dst = k_dst + kTileElems;
 #pragma unroll
-    for (int idx = threadIdx.x; idx < kMmaKeys * kVecsPerRow; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kTileKeys * kVecsPerRow; idx += kBlockThreads) {
       const int j = idx / kVecsPerRow;
       const int c = (idx % kVecsPerRow) * 8;
       const int key = key0 + j;
@@ -363,15 +369,27 @@ __global__ void __launch_bounds__(kThreads)
     mma::copy_async_commit();
   };
 
-  if (begin < end) load_tile(0, begin);
-  int stage = 0;
-  for (int key0 = begin; key0 < end; key0 += kMmaKeys, stage ^= 1) {
-    if (key0 + kMmaKeys < end) {
-      load_tile(stage ^ 1, key0 + kMmaKeys);
-      mma::copy_async_wait<1>();
+  // kStages - 1 tiles in flight ahead of the one computed on; a group is committed for
+  // every tile slot, empty past the range, so that the wait count stays fixed.
+  const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < n_tiles) {
+      load_tile(t, begin + t * kTileKeys);
     } else {
-      mma::copy_async_wait<0>();
+      mma::copy_async_commit();
     }
+  }
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int key0 = begin + tile * kTileKeys;
+    const int stage = tile % kStages;
+    const int ahead = tile + kStages - 1;
+    if (ahead < n_tiles) {
+      load_tile(ahead % kStages, begin + ahead * kTileKeys);
+    } else {
+      mma::copy_async_commit();
+    }
+    mma::copy_async_wait<kStages - 1>();
     __syncthreads();
     const T* k_s = tiles + stage * 2 * kTileElems + warp * 16 * kStride;  // this warp's 16 keys
     const T* v_s = k_s + kTileElems;
@@ -432,9 +450,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // this stage is refilled by the next iteration's prefetch
   }
 
-  // Merge the four warps: each leaves its rows' max, sum and unnormalised O in shared memory.
+  // Merge the warps: each leaves its rows' max, sum and unnormalised O in shared memory.
+  mma::copy_async_wait<0>();  // only empty groups are left
   float* merge_o = reinterpret_cast<float*>(smem_raw);            // [warp][row][d]
-  float* merge_ml = merge_o + kWarps * kMmaRows * kHeadDim;       // [warp][row][2]
+  float* merge_ml = merge_o + kMmaWarps * kMmaRows * kHeadDim;    // [warp][row][2]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = row_sum[h];
@@ -453,16 +472,16 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < g * kHeadDim; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < g * kHeadDim; idx += kBlockThreads) {
     const int row = idx / kHeadDim;
     const int dim = idx % kHeadDim;
     float block_max = -FLT_MAX;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, merge_ml[(w * kMmaRows + row) * 2]);
+    for (int w = 0; w < kMmaWarps; ++w) block_max = fmaxf(block_max, merge_ml[(w * kMmaRows + row) * 2]);
     float sum = 0.f;
     float acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < kMmaWarps; ++w) {
       const float l = merge_ml[(w * kMmaRows + row) * 2 + 1];
       const float weight = l > 0.f ? exp2f(merge_ml[(w * kMmaRows + row) * 2] - block_max) : 0.f;
       sum += l * weight;
@@ -509,20 +528,39 @@ void dispatch_group(const BatchView& batch, const DecodeArgs& args, const Tensor
 }
 
 #if !defined(QWENRT_GPU_HIP)
-template <typename T, int kHeadDim>
-void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
-                Stream stream) {
-  constexpr size_t kSmem = decode_mma_smem_bytes<T, kHeadDim>();
+template <typename T, int kHeadDim, int kMmaWarps, int kStages>
+void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
+                      Stream stream) {
+  constexpr size_t kSmem = decode_mma_smem_bytes<T, kHeadDim, kMmaWarps, kStages>();
   // Raised once per kernel (above the 48 KiB default); the device's limit is far above.
   static const bool raised = [] {
-    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(attention_decode_mma_kernel<T, kHeadDim>, static_cast<int>(kSmem)),
+    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>,
+                                                       static_cast<int>(kSmem)),
                      "attention", "tensor-core decode shared memory " + std::to_string(kSmem) + " B");
     return true;
   }();
   (void)raised;
-  attention_decode_mma_kernel<T, kHeadDim><<<decode_grid(batch, args), kThreads, kSmem, stream>>>(
-      args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>());
+  attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>
+      <<<decode_grid(batch, args), kMmaWarps * 32, kSmem, stream>>>(args, q.as<const T>(), static_cast<const T*>(cache.k),
+                                                                  static_cast<const T*>(cache.v), out.as<T>());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
+}
+
+// The block shape by the number of blocks: while they fit on the device at once (three a
+// multiprocessor, by registers and shared memory), four warps share each tile; past that,
+// blocks of two warps with three stages, which keep more loads in flight a block over
+// several waves. Measured per 7B layer (bf16, H200): 256 sequences at 192 / 256 tokens
+// 42.9 / 50.8 us -> 39.1 / 46.5, 128 at 2,048 170.5 -> 142.1; below a wave the small blocks
+// lose (one sequence at 512: 9.5 -> 10.4 us, 64 at 512: 24.9 -> 26.9).
+template <typename T, int kHeadDim>
+void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
+                int multiprocessors, Stream stream) {
+  const int64_t blocks = static_cast<int64_t>(args.n_splits) * args.n_kv_heads * batch.n_seqs;
+  if (blocks > int64_t{kMmaBlocksPerSm} * multiprocessors) {
+    launch_mma_shape<T, kHeadDim, 2, 3>(batch, args, q, cache, out, stream);
+  } else {
+    launch_mma_shape<T, kHeadDim, 4, 2>(batch, args, q, cache, out, stream);
+  }
 }
 #endif
 
@@ -587,9 +625,9 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
 #if !defined(QWENRT_GPU_HIP)
     if (mma) {
       if (attn.head_dim == 64) {
-        launch_mma<T, 64>(batch, args, q, cache, out, stream);
+        launch_mma<T, 64>(batch, args, q, cache, out, multiprocessors, stream);
       } else {
-        launch_mma<T, 128>(batch, args, q, cache, out, stream);
+        launch_mma<T, 128>(batch, args, q, cache, out, multiprocessors, stream);
       }
       return;
     }
