@@ -236,6 +236,14 @@ class Engine {
   // `logprobs`, when given, gets one entry per input (filled for those that asked).
   void step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
             std::vector<StepLogprobs>* logprobs = nullptr);
+  // The same step in two halves, so that the host can work while the device runs it:
+  // begin_step stages and issues the forward pass and the draw (it returns before the
+  // device is done; `inputs` may go once it returns), end_step waits for the sampled ids.
+  // Between the two nothing else may use the engine. `want_logprobs`: end_step will be
+  // given a `logprobs` vector.
+  void begin_step(std::span<const StepInput> inputs, bool want_logprobs = false);
+  void end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs = nullptr);
+  bool step_in_flight() const { return step_in_flight_; }
   // The last step that sampled (StepTiming::index 0: none yet).
   const StepTiming& last_step_timing() const { return last_step_timing_; }
   std::unique_ptr<SequenceBlocks> new_sequence();
@@ -280,6 +288,16 @@ class Engine {
   std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_bans_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
+  // The step between begin_step and end_step: per input whether it samples and its
+  // top_logprobs; the logits; what the draw was given.
+  std::vector<uint8_t> step_samples_;
+  std::vector<int> step_top_logprobs_;
+  Tensor step_logits_;
+  size_t step_logprob_rows_ = 0;
+  bool step_penalties_ = false;
+  int step_history_stride_ = 0;
+  bool step_in_flight_ = false;
+  std::chrono::steady_clock::time_point step_started_;
   std::unique_ptr<DeviceTimer> step_timer_;
   StepTiming last_step_timing_;
   uint64_t steps_run_ = 0;

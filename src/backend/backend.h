@@ -309,6 +309,14 @@ class Backend {
   // (or that has no penalty set) is not penalised.
   virtual void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                            const int32_t* history_lens, int history_stride, int32_t* out_ids) = 0;
+  // sample_rows in two halves, for a caller that works on the host while the device runs:
+  // begin_sample_rows issues the draw without waiting for it; finish_sample_rows waits,
+  // raises what sample_rows raises (non-finite logits) and copies the logits.rows ids to
+  // host memory. Nothing else may run on the backend in between. Default: the whole draw
+  // in the first half.
+  virtual void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                                 const int32_t* history_lens, int history_stride, int32_t* out_ids);
+  virtual void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids);
 };
 
 // What `qwenrt doctor` reports about the GPUs and the build.

@@ -313,16 +313,26 @@ std::unique_ptr<SequenceBlocks> Engine::new_sequence() {
 
 void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampled,
                   std::vector<StepLogprobs>* logprobs) {
+  begin_step(inputs, logprobs != nullptr);
+  end_step(sampled, logprobs);
+}
+
+void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
+  QWENRT_CHECK(!step_in_flight_, "a step begun while the previous one is not finished");
   step_chunks_.clear();
   step_logit_rows_.clear();
   step_rows_host_.clear();
   step_bans_host_.clear();
+  step_samples_.clear();
+  step_top_logprobs_.clear();
   int32_t offset = 0;
   bool penalties = false;
   for (const StepInput& input : inputs) {
     QWENRT_CHECK(input.sequence != nullptr && !input.tokens.empty(), "a step input without a sequence or tokens");
     step_chunks_.push_back(SequenceChunk{input.sequence, input.tokens, input.ntk_alpha_index});
     offset += static_cast<int32_t>(input.tokens.size());
+    step_samples_.push_back(input.sample ? 1 : 0);
+    step_top_logprobs_.push_back(input.top_logprobs);
     if (!input.sample) continue;
     QWENRT_CHECK(input.banned.size() <= static_cast<size_t>(kMaxBannedPerRow),
                  "a step input bans " + std::to_string(input.banned.size()) + " ids (at most " +
@@ -339,77 +349,98 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   }
   ++steps_run_;
   const size_t n_rows = step_rows_host_.size();
+  step_penalties_ = penalties;
+  step_history_stride_ = 0;
+  step_started_ = std::chrono::steady_clock::now();
+  // The draw's inputs go up before the forward pass: an upload waits for the device, which
+  // is idle here, and nothing after the forward is launched may wait for it.
+  if (n_rows > 0) {
+    backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
+    if (penalties) {
+      // Penalties look at the whole context (prompt and generated), as transformers does.
+      // The rows' histories go up in one copy, each row as wide as the longest of them.
+      step_lens_host_.assign(n_rows, 0);
+      size_t row = 0;
+      int history_stride = 0;
+      for (const StepInput& input : inputs) {
+        if (!input.sample) continue;
+        if (step_rows_host_[row].params.has_penalties()) {
+          QWENRT_CHECK(static_cast<int>(input.history.size()) <= plan_.max_context, "sampling history over the context");
+          step_lens_host_[row] = static_cast<int32_t>(input.history.size());
+          history_stride = std::max(history_stride, step_lens_host_[row]);
+        }
+        ++row;
+      }
+      history_stride = std::max(history_stride, 1);
+      const auto stride = static_cast<size_t>(history_stride);
+      step_history_host_.assign(n_rows * stride, 0);
+      row = 0;
+      for (const StepInput& input : inputs) {
+        if (!input.sample) continue;
+        if (step_lens_host_[row] > 0) std::copy(input.history.begin(), input.history.end(), &step_history_host_[row * stride]);
+        ++row;
+      }
+      backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
+      backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
+      step_history_stride_ = history_stride;
+    }
+    if (!step_bans_host_.empty()) {
+      backend_->copy_to_device(step_bans_, step_bans_host_.data(), step_bans_host_.size() * sizeof(int32_t));
+    }
+  }
   // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
   // back), so reading the timer adds no wait.
-  const auto started = std::chrono::steady_clock::now();
   if (n_rows > 0) {
     if (!step_timer_) step_timer_ = backend_->make_timer();
     step_timer_->start();
   }
   Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
   for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
-  sampled.assign(inputs.size(), -1);
-  if (n_rows == 0) return;
-  backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
-  int history_stride = 0;
-  if (penalties) {
-    // Penalties look at the whole context (prompt and generated), as transformers does. The
-    // rows' histories go up in one copy, each row as wide as the longest of them.
-    step_lens_host_.assign(n_rows, 0);
-    size_t row = 0;
-    for (const StepInput& input : inputs) {
-      if (!input.sample) continue;
-      if (step_rows_host_[row].params.has_penalties()) {
-        QWENRT_CHECK(static_cast<int>(input.history.size()) <= plan_.max_context, "sampling history over the context");
-        step_lens_host_[row] = static_cast<int32_t>(input.history.size());
-        history_stride = std::max(history_stride, step_lens_host_[row]);
-      }
-      ++row;
-    }
-    history_stride = std::max(history_stride, 1);
-    const auto stride = static_cast<size_t>(history_stride);
-    step_history_host_.assign(n_rows * stride, 0);
-    row = 0;
-    for (const StepInput& input : inputs) {
-      if (!input.sample) continue;
-      if (step_lens_host_[row] > 0) std::copy(input.history.begin(), input.history.end(), &step_history_host_[row * stride]);
-      ++row;
-    }
-    backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
-    backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
+  step_logits_ = logits;
+  step_logprob_rows_ = 0;
+  if (n_rows == 0) {
+    step_in_flight_ = true;
+    return;
   }
   // Log-probabilities are the model's: the rows asking for them (rare) come to the host
   // before any ban; then the banned ids get a logit no draw picks.
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
-  size_t logprob_rows = 0;  // in step_logits_host_, vocab floats each
   size_t row = 0;
-  for (const StepInput& input : logprobs != nullptr ? inputs : std::span<const StepInput>()) {
+  for (const StepInput& input : want_logprobs ? inputs : std::span<const StepInput>()) {
     if (!input.sample) continue;
     if (input.top_logprobs >= 0) {
-      step_logits_host_.resize((logprob_rows + 1) * vocab);
-      backend_->copy_to_host(step_logits_host_.data() + logprob_rows * vocab,
+      step_logits_host_.resize((step_logprob_rows_ + 1) * vocab);
+      backend_->copy_to_host(step_logits_host_.data() + step_logprob_rows_ * vocab,
                              logits.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
-      ++logprob_rows;
+      ++step_logprob_rows_;
     }
     ++row;
   }
-  if (!step_bans_host_.empty()) {
-    backend_->copy_to_device(step_bans_, step_bans_host_.data(), step_bans_host_.size() * sizeof(int32_t));
-    backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
-  }
-  backend_->sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
-                        penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
+  if (!step_bans_host_.empty()) backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
+  backend_->begin_sample_rows(logits, step_rows_, step_penalties_ ? step_history_ : nullptr,
+                              step_penalties_ ? step_history_lens_ : nullptr, step_history_stride_, step_out_);
   step_timer_->stop();
+  step_in_flight_ = true;
+}
+
+void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs) {
+  QWENRT_CHECK(step_in_flight_, "a step finished that was not begun");
+  step_in_flight_ = false;
+  const size_t n_inputs = step_samples_.size();
+  sampled.assign(n_inputs, -1);
+  if (logprobs != nullptr) logprobs->assign(n_inputs, StepLogprobs{});
+  const size_t n_rows = step_rows_host_.size();
+  if (n_rows == 0) return;
   step_out_host_.resize(n_rows);
-  backend_->copy_to_host(step_out_host_.data(), step_out_, n_rows * sizeof(int32_t));
-  row = 0;
+  backend_->finish_sample_rows(step_logits_, step_out_, step_out_host_.data());
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  size_t row = 0;
   const float* logprob_row = step_logits_host_.data();
-  if (logprobs != nullptr) logprobs->assign(inputs.size(), StepLogprobs{});
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].sample) continue;
+  for (size_t i = 0; i < n_inputs; ++i) {
+    if (step_samples_[i] == 0) continue;
     sampled[i] = step_out_host_[row];
-    if (logprobs != nullptr && inputs[i].top_logprobs >= 0) {
-      (*logprobs)[i] = log_probabilities(std::span<const float>(logprob_row, vocab), sampled[i], inputs[i].top_logprobs);
+    if (logprobs != nullptr && step_top_logprobs_[i] >= 0 && step_logprob_rows_ > 0) {
+      (*logprobs)[i] = log_probabilities(std::span<const float>(logprob_row, vocab), sampled[i], step_top_logprobs_[i]);
       logprob_row += vocab;
     }
     ++row;
@@ -418,9 +449,9 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   ++timing.index;
   timing.step = steps_run_;
   timing.device_seconds = step_timer_->seconds();
-  timing.started = started;
+  timing.started = step_started_;
   timing.ended = std::chrono::steady_clock::now();
-  timing.seconds = std::chrono::duration<double>(timing.ended - started).count();
+  timing.seconds = std::chrono::duration<double>(timing.ended - step_started_).count();
 }
 
 Session::Session(std::unique_ptr<SequenceBlocks> sequence) : sequence_(std::move(sequence)) {}

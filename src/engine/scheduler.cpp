@@ -189,6 +189,27 @@ bool Scheduler::admit(Sequence& sequence, int budget) {
 
 const std::vector<SequenceEvent>& Scheduler::step() {
   events_.clear();
+  launch();
+  complete();
+  return events_;
+}
+
+void Scheduler::take_events(std::vector<SequenceEvent>& out) {
+  out.clear();
+  out.swap(events_);
+}
+
+// The batch's sequences end with an error; their blocks go back and the rest carry on.
+void Scheduler::fail_batch() {
+  for (Sequence* sequence : batch_) {
+    finish(*sequence, FinishReason::kError);
+    std::erase_if(running_, [&](const auto& s) { return s.get() == sequence; });
+  }
+  batch_.clear();
+}
+
+void Scheduler::launch() {
+  QWENRT_CHECK(!launched_, "a step launched before the last one completed");
   take_submissions();
   batch_.clear();
   budget_ = engine_.max_batch_tokens();
@@ -232,7 +253,7 @@ const std::vector<SequenceEvent>& Scheduler::step() {
   }
   if (batch_.empty()) {
     update_stats();
-    return events_;
+    return;
   }
 
   inputs_.clear();
@@ -255,15 +276,24 @@ const std::vector<SequenceEvent>& Scheduler::step() {
                                     : std::span<const int32_t>()});
   }
   try {
-    engine_.step(inputs_, sampled_, &logprobs_);
+    engine_.begin_step(inputs_, true);
   } catch (const std::exception&) {
-    // The batch's sequences end with an error; their blocks go back and the rest carry on.
-    for (Sequence* sequence : batch_) {
-      finish(*sequence, FinishReason::kError);
-      std::erase_if(running_, [&](const auto& s) { return s.get() == sequence; });
-    }
+    fail_batch();
     update_stats();
-    return events_;
+    return;
+  }
+  launched_ = true;
+}
+
+void Scheduler::complete() {
+  if (!launched_) return;
+  launched_ = false;
+  try {
+    engine_.end_step(sampled_, &logprobs_);
+  } catch (const std::exception&) {
+    fail_batch();
+    update_stats();
+    return;
   }
   ++steps_;
 
@@ -302,7 +332,6 @@ const std::vector<SequenceEvent>& Scheduler::step() {
     });
   }
   update_stats();
-  return events_;
 }
 
 void Scheduler::update_stats() {

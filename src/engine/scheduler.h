@@ -72,6 +72,15 @@ class Scheduler {
   // Runs one forward pass over the batch it builds and returns what happened; empty when
   // there is nothing to do.
   const std::vector<SequenceEvent>& step();
+  // step() in two halves, so that the caller can work (deliver the last step's events)
+  // while the device runs the next: launch() builds the batch and issues its forward pass,
+  // complete() waits for it and records what it sampled. Events accumulate across both
+  // (cancellations and admissions that fail are launch's) until take_events() hands them
+  // over. Every launch() is followed by a complete() before the next launch().
+  void launch();
+  void complete();
+  void take_events(std::vector<SequenceEvent>& out);
+  bool launched() const { return launched_; }
   // True when nothing is running, waiting or about to be submitted or cancelled.
   bool idle() const;
   SchedulerStats stats() const;
@@ -85,6 +94,7 @@ class Scheduler {
   int ntk_alpha(const Sequence& sequence) const;
   bool shares_prefix(const Sequence& sequence) const;
   bool admit(Sequence& sequence, int budget);
+  void fail_batch();
   void update_stats();
 
   Engine& engine_;
@@ -101,6 +111,7 @@ class Scheduler {
   std::vector<SequenceEvent> events_;
   std::vector<StepInput> inputs_;
   std::vector<Sequence*> batch_;  // this step's sequences
+  bool launched_ = false;         // a forward pass issued and not yet completed
   int budget_ = 0;                // this step's batch tokens left
   std::vector<int32_t> sampled_;
   std::vector<StepLogprobs> logprobs_;

@@ -251,8 +251,32 @@ void EngineService::dispatch(const SequenceEvent& event) {
   }
 }
 
+void EngineService::deliver_events(const std::vector<SequenceEvent>& events) {
+  if (events.empty()) return;
+  bool delivered = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const SequenceEvent& event : events) dispatch(event);
+    if (!delivered_.empty()) {
+      // mutex_ before wake_mutex_ (the waker takes only the latter); both vectors keep
+      // their capacity, so a step allocates nothing here.
+      std::lock_guard<std::mutex> wake_lock(wake_mutex_);
+      to_wake_.insert(to_wake_.end(), std::make_move_iterator(delivered_.begin()),
+                      std::make_move_iterator(delivered_.end()));
+      delivered_.clear();
+      delivered = true;
+    }
+  }
+  if (delivered) wake_cv_.notify_one();
+}
+
+// Each pass issues step n + 1 to the device, then delivers step n's events (text, stop
+// strings, the streams' wake-ups) while it runs, then waits for it. A stop string found in
+// step n's text so cancels its sequence one step later than it could: the extra token is
+// dropped (its choice has ended).
 void EngineService::run() {
   for (;;) {
+    bool idle = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (stopping_) return;
@@ -260,14 +284,18 @@ void EngineService::run() {
       for (const auto& [id, choice] : choices_) {
         if (choice->stream->cancelled()) scheduler_.cancel(id);
       }
-      if (scheduler_.idle()) {
+      idle = scheduler_.idle();
+      if (idle && pending_events_.empty()) {
         idled_ = true;
         work_.wait_for(lock, std::chrono::milliseconds(20));
         continue;
       }
     }
     try {
-      const std::vector<SequenceEvent>& events = scheduler_.step();
+      if (!idle) scheduler_.launch();
+      deliver_events(pending_events_);
+      pending_events_.clear();
+      scheduler_.complete();
       const StepTiming& timing = engine_.last_step_timing();
       if (timing.index != last_timing_.index) {
         const bool consecutive = !idled_ && last_timing_.index > 0 && timing.step == last_timing_.step + 1;
@@ -277,25 +305,20 @@ void EngineService::run() {
         last_timing_ = timing;
         idled_ = false;
       }
-      bool delivered = false;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (const SequenceEvent& event : events) dispatch(event);
-        if (!delivered_.empty()) {
-          // mutex_ before wake_mutex_ (the waker takes only the latter); both vectors keep
-          // their capacity, so a step allocates nothing here.
-          std::lock_guard<std::mutex> wake_lock(wake_mutex_);
-          to_wake_.insert(to_wake_.end(), std::make_move_iterator(delivered_.begin()),
-                          std::make_move_iterator(delivered_.end()));
-          delivered_.clear();
-          delivered = true;
-        }
-      }
-      if (delivered) wake_cv_.notify_one();
+      scheduler_.take_events(pending_events_);
     } catch (const std::exception& error) {
       // A broken invariant must not take the server down: the requests in flight end
       // with the error, their sequences are cancelled, and new ones are served.
       std::fprintf(stderr, "qwenrt serve: %s\n", error.what());
+      if (scheduler_.launched()) {
+        try {
+          scheduler_.complete();
+        } catch (const std::exception&) {
+        }
+      }
+      pending_events_.clear();
+      scheduler_.take_events(pending_events_);  // of the choices failed below
+      pending_events_.clear();
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& stream : delivered_) stream->wake();  // what the step delivered before it broke
       delivered_.clear();

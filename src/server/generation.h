@@ -102,6 +102,8 @@ class EngineService : public GenerationService {
  private:
   struct Choice;
   void run();
+  // A step's events to their streams (takes mutex_), then the streams to the waker.
+  void deliver_events(const std::vector<SequenceEvent>& events);
   void dispatch(const SequenceEvent& event);
   void end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error = "");
   // Ends every unfinished choice with an error event (mutex_ held).
@@ -121,6 +123,8 @@ class EngineService : public GenerationService {
   // work since (then the next gap is idle time, not the engine's).
   StepTiming last_timing_;
   bool idled_ = true;
+  // The last step's events: delivered while the device runs the next step.
+  std::vector<SequenceEvent> pending_events_;
   mutable std::mutex mutex_;  // guards what follows up to the waker's own; held while dispatching a step's events
   std::condition_variable work_;
   std::map<uint64_t, std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id

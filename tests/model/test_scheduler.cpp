@@ -65,9 +65,11 @@ std::vector<Outcome> run_alone(const std::vector<SequenceRequest>& requests) {
 }
 
 // All requests through one scheduler; `join_every` > 0 submits one request per that many
-// steps instead of all at once.
+// steps instead of all at once. `pipelined` drives it as the server does: each step is
+// launched, the previous step's events are read while it runs (and a joining request is
+// submitted then), then it is completed.
 std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceRequest>& requests, bool prefix_cache,
-                                 int join_every = 0, SchedulerStats* stats_out = nullptr) {
+                                 int join_every = 0, SchedulerStats* stats_out = nullptr, bool pipelined = false) {
   Scheduler scheduler(engine, prefix_cache);
   std::map<uint64_t, size_t> index;
   std::vector<Outcome> outcomes(requests.size());
@@ -79,15 +81,30 @@ std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceReque
   if (join_every == 0) {
     while (next < requests.size()) submit_one();
   }
-  for (int step = 0; step < 10000; ++step) {
-    if (join_every > 0 && next < requests.size() && step % join_every == 0) submit_one();
-    if (next == requests.size() && scheduler.idle()) break;
-    for (const SequenceEvent& event : scheduler.step()) {
+  auto record = [&](const std::vector<SequenceEvent>& events) {
+    for (const SequenceEvent& event : events) {
       Outcome& outcome = outcomes[index.at(event.id)];
       if (event.token >= 0) outcome.tokens.push_back(event.token);
       if (event.finish != FinishReason::kNone) outcome.finish = finish_reason_name(event.finish);
     }
+  };
+  std::vector<SequenceEvent> pending;
+  for (int step = 0; step < 10000; ++step) {
+    const bool join = join_every > 0 && next < requests.size() && step % join_every == 0;
+    if (!pipelined) {
+      if (join) submit_one();
+      if (next == requests.size() && scheduler.idle()) break;
+      record(scheduler.step());
+      continue;
+    }
+    if (next == requests.size() && scheduler.idle() && pending.empty()) break;
+    if (!scheduler.idle()) scheduler.launch();
+    if (join) submit_one();
+    record(pending);
+    scheduler.complete();
+    scheduler.take_events(pending);
   }
+  EXPECT_TRUE(pending.empty());
   EXPECT_TRUE(scheduler.idle());
   SchedulerStats stats = scheduler.stats();
   EXPECT_EQ(stats.kv_blocks_held, 0) << "blocks still held by finished sequences";
@@ -142,6 +159,24 @@ TEST_F(SchedulerTest, SeededSamplingBatchedEqualsOneAtATime) {
   auto reseeded = requests;
   for (auto& request : reseeded) request.sampling.seed += 7;
   EXPECT_NE(run_batched(engine, reseeded, false), alone);
+}
+
+TEST_F(SchedulerTest, PipelinedStepsGiveTheSameTokens) {
+  // As the server drives it: greedy and seeded sampling, requests joining while a step
+  // runs, chunked prefill, and preemption in a pool too small for all of them.
+  for (const bool sampled : {false, true}) {
+    auto requests = mixed_requests(8, sampled, vocab());
+    auto alone = run_alone(requests);
+    Engine engine(model_dir(), engine_options());
+    EXPECT_EQ(run_batched(engine, requests, false, 0, nullptr, true), alone);
+    EXPECT_EQ(run_batched(engine, requests, true, 2, nullptr, true), alone);
+    Engine chunked(model_dir(), engine_options(4, 16));
+    EXPECT_EQ(run_batched(chunked, requests, false, 1, nullptr, true), alone);
+    Engine small(model_dir(), engine_options(8, 512, 96));
+    SchedulerStats stats;
+    EXPECT_EQ(run_batched(small, requests, false, 0, &stats, true), alone);
+    EXPECT_GT(stats.preemptions, 0);
+  }
 }
 
 TEST_F(SchedulerTest, ChunkedPrefillMixedWithDecodes) {

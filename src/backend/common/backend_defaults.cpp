@@ -36,6 +36,15 @@ void Backend::begin_recording() {
 std::unique_ptr<RecordedOps> Backend::end_recording() { return nullptr; }
 
 bool Backend::matmul_silu_mul(const Tensor&, const Tensor&, Tensor) { return false; }
+
+void Backend::begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                                const int32_t* history_lens, int history_stride, int32_t* out_ids) {
+  sample_rows(logits, rows, history, history_lens, history_stride, out_ids);
+}
+
+void Backend::finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids) {
+  copy_to_host(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
+}
 bool Backend::matmul_qkv_rope_kvwrite(const Tensor&, const Tensor&, const BatchView&, const AttentionParams&,
                                       const QkvEpilogue&, Tensor, const KvGeometry&, KvLayer) {
   return false;

@@ -440,7 +440,8 @@ class CudaBackend final : public Backend {
     const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
     const SamplingWorkspace ws = sampling_workspace(logits, penalise);
     launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
-    check_sampled(logits, ws);
+    start_status_read_back(ws);
+    check_sampled(logits);
   }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
@@ -449,9 +450,20 @@ class CudaBackend final : public Backend {
 
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
+    begin_sample_rows(logits, rows, history, history_lens, history_stride, out_ids);
+    check_sampled(logits);
+  }
+
+  void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
+                         const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);
     launch_sample_rows(logits, rows, history, history_lens, history_stride, out_ids, ws, stream_);
-    check_sampled(logits, ws);
+    start_status_read_back(ws);
+  }
+
+  void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids) override {
+    check_sampled(logits);
+    copy_to_host(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
   }
 
  private:
@@ -475,11 +487,14 @@ class CudaBackend final : public Backend {
     return ws;
   }
 
-  void check_sampled(const Tensor& logits, const SamplingWorkspace& ws) {
-    // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
-    QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t),
-                                     cudaMemcpyDeviceToHost, stream_),
+  // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
+  void start_status_read_back(const SamplingWorkspace& ws) {
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
                      "sample", "status read-back");
+  }
+
+  // Waits for the draw and its status word (start_status_read_back).
+  void check_sampled(const Tensor& logits) {
     QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "sample", shape_string(logits));
     const int32_t status = *status_host_;
     if (status != 0) {
