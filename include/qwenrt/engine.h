@@ -243,7 +243,6 @@ class Engine {
   // given a `logprobs` vector.
   void begin_step(std::span<const StepInput> inputs, bool want_logprobs = false);
   void end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs = nullptr);
-  bool step_in_flight() const { return step_in_flight_; }
   // The last step that sampled (StepTiming::index 0: none yet).
   const StepTiming& last_step_timing() const { return last_step_timing_; }
   std::unique_ptr<SequenceBlocks> new_sequence();
