@@ -263,6 +263,7 @@ class Engine {
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void warm_up();
   void warm_up_batched();
+  void copy_logprob_rows();
   // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
@@ -293,6 +294,7 @@ class Engine {
   std::vector<int> step_top_logprobs_;
   Tensor step_logits_;
   size_t step_logprob_rows_ = 0;
+  bool step_logprobs_wanted_ = false;
   bool step_penalties_ = false;
   int step_history_stride_ = 0;
   bool step_in_flight_ = false;

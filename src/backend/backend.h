@@ -306,7 +306,7 @@ class Backend {
                       int32_t* out_ids) = 0;
   // The same with each row's own parameters and random key: rows [n] in backend memory.
   // `history` may be null when no row has a penalty; a row whose history_lens entry is 0
-  // (or that has no penalty set) is not penalised.
+  // (or that has no penalty set) is not penalised. The logits are left as they are.
   virtual void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                            const int32_t* history_lens, int history_stride, int32_t* out_ids) = 0;
   // sample_rows in two halves, for a caller that works on the host while the device runs:

@@ -403,24 +403,31 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     return;
   }
   // Log-probabilities are the model's: the rows asking for them (rare) come to the host
-  // before any ban; then the banned ids get a logit no draw picks.
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
-  size_t row = 0;
-  for (const StepInput& input : want_logprobs ? inputs : std::span<const StepInput>()) {
-    if (!input.sample) continue;
-    if (input.top_logprobs >= 0) {
-      step_logits_host_.resize((step_logprob_rows_ + 1) * vocab);
-      backend_->copy_to_host(step_logits_host_.data() + step_logprob_rows_ * vocab,
-                             logits.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
-      ++step_logprob_rows_;
-    }
-    ++row;
-  }
+  // before any ban, so here when this step bans ids (a blocking copy), else after the draw,
+  // which leaves the logits as they are; then the banned ids get a logit no draw picks.
+  step_logprobs_wanted_ = want_logprobs;
+  if (want_logprobs && !step_bans_host_.empty()) copy_logprob_rows();
   if (!step_bans_host_.empty()) backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
   backend_->begin_sample_rows(logits, step_rows_, step_penalties_ ? step_history_ : nullptr,
                               step_penalties_ ? step_history_lens_ : nullptr, step_history_stride_, step_out_);
   step_timer_->stop();
   step_in_flight_ = true;
+}
+
+// The logits of the step's rows that report log-probabilities, to step_logits_host_.
+void Engine::copy_logprob_rows() {
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  size_t row = 0;
+  for (size_t i = 0; i < step_samples_.size(); ++i) {
+    if (step_samples_[i] == 0) continue;
+    if (step_top_logprobs_[i] >= 0) {
+      step_logits_host_.resize((step_logprob_rows_ + 1) * vocab);
+      backend_->copy_to_host(step_logits_host_.data() + step_logprob_rows_ * vocab,
+                             step_logits_.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
+      ++step_logprob_rows_;
+    }
+    ++row;
+  }
 }
 
 void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs) {
@@ -433,6 +440,7 @@ void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* 
   if (n_rows == 0) return;
   step_out_host_.resize(n_rows);
   backend_->finish_sample_rows(step_logits_, step_out_, step_out_host_.data());
+  if (step_logprobs_wanted_ && step_bans_host_.empty()) copy_logprob_rows();
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   size_t row = 0;
   const float* logprob_row = step_logits_host_.data();

@@ -279,7 +279,12 @@ void EngineService::run() {
     bool idle = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (stopping_) return;
+      if (stopping_) {
+        lock.unlock();
+        deliver_events(pending_events_);  // the last step's
+        pending_events_.clear();
+        return;
+      }
       // Cancellations from the connections (clients gone): the scheduler ends them next step.
       for (const auto& [id, choice] : choices_) {
         if (choice->stream->cancelled()) scheduler_.cancel(id);
@@ -291,8 +296,10 @@ void EngineService::run() {
         continue;
       }
     }
+    bool delivering = false;  // step n's events are (being) delivered
     try {
       if (!idle) scheduler_.launch();
+      delivering = true;
       deliver_events(pending_events_);
       pending_events_.clear();
       scheduler_.complete();
@@ -313,6 +320,13 @@ void EngineService::run() {
       if (scheduler_.launched()) {
         try {
           scheduler_.complete();
+        } catch (const std::exception&) {
+        }
+      }
+      if (!delivering) {
+        // The launch broke: step n's events (last tokens, normal ends) still go out.
+        try {
+          deliver_events(pending_events_);
         } catch (const std::exception&) {
         }
       }

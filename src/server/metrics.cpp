@@ -81,11 +81,11 @@ std::string Metrics::render(const SchedulerStats& s, int active_requests) const 
     }
     ttft_.write(out, "qwenrt_time_to_first_token_seconds", "time from request to its first generated token");
     itl_.write(out, "qwenrt_inter_token_seconds", "time between successive tokens of a choice");
-    step_.write(out, "qwenrt_engine_step_seconds", "a forward pass that sampled, as the engine's thread waited for it");
+    step_.write(out, "qwenrt_engine_step_seconds", "a forward pass that sampled, from its launch to its sampled ids (the last pass's events are delivered meanwhile)");
     step_device_.write(out, "qwenrt_engine_step_device_seconds",
                        "its work on the device, from the first op to the sampled ids");
     step_gap_.write(out, "qwenrt_engine_step_gap_seconds",
-                    "the engine's thread between two consecutive forward passes: scheduling, events");
+                    "the engine's thread between two consecutive forward passes: scheduling and staging");
   }
   metric(out, "qwenrt_prompt_tokens_total", "counter", "prompt tokens of started sequences",
          static_cast<double>(s.prompt_tokens));
