@@ -289,14 +289,12 @@ class Engine {
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its
-  // top_logprobs; the logits; what the draw was given.
+  // top_logprobs; the logits; whether log-probability rows are wanted.
   std::vector<uint8_t> step_samples_;
   std::vector<int> step_top_logprobs_;
   Tensor step_logits_;
   size_t step_logprob_rows_ = 0;
   bool step_logprobs_wanted_ = false;
-  bool step_penalties_ = false;
-  int step_history_stride_ = 0;
   bool step_in_flight_ = false;
   std::chrono::steady_clock::time_point step_started_;
   std::unique_ptr<DeviceTimer> step_timer_;

@@ -349,8 +349,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   }
   ++steps_run_;
   const size_t n_rows = step_rows_host_.size();
-  step_penalties_ = penalties;
-  step_history_stride_ = 0;
+  int history_stride = 0;
   step_started_ = std::chrono::steady_clock::now();
   // The draw's inputs go up before the forward pass: an upload waits for the device, which
   // is idle here, and nothing after the forward is launched may wait for it.
@@ -361,7 +360,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
       // The rows' histories go up in one copy, each row as wide as the longest of them.
       step_lens_host_.assign(n_rows, 0);
       size_t row = 0;
-      int history_stride = 0;
       for (const StepInput& input : inputs) {
         if (!input.sample) continue;
         if (step_rows_host_[row].params.has_penalties()) {
@@ -382,7 +380,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
       }
       backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
       backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
-      step_history_stride_ = history_stride;
     }
     if (!step_bans_host_.empty()) {
       backend_->copy_to_device(step_bans_, step_bans_host_.data(), step_bans_host_.size() * sizeof(int32_t));
@@ -408,8 +405,8 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   step_logprobs_wanted_ = want_logprobs;
   if (want_logprobs && !step_bans_host_.empty()) copy_logprob_rows();
   if (!step_bans_host_.empty()) backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
-  backend_->begin_sample_rows(logits, step_rows_, step_penalties_ ? step_history_ : nullptr,
-                              step_penalties_ ? step_history_lens_ : nullptr, step_history_stride_, step_out_);
+  backend_->begin_sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
+                              penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
   step_timer_->stop();
   step_in_flight_ = true;
 }

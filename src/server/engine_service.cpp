@@ -301,7 +301,6 @@ void EngineService::run() {
       if (!idle) scheduler_.launch();
       delivering = true;
       deliver_events(pending_events_);
-      pending_events_.clear();
       scheduler_.complete();
       const StepTiming& timing = engine_.last_step_timing();
       if (timing.index != last_timing_.index) {
@@ -330,7 +329,6 @@ void EngineService::run() {
         } catch (const std::exception&) {
         }
       }
-      pending_events_.clear();
       scheduler_.take_events(pending_events_);  // of the choices failed below
       pending_events_.clear();
       std::lock_guard<std::mutex> lock(mutex_);
