@@ -51,7 +51,7 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
     std::vector<DeviceTensor> weights;
     for (int c = 0; c < copies; ++c)
       weights.push_back(DeviceTensor::from(gpu(), dt, s.m, s.k, random_values(rng_, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
-    for (int n : {1, 8, 64, 128, 256, 512, 2048}) {
+    for (int n : {1, 8, 64, 128, 256, 512, 1024, 2048}) {
       auto x = DeviceTensor::from(gpu(), dt, n, s.k, random_values(rng_, static_cast<size_t>(n) * s.k, 1.f, dt));
       const bool f32 = std::string(s.name).find("f32") != std::string::npos;
       auto out = DeviceTensor(gpu(), f32 ? DType::kF32 : dt, n, s.m);
@@ -147,10 +147,12 @@ struct AttentionShape {
   int seqs, context, fresh;
 };
 // Decode: one sequence at growing contexts, and batches as a server runs them (256 streams
-// of 128-token prompts sit at 128 to 256 tokens); then prompts.
+// of 128-token prompts sit at 128 to 256 tokens), 1 x 8,200 as a decode after an
+// 8,192-token prompt reads it (64 splits of 129 keys: three tiles each); then prompts.
 const AttentionShape kAttentionShapes[] = {{1, 512, 1},     {1, 4096, 1},    {1, 8192, 1},   {1, 32768, 1},
                                            {32, 1024, 1},   {128, 2048, 1},  {256, 192, 1},  {256, 256, 1},
-                                           {64, 512, 1},    {1, 512, 512},   {1, 2048, 2048}, {4, 4096, 1024}};
+                                           {64, 512, 1},    {1, 1024, 1},    {1, 8200, 1},   {1, 512, 512},
+                                           {1, 2048, 2048}, {4, 4096, 1024}};
 
 TEST_F(CudaBench, DISABLED_AttentionDecodeAndPrefill) {
   for (const AttentionShape& shape : kAttentionShapes) {

@@ -657,6 +657,13 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
     // Batch of one with a long context: many splits.
     run_attention_case(gpu(), dtype(), rng_, {h, {3000}, {1}, 16, 0});
   }
+  // One sequence cut into 2 to 16 splits (a tile each or less, then the combine); a short
+  // sequence beside a long one leaves most of its splits empty.
+  for (const HeadConfig& h : {heads[0], heads[1], heads[3]}) {
+    for (int c : {64, 65, 200, 512, 777, 1024}) run_attention_case(gpu(), dtype(), rng_, {h, {c}, {1}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {1000, 5}, {1, 1}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {1, 700, 33}, {1, 1, 1}, 16, 0});
+  }
   // Long contexts of one sequence (the tensor-core split kernel), a group of 16, a context
   // that is not a whole number of tiles or blocks, and a sliding window over a long one.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {9001}, {1}, 16, 0});
