@@ -667,6 +667,7 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
   // Long contexts of one sequence (the tensor-core split kernel), a group of 16, a context
   // that is not a whole number of tiles or blocks, and a sliding window over a long one.
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {9001}, {1}, 16, 0});
+  run_attention_case(gpu(), dtype(), rng_, {heads[0], {8200}, {1}, 16, 0});  // three tiles a split
   run_attention_case(gpu(), dtype(), rng_, {heads[0], {5000, 2049}, {1, 1}, 32, 0});
   run_attention_case(gpu(), dtype(), rng_, {{32, 2, 128, false, false}, {4097, 3}, {1, 1}, 16, 0});
   run_attention_case(gpu(), dtype(), rng_, {heads[4], {6000}, {1}, 16, 1000});
