@@ -225,9 +225,12 @@ class Backend {
   // Device memory the backend holds for itself (fixed workspaces), 0 on the CPU.
   virtual size_t workspace_bytes() const { return 0; }
 
-  // ---- memory: called while planning/loading, never per token ----
+  // ---- memory: allocate while planning/loading, never per token ----
   virtual DeviceBuffer allocate(size_t bytes, const char* what) = 0;
+  // Ordered with the ops; `src` may be reused on return. It need not wait for the device
+  // (GPUs stage small copies and go on), so it is cheap enough for every step's inputs.
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for the ops issued before it.
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Converts `count` host elements of `src_dtype` into device memory of `dst_dtype`.
   virtual void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
@@ -300,10 +303,11 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's
   // previous tokens for penalties (backend memory, may be null when no penalty is set);
-  // `step` makes draws of successive tokens independent. Writes out_ids [n] (backend memory).
+  // `step` makes draws of successive tokens independent. Writes out_ids [n] (backend memory)
+  // and, when host_ids is not null, the same ids to host memory (one wait for both).
   virtual void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                       const int32_t* history, const int32_t* history_lens, int history_stride,
-                      int32_t* out_ids) = 0;
+                      int32_t* out_ids, int32_t* host_ids = nullptr) = 0;
   // The same with each row's own parameters and random key: rows [n] in backend memory.
   // `history` may be null when no row has a penalty; a row whose history_lens entry is 0
   // (or that has no penalty set) is not penalised. The logits are left as they are.

@@ -664,16 +664,14 @@ BenchResult Engine::bench(const BenchOptions& options) {
     const int alpha = ntk_alpha_index(config, options.prompt_tokens);
     Tensor logits = prefill(sequence, prompt, alpha);
     timer->stop();
-    backend_->sample(logits, sampling, 0, nullptr, nullptr, 0, out_device);
     int32_t token = 0;
-    backend_->copy_to_host(&token, out_device, sizeof(int32_t));
+    backend_->sample(logits, sampling, 0, nullptr, nullptr, 0, out_device, &token);
     double ttft = seconds_since(wall_start);
     double prompt_time = timer->seconds();
     timer->start();
     for (int step = 0; step < options.gen_tokens; ++step) {
       logits = decode_step(sequence, token, alpha);
-      backend_->sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device);
-      backend_->copy_to_host(&token, out_device, sizeof(int32_t));
+      backend_->sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device, &token);
     }
     timer->stop();
     double decode_time = timer->seconds();

@@ -304,12 +304,13 @@ class CpuBackend final : public Backend {
 
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
-              int32_t* out_ids) override {
+              int32_t* out_ids, int32_t* host_ids) override {
     for (int64_t r = 0; r < logits.rows; ++r) {
       const int32_t* row_history = history != nullptr && history_lens != nullptr ? history + r * history_stride : nullptr;
       out_ids[r] = sample_one(logits, r, SampleRow{params, step, static_cast<uint64_t>(r)}, row_history,
                               row_history != nullptr ? history_lens[r] : 0);
     }
+    if (host_ids != nullptr) std::memcpy(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
   }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {

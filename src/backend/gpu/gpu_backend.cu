@@ -1,8 +1,9 @@
 // The GPU backend (CUDA, and AMD through HIP from the same source): owns the device, one
 // stream, the matrix library's handle and the fixed workspaces (matrix library, split-K
 // attention partials, sampling), and routes each op of the Backend interface to its kernel
-// file. Everything runs on the one stream, in order; copies to and from the host wait for
-// it, so host buffers may be reused on return.
+// file. Everything runs on the one stream, in order. Copies to the host wait for it; copies
+// to the device are staged (pinned memory) and ordered on it, so host buffers may be reused
+// on return either way.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -165,6 +166,11 @@ class CudaBackend final : public Backend {
       if (stage.done != nullptr) (void)cudaEventDestroy(stage.done);
     }
     if (status_host_ != nullptr) (void)cudaFreeHost(status_host_);
+    if (ids_host_ != nullptr) (void)cudaFreeHost(ids_host_);
+    if (ring_ != nullptr) (void)cudaFreeHost(ring_);
+    for (cudaEvent_t done : ring_done_) {
+      if (done != nullptr) (void)cudaEventDestroy(done);
+    }
   }
 
   std::string name() const override {
@@ -210,6 +216,12 @@ class CudaBackend final : public Backend {
     if (bytes == 0) return;
     if (bytes >= kStagedCopyMinBytes) {
       staged_copy_to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+      return;
+    }
+    // A recording would keep the ring's address and replay whatever it holds then.
+    QWENRT_CHECK(!recording_, "copy_to_device while recording ops");
+    if (bytes <= kUploadHalfBytes) {
+      upload_through_ring(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
       return;
     }
     QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
@@ -274,9 +286,11 @@ class CudaBackend final : public Backend {
 
   void begin_recording() override {
     QWENRT_CUDA_CALL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording", "begin");
+    recording_ = true;
   }
 
   std::unique_ptr<RecordedOps> end_recording() override {
+    recording_ = false;
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
     if (ended != cudaSuccess || graph == nullptr) {
@@ -436,12 +450,14 @@ class CudaBackend final : public Backend {
 
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
-              int32_t* out_ids) override {
+              int32_t* out_ids, int32_t* host_ids) override {
     const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
     const SamplingWorkspace ws = sampling_workspace(logits, penalise);
     launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
     start_status_read_back(ws);
+    if (host_ids != nullptr) start_ids_read_back(out_ids, logits.rows);
     check_sampled(logits);
+    if (host_ids != nullptr) take_ids(out_ids, logits.rows, host_ids);
   }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
@@ -459,11 +475,12 @@ class CudaBackend final : public Backend {
     const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);
     launch_sample_rows(logits, rows, history, history_lens, history_stride, out_ids, ws, stream_);
     start_status_read_back(ws);
+    start_ids_read_back(out_ids, logits.rows);
   }
 
   void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids) override {
     check_sampled(logits);
-    copy_to_host(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
+    take_ids(out_ids, logits.rows, host_ids);
   }
 
  private:
@@ -491,6 +508,40 @@ class CudaBackend final : public Backend {
   void start_status_read_back(const SamplingWorkspace& ws) {
     QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
                      "sample", "status read-back");
+  }
+
+  // The drawn ids come back to pinned memory in the same wait as the status word (a
+  // second blocking copy cost a round trip a token with the device idle).
+  void start_ids_read_back(const int32_t* out_ids, int64_t rows) {
+    const auto count = static_cast<size_t>(rows);
+    if (count > ids_host_capacity_) {
+      if (ids_host_ != nullptr) {
+        synchronize();
+        (void)cudaFreeHost(ids_host_);
+        ids_host_ = nullptr;
+        ids_host_capacity_ = 0;
+      }
+      void* pinned = nullptr;
+      QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, count * sizeof(int32_t), cudaHostAllocDefault), "sample",
+                       "pinned ids");
+      ids_host_ = static_cast<int32_t*>(pinned);
+      ids_host_capacity_ = count;
+    }
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(ids_host_, out_ids, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+                     "sample", "ids read-back");
+    ids_pending_ = out_ids;
+    ids_pending_rows_ = rows;
+  }
+
+  // After check_sampled: the ids read back by start_ids_read_back, else a plain copy.
+  void take_ids(const int32_t* out_ids, int64_t rows, int32_t* host_ids) {
+    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+    if (ids_pending_ == out_ids && ids_pending_rows_ == rows) {
+      std::memcpy(host_ids, ids_host_, bytes);
+    } else {
+      copy_to_host(host_ids, out_ids, bytes);
+    }
+    ids_pending_ = nullptr;
   }
 
   // Waits for the draw and its status word (start_status_read_back).
@@ -553,6 +604,45 @@ class CudaBackend final : public Backend {
     QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_device", std::to_string(bytes) + " bytes");
   }
 
+  // Per-step uploads (a step's batch arrays, its sampling rows): the source goes into a
+  // pinned ring and the copy is issued without waiting, so the host goes on to launch the
+  // step while the copy engine moves it (a wait here left the device idle for a round trip
+  // per upload, several a decode step). The ring has two halves; a half is refilled only
+  // after the copies from it are done (its event), which they almost always are by then.
+  void upload_through_ring(char* dst, const char* src, size_t bytes) {
+    if (ring_ == nullptr) {
+      void* pinned = nullptr;
+      QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, 2 * kUploadHalfBytes, cudaHostAllocDefault), "copy_to_device",
+                       "pinned upload ring");
+      ring_ = static_cast<char*>(pinned);
+      for (cudaEvent_t& done : ring_done_) {
+        QWENRT_CUDA_CALL(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "copy_to_device", "");
+      }
+    }
+    const size_t aligned = (bytes + 255) / 256 * 256;
+    if (ring_offset_ + aligned > kUploadHalfBytes) {
+      ring_half_ = 1 - ring_half_;
+      ring_offset_ = 0;
+      if (ring_used_[ring_half_]) {
+        QWENRT_CUDA_CALL(cudaEventSynchronize(ring_done_[ring_half_]), "copy_to_device", "upload ring");
+      }
+    }
+    char* slot = ring_ + ring_half_ * kUploadHalfBytes + ring_offset_;
+    std::memcpy(slot, src, bytes);
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_), "copy_to_device",
+                     std::to_string(bytes) + " bytes");
+    QWENRT_CUDA_CALL(cudaEventRecord(ring_done_[ring_half_], stream_), "copy_to_device", "upload ring");
+    ring_used_[ring_half_] = true;
+    ring_offset_ += aligned;
+  }
+
+  static constexpr size_t kUploadHalfBytes = size_t{2} << 20;
+  char* ring_ = nullptr;  // pinned, two halves
+  std::array<cudaEvent_t, 2> ring_done_{};
+  std::array<bool, 2> ring_used_{};
+  int ring_half_ = 0;
+  size_t ring_offset_ = 0;
+
   static constexpr size_t kStagedCopyMinBytes = size_t{4} << 20;
   static constexpr size_t kStageBytes = size_t{16} << 20;
   struct Stage {
@@ -579,6 +669,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer sampling_histogram_;
   size_t histogram_rows_ = 0;
   int32_t* status_host_ = nullptr;  // pinned
+  int32_t* ids_host_ = nullptr;     // pinned, ids_host_capacity_ entries
+  size_t ids_host_capacity_ = 0;
+  const int32_t* ids_pending_ = nullptr;  // the device ids being read back into ids_host_
+  int64_t ids_pending_rows_ = 0;
+  bool recording_ = false;
   std::unique_ptr<Matmul> matmul_;
 };
 
