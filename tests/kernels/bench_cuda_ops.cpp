@@ -65,6 +65,35 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
   }
 }
 
+// One row through the 7B's (and two of the 0.5B's) products as plain matrix products, each
+// weight rotated over copies larger than L2 as a decode step reads them (cold).
+TEST_F(CudaBench, DISABLED_MatvecOneRow) {
+  const DType dt = DType::kBF16;
+  struct Shape {
+    const char* name;
+    int k, m;
+  };
+  const Shape shapes[] = {{"o_proj", 3584, 3584},
+                          {"qkv_proj", 3584, 4608},
+                          {"down_proj", 18944, 3584},
+                          {"gate_up_proj", 3584, 37888},
+                          {"0.5b_down", 4864, 896},
+                          {"0.5b_gate_up", 896, 9728}};
+  for (const Shape& s : shapes) {
+    const size_t weight_bytes = static_cast<size_t>(s.k) * s.m * 2;
+    const int copies = std::max<int>(2, static_cast<int>((size_t{256} << 20) / weight_bytes) + 1);
+    std::vector<DeviceTensor> weights;
+    for (int c = 0; c < copies; ++c)
+      weights.push_back(DeviceTensor::from(gpu(), dt, s.m, s.k, random_values(rng_, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
+    auto x = DeviceTensor::from(gpu(), dt, 1, s.k, random_values(rng_, static_cast<size_t>(s.k), 1.f, dt));
+    auto out = DeviceTensor(gpu(), dt, 1, s.m);
+    const double t = median_seconds_per_call(gpu(), 40, [&](int i) {
+      gpu().matmul(x.t, weights[static_cast<size_t>(i) % weights.size()].t, out.t);
+    });
+    std::printf("matvec %-14s %8.2f us %8.0f GB/s\n", s.name, t * 1e6, static_cast<double>(weight_bytes) / t / 1e9);
+  }
+}
+
 TEST_F(CudaBench, DISABLED_NormSiluEpilogue) {
   const DType dt = DType::kBF16;
   for (int n : {1, 512, 4096}) {
