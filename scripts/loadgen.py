@@ -23,6 +23,7 @@ Examples:
   scripts/loadgen.py --spawn build/qwenrt --model M --concurrency 64 --shared-prefix 1024 --requests 64
 """
 import argparse
+import collections
 import http.client
 import json
 import multiprocessing
@@ -323,14 +324,18 @@ def main():
         if args.tokenizer:
             command += ["--tokenizer", args.tokenizer]
         server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        # The server's log is kept (its last lines) and shown when a check fails.
+        server_log = collections.deque(maxlen=200)
         for line in server.stderr:
+            server_log.append(line)
             match = re.search(r"on http://([^:]+):(\d+)", line)
             if match:
                 args.url = f"http://{match.group(1)}:{match.group(2)}"
                 break
         else:
-            sys.exit("loadgen: the server did not start")
-        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+            sys.exit("loadgen: the server did not start:\n" + "".join("  | " + line for line in server_log))
+        log_reader = threading.Thread(target=lambda: server_log.extend(server.stderr), daemon=True)
+        log_reader.start()
 
     rng_master = random.Random(args.seed)
     prefix = [rng_master.randrange(args.id_range) for _ in range(args.shared_prefix)]
@@ -448,8 +453,13 @@ def main():
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+        log_reader.join(timeout=5)
     for failure in failures:
         print("loadgen: FAIL: " + failure, file=sys.stderr)
+    if server and failures:
+        print(f"loadgen: the server's log, last {len(server_log)} lines:", file=sys.stderr)
+        for line in list(server_log):
+            print("  | " + line.rstrip("\n"), file=sys.stderr)
     sys.exit(1 if failures else 0)
 
 

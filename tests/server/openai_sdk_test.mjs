@@ -21,16 +21,18 @@ function startServer(bin, args, env = {}) {
   return new Promise((resolve, reject) => {
     const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     servers.push(child);
-    let log = '';
+    child.log = '';
+    child.command = [bin, ...args].join(' ');
     child.stderr.on('data', (data) => {
-      log += data.toString();
+      child.log += data.toString();
+      const log = child.log;
       const match = log.match(/on http:\/\/([^:]+):(\d+)/);
       if (match && !child.url) {
         child.url = `http://${match[1]}:${match[2]}`;
         resolve(child);
       }
     });
-    child.on('exit', (code) => { child.exitCode_ = code; if (!child.url) reject(new Error(`server exited ${code}: ${log}`)); });
+    child.on('exit', (code) => { child.exitCode_ = code; if (!child.url) reject(new Error(`server exited ${code}: ${child.log}`)); });
   });
 }
 const serveArgs = (extra = []) => ['serve', '-m', modelDir, '--tokenizer', tokenizerDir, '--port', '0', '--threads', '2', ...extra];
@@ -494,5 +496,13 @@ await test('a message never becomes a control token', async () => {
 
 for (const child of servers) if (child.exitCode === null) child.kill('SIGKILL');
 const failed = results.filter(([, ok]) => !ok).length;
+if (failed > 0) {
+  // What the servers said: a failed check often has its cause there.
+  for (const child of servers) {
+    const lines = child.log.trimEnd().split('\n');
+    console.log(`--- stderr of ${child.command} (last ${Math.min(lines.length, 60)} of ${lines.length} lines)`);
+    for (const line of lines.slice(-60)) console.log(`  | ${line}`);
+  }
+}
 console.log(`${results.length - failed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
