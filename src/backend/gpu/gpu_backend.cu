@@ -2,8 +2,8 @@
 // stream, the matrix library's handle and the fixed workspaces (matrix library, split-K
 // attention partials, sampling), and routes each op of the Backend interface to its kernel
 // file. Everything runs on the one stream, in order. Copies to the host wait for it; copies
-// to the device are staged (pinned memory) and ordered on it, so host buffers may be reused
-// on return either way.
+// to the device up to 2 MiB are staged in pinned memory and only ordered on it, larger ones
+// wait for it, so host buffers may be reused on return either way.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -214,12 +214,12 @@ class CudaBackend final : public Backend {
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    // A recording would keep the ring's address and replay whatever it holds then.
+    QWENRT_CHECK(!recording_, "copy_to_device while recording ops");
     if (bytes >= kStagedCopyMinBytes) {
       staged_copy_to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
       return;
     }
-    // A recording would keep the ring's address and replay whatever it holds then.
-    QWENRT_CHECK(!recording_, "copy_to_device while recording ops");
     if (bytes <= kUploadHalfBytes) {
       upload_through_ring(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
       return;
@@ -453,6 +453,7 @@ class CudaBackend final : public Backend {
               int32_t* out_ids, int32_t* host_ids) override {
     const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
     const SamplingWorkspace ws = sampling_workspace(logits, penalise);
+    ids_pending_ = nullptr;  // out_ids is redrawn: an earlier read-back of it is stale
     launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
     start_status_read_back(ws);
     if (host_ids != nullptr) start_ids_read_back(out_ids, logits.rows);
@@ -468,6 +469,7 @@ class CudaBackend final : public Backend {
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     begin_sample_rows(logits, rows, history, history_lens, history_stride, out_ids);
     check_sampled(logits);
+    ids_pending_ = nullptr;  // the caller reads out_ids itself
   }
 
   void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,

@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(kThreads)
   dst[i + half] = gpu::from_f32<T>(hi);
 }
 
-// Blocks of kKernel (kThreads each) the current device holds at once; asked once.
+// Blocks of kKernel (kThreads each) the device holds at once; asked once, of the device
+// current at the first launch (a process drives one device).
 template <auto kKernel>
 int resident_blocks() {
   static const int blocks = [] {
