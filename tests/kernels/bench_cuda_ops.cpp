@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <span>
 
 #include "gpu_test_util.h"
 
@@ -33,30 +34,29 @@ class CudaBench : public GpuFixture<> {
   std::mt19937 rng_{7};
 };
 
-TEST_F(CudaBench, DISABLED_MatmulShapes) {
+struct MatmulShape {
+  const char* name;  // "(f32)" in it: fp32 output
+  int k, m;
+};
+
+// Each shape at each row count n: weights rotated over copies larger than L2 (cold, as a
+// decode step reads them), `calls` launches back to back a sample.
+void bench_matmuls(Backend& gpu, std::mt19937& rng, std::span<const MatmulShape> shapes, std::span<const int> ns,
+                   int calls, int min_copies) {
   const DType dt = DType::kBF16;
-  struct Shape {
-    const char* name;
-    int k, m;
-  };
-  // Qwen2.5-7B: fused-free projections as the forward pass issues them.
-  const Shape shapes[] = {{"q_proj", 3584, 3584},     {"k_proj", 3584, 512},
-                          {"qkv_proj", 3584, 4608},   {"o_proj", 3584, 3584},
-                          {"gate_proj", 3584, 18944}, {"gate_up_proj", 3584, 37888},
-                          {"down_proj", 18944, 3584}, {"lm_head(f32)", 3584, 152064}};
   std::printf("%-14s %6s %10s %10s %12s\n", "matmul", "n", "us", "GB/s", "TFLOP/s");
-  for (const Shape& s : shapes) {
+  for (const MatmulShape& s : shapes) {
     const size_t weight_bytes = static_cast<size_t>(s.k) * s.m * 2;
-    const int copies = std::max<int>(1, static_cast<int>((size_t{256} << 20) / weight_bytes) + 1);
+    const int copies = std::max<int>(min_copies, static_cast<int>((size_t{256} << 20) / weight_bytes) + 1);
     std::vector<DeviceTensor> weights;
     for (int c = 0; c < copies; ++c)
-      weights.push_back(DeviceTensor::from(gpu(), dt, s.m, s.k, random_values(rng_, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
-    for (int n : {1, 8, 64, 128, 256, 512, 1024, 2048}) {
-      auto x = DeviceTensor::from(gpu(), dt, n, s.k, random_values(rng_, static_cast<size_t>(n) * s.k, 1.f, dt));
+      weights.push_back(DeviceTensor::from(gpu, dt, s.m, s.k, random_values(rng, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
+    for (int n : ns) {
+      auto x = DeviceTensor::from(gpu, dt, n, s.k, random_values(rng, static_cast<size_t>(n) * s.k, 1.f, dt));
       const bool f32 = std::string(s.name).find("f32") != std::string::npos;
-      auto out = DeviceTensor(gpu(), f32 ? DType::kF32 : dt, n, s.m);
-      const double t = median_seconds_per_call(gpu(), 20, [&](int i) {
-        gpu().matmul(x.t, weights[static_cast<size_t>(i) % weights.size()].t, out.t);
+      auto out = DeviceTensor(gpu, f32 ? DType::kF32 : dt, n, s.m);
+      const double t = median_seconds_per_call(gpu, calls, [&](int i) {
+        gpu.matmul(x.t, weights[static_cast<size_t>(i) % weights.size()].t, out.t);
       });
       const double bytes = static_cast<double>(weight_bytes) + x.t.bytes() + out.t.bytes();
       const double flops = 2.0 * n * s.k * s.m;
@@ -65,33 +65,23 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
   }
 }
 
-// One row through the 7B's (and two of the 0.5B's) products as plain matrix products, each
-// weight rotated over copies larger than L2 as a decode step reads them (cold).
+TEST_F(CudaBench, DISABLED_MatmulShapes) {
+  // Qwen2.5-7B: fused-free projections as the forward pass issues them.
+  const MatmulShape shapes[] = {{"q_proj", 3584, 3584},     {"k_proj", 3584, 512},
+                                {"qkv_proj", 3584, 4608},   {"o_proj", 3584, 3584},
+                                {"gate_proj", 3584, 18944}, {"gate_up_proj", 3584, 37888},
+                                {"down_proj", 18944, 3584}, {"lm_head(f32)", 3584, 152064}};
+  const int ns[] = {1, 8, 64, 128, 256, 512, 1024, 2048};
+  bench_matmuls(gpu(), rng_, shapes, ns, 20, 1);
+}
+
+// One row through the 7B's (and two of the 0.5B's) products as plain matrix products.
 TEST_F(CudaBench, DISABLED_MatvecOneRow) {
-  const DType dt = DType::kBF16;
-  struct Shape {
-    const char* name;
-    int k, m;
-  };
-  const Shape shapes[] = {{"o_proj", 3584, 3584},
-                          {"qkv_proj", 3584, 4608},
-                          {"down_proj", 18944, 3584},
-                          {"gate_up_proj", 3584, 37888},
-                          {"0.5b_down", 4864, 896},
-                          {"0.5b_gate_up", 896, 9728}};
-  for (const Shape& s : shapes) {
-    const size_t weight_bytes = static_cast<size_t>(s.k) * s.m * 2;
-    const int copies = std::max<int>(2, static_cast<int>((size_t{256} << 20) / weight_bytes) + 1);
-    std::vector<DeviceTensor> weights;
-    for (int c = 0; c < copies; ++c)
-      weights.push_back(DeviceTensor::from(gpu(), dt, s.m, s.k, random_values(rng_, static_cast<size_t>(s.k) * s.m, 0.02f, dt)));
-    auto x = DeviceTensor::from(gpu(), dt, 1, s.k, random_values(rng_, static_cast<size_t>(s.k), 1.f, dt));
-    auto out = DeviceTensor(gpu(), dt, 1, s.m);
-    const double t = median_seconds_per_call(gpu(), 40, [&](int i) {
-      gpu().matmul(x.t, weights[static_cast<size_t>(i) % weights.size()].t, out.t);
-    });
-    std::printf("matvec %-14s %8.2f us %8.0f GB/s\n", s.name, t * 1e6, static_cast<double>(weight_bytes) / t / 1e9);
-  }
+  const MatmulShape shapes[] = {{"o_proj", 3584, 3584},       {"qkv_proj", 3584, 4608},
+                                {"down_proj", 18944, 3584},   {"gate_up_proj", 3584, 37888},
+                                {"0.5b_down", 4864, 896},     {"0.5b_gate_up", 896, 9728}};
+  const int ns[] = {1};
+  bench_matmuls(gpu(), rng_, shapes, ns, 40, 2);
 }
 
 TEST_F(CudaBench, DISABLED_NormSiluEpilogue) {

@@ -453,12 +453,11 @@ class CudaBackend final : public Backend {
               int32_t* out_ids, int32_t* host_ids) override {
     const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
     const SamplingWorkspace ws = sampling_workspace(logits, penalise);
-    ids_pending_ = nullptr;  // out_ids is redrawn: an earlier read-back of it is stale
     launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
     start_status_read_back(ws);
     if (host_ids != nullptr) start_ids_read_back(out_ids, logits.rows);
     check_sampled(logits);
-    if (host_ids != nullptr) take_ids(out_ids, logits.rows, host_ids);
+    if (host_ids != nullptr) take_ids(logits.rows, host_ids);
   }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
@@ -469,7 +468,6 @@ class CudaBackend final : public Backend {
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     begin_sample_rows(logits, rows, history, history_lens, history_stride, out_ids);
     check_sampled(logits);
-    ids_pending_ = nullptr;  // the caller reads out_ids itself
   }
 
   void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
@@ -480,9 +478,11 @@ class CudaBackend final : public Backend {
     start_ids_read_back(out_ids, logits.rows);
   }
 
-  void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids) override {
+  // Nothing runs between the halves (the interface's contract), so the ids read back are
+  // those of out_ids.
+  void finish_sample_rows(const Tensor& logits, const int32_t*, int32_t* host_ids) override {
     check_sampled(logits);
-    take_ids(out_ids, logits.rows, host_ids);
+    take_ids(logits.rows, host_ids);
   }
 
  private:
@@ -531,19 +531,11 @@ class CudaBackend final : public Backend {
     }
     QWENRT_CUDA_CALL(cudaMemcpyAsync(ids_host_, out_ids, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
                      "sample", "ids read-back");
-    ids_pending_ = out_ids;
-    ids_pending_rows_ = rows;
   }
 
-  // After check_sampled: the ids read back by start_ids_read_back, else a plain copy.
-  void take_ids(const int32_t* out_ids, int64_t rows, int32_t* host_ids) {
-    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
-    if (ids_pending_ == out_ids && ids_pending_rows_ == rows) {
-      std::memcpy(host_ids, ids_host_, bytes);
-    } else {
-      copy_to_host(host_ids, out_ids, bytes);
-    }
-    ids_pending_ = nullptr;
+  // After check_sampled: the ids start_ids_read_back brought back.
+  void take_ids(int64_t rows, int32_t* host_ids) {
+    std::memcpy(host_ids, ids_host_, static_cast<size_t>(rows) * sizeof(int32_t));
   }
 
   // Waits for the draw and its status word (start_status_read_back).
@@ -673,8 +665,6 @@ class CudaBackend final : public Backend {
   int32_t* status_host_ = nullptr;  // pinned
   int32_t* ids_host_ = nullptr;     // pinned, ids_host_capacity_ entries
   size_t ids_host_capacity_ = 0;
-  const int32_t* ids_pending_ = nullptr;  // the device ids being read back into ids_host_
-  int64_t ids_pending_rows_ = 0;
   bool recording_ = false;
   std::unique_ptr<Matmul> matmul_;
 };
