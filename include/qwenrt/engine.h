@@ -268,6 +268,8 @@ class Engine {
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
   Tensor decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alpha_index);
+  // The same step with the token a draw left at the model's fed_token() (not read back yet).
+  Tensor decode_step_fed(SequenceBlocks& sequence, int ntk_alpha_index);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<class ModelFiles> files_;

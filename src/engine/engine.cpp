@@ -1,6 +1,7 @@
 #include "qwenrt/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -296,6 +297,13 @@ Tensor Engine::prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt
   return logits;
 }
 
+Tensor Engine::decode_step_fed(SequenceBlocks& sequence, int ntk_alpha_index) {
+  static constexpr int32_t kUnused = 0;  // the id is the one the last draw left on the device
+  Tensor logits = model_->forward_fed(SequenceChunk{&sequence, std::span<const int32_t>(&kUnused, 1), ntk_alpha_index});
+  sequence.advance(1);
+  return logits;
+}
+
 Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alpha_index) {
   const int32_t row = 0;
   SequenceChunk chunk{&sequence, std::span<const int32_t>(&token, 1), ntk_alpha_index};
@@ -531,33 +539,72 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
     for (int id : model_->config().eos_token_ids) stop_ids.push_back(id);
   }
   result.finish_reason = "length";
-  for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
-    const int32_t token = sampled[0];
-    result.ids.push_back(token);
-    bool keep_going = on_token ? on_token(token) : true;
-    if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-      result.finish_reason = "stop";
-      break;
+  // Without penalties (which read the history on the host) the step after the next is
+  // issued before the next token is read back: its input is that draw, left on the device
+  // (decode_step_fed), so the device does not wait on the host between tokens. When a token
+  // ends the generation, the step it fed is undone.
+  const bool pipelined = !options.sampling.has_penalties();
+  std::array<int32_t, 2> drawn{};
+  int in_flight = -1;  // ticket of the draw of the token after `token`, fed by `token`
+  size_t in_flight_slot = 0;  // where in `drawn` it lands
+  const auto room_for_one = [&] { return sequence.length() + 1 <= plan_.max_context && sequence.reserve(1); };
+  // The draw after the step just issued (keyed by the position it fills, as step() keys it).
+  const auto begin_draw = [&](const Tensor& logits, size_t slot) {
+    return backend_->begin_sample(logits, options.sampling, static_cast<uint64_t>(sequence.length()),
+                                  model_->fed_token(), &drawn[slot]);
+  };
+  int32_t token = sampled[0];
+  try {
+    for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
+      result.ids.push_back(token);
+      bool keep_going = on_token ? on_token(token) : true;
+      const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+      if (stop || !keep_going) {
+        result.finish_reason = stop ? "stop" : "cancelled";
+        if (in_flight >= 0) {
+          // The step `token` fed is not wanted: its draw is dropped, its position given back.
+          try {
+            backend_->finish_sample(in_flight);
+          } catch (const Error&) {
+            // a non-finite draw of a token nobody asked for
+          }
+          session.ids_.resize(static_cast<size_t>(sequence.truncate(sequence.length() - 1)));
+        }
+        break;
+      }
+      if (step_index + 1 == options.max_new_tokens) break;
+      if (in_flight < 0) {
+        if (!room_for_one()) {
+          result.finish_reason = "length";
+          break;
+        }
+        // The history the next draw sees includes this token; ids_ mirrors the cache after it.
+        session.ids_.push_back(token);
+        StepInput input{&sequence, std::span<const int32_t>(&session.ids_.back(), 1), true, sampling, session.ids_};
+        input.ntk_alpha_index = alpha;
+        if (!pipelined) {
+          step(std::span<const StepInput>(&input, 1), sampled);
+          token = sampled[0];
+          continue;
+        }
+        in_flight = begin_draw(decode_step(sequence, token, alpha), in_flight_slot);
+      }
+      // The next token's draw is in flight: issue the step it feeds before reading it.
+      const bool ahead = step_index + 2 < options.max_new_tokens && room_for_one();
+      int next = -1;
+      if (ahead) {
+        Tensor logits = decode_step_fed(sequence, alpha);
+        next = begin_draw(logits, in_flight_slot ^ 1);
+      }
+      backend_->finish_sample(in_flight);
+      token = drawn[in_flight_slot];
+      in_flight = next;
+      in_flight_slot ^= 1;
+      if (ahead) session.ids_.push_back(token);  // its step is issued: the cache holds it
     }
-    if (!keep_going) {
-      result.finish_reason = "cancelled";
-      break;
-    }
-    if (step_index + 1 == options.max_new_tokens) break;
-    if (sequence.length() + 1 > plan_.max_context || !sequence.reserve(1)) {
-      result.finish_reason = "length";
-      break;
-    }
-    // The history the next draw sees includes this token; ids_ mirrors the cache after it.
-    session.ids_.push_back(token);
-    StepInput input{&sequence, std::span<const int32_t>(&session.ids_.back(), 1), true, sampling, session.ids_};
-    input.ntk_alpha_index = alpha;
-    try {
-      step(std::span<const StepInput>(&input, 1), sampled);
-    } catch (...) {
-      session.reset();
-      throw;
-    }
+  } catch (...) {
+    session.reset();
+    throw;
   }
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);
@@ -669,10 +716,19 @@ BenchResult Engine::bench(const BenchOptions& options) {
     double ttft = seconds_since(wall_start);
     double prompt_time = timer->seconds();
     timer->start();
-    for (int step = 0; step < options.gen_tokens; ++step) {
-      logits = decode_step(sequence, token, alpha);
-      backend_->sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0, out_device, &token);
+    // As generate() does: each step's token is the draw before it, fed on the device, and
+    // the host issues step n + 1 before it reads step n's id.
+    std::array<int32_t, 2> drawn{};
+    logits = decode_step(sequence, token, alpha);
+    int in_flight = backend_->begin_sample(logits, sampling, 1, model_->fed_token(), &drawn[0]);
+    for (int step = 1; step < options.gen_tokens; ++step) {
+      logits = decode_step_fed(sequence, alpha);
+      const int next = backend_->begin_sample(logits, sampling, static_cast<uint64_t>(step + 1), model_->fed_token(),
+                                              &drawn[static_cast<size_t>(step) % 2]);
+      backend_->finish_sample(in_flight);
+      in_flight = next;
     }
+    backend_->finish_sample(in_flight);
     timer->stop();
     double decode_time = timer->seconds();
     device_used_now();

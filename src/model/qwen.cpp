@@ -106,7 +106,7 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
 }
 
 BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
-                                 std::span<const int32_t> logit_rows, int pad_seqs) {
+                                 std::span<const int32_t> logit_rows, int pad_seqs, bool ids_fed) {
   const int real_seqs = static_cast<int>(chunks.size());
   const int n_seqs = std::max(real_seqs, pad_seqs);
   int n_tokens = n_seqs - real_seqs;
@@ -169,7 +169,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     for (int b = 0; b < stride; ++b) block_tables[s * stride + b] = b < static_cast<int>(table.size()) ? table[b] : 0;
     for (int i = 0; i < count; ++i, ++t) {
       ids[t] = chunk.tokens[i];
-      if (ids[t] < 0 || ids[t] >= config_.vocab_size) {
+      if (!ids_fed && (ids[t] < 0 || ids[t] >= config_.vocab_size)) {
         throw Error(ErrorCategory::kInvalidArgument,
                     "token id " + std::to_string(ids[t]) + " is outside the vocabulary [0, " +
                         std::to_string(config_.vocab_size) + ")");
@@ -210,7 +210,9 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   seq_starts[n_seqs] = t;
   if (pad_seqs > 0) view.max_context_len = context_bucket;
   const size_t used = static_cast<size_t>(block_tables - host) + static_cast<size_t>(n_seqs) * stride;
-  backend_.copy_to_device(ws_.batch, host, used * sizeof(int32_t));
+  // Fed ids (one token, no padding) stay as the draw left them: the upload starts after them.
+  const size_t skipped = ids_fed ? t_cap : 0;
+  backend_.copy_to_device(ws_.batch + skipped, host + skipped, (used - skipped) * sizeof(int32_t));
   const int32_t* device = ws_.batch;
   view.token_ids = device;
   view.positions = device + (positions - host);
@@ -246,13 +248,25 @@ int QwenModel::decode_bucket(std::span<const SequenceChunk> chunks,
 }
 
 Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) {
+  return forward(chunks, logit_rows, false);
+}
+
+Tensor QwenModel::forward_fed(const SequenceChunk& chunk) {
+  QWENRT_CHECK(chunk.tokens.size() == 1, "a fed step has one token");
+  const int32_t row = 0;
+  return forward(std::span<const SequenceChunk>(&chunk, 1), std::span<const int32_t>(&row, 1), true);
+}
+
+Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows, bool ids_fed) {
   const int bucket = decode_bucket(chunks, logit_rows);
+  // One sequence pads to nothing: its id stays the first entry, where the draw put it.
+  QWENRT_CHECK(!ids_fed || (chunks.size() == 1 && bucket <= 1), "fed ids need one sequence without padding");
   if (bucket == 0) {
-    return run_layers(stage_batch(chunks, logit_rows, 0), static_cast<int64_t>(logit_rows.size()));
+    return run_layers(stage_batch(chunks, logit_rows, 0, ids_fed), static_cast<int64_t>(logit_rows.size()));
   }
   // A decode step: the same launches every time, so they are recorded once per padded
   // sequence count and replayed (the batch arrays live at fixed device addresses).
-  const BatchView batch = stage_batch(chunks, logit_rows, bucket);
+  const BatchView batch = stage_batch(chunks, logit_rows, bucket, ids_fed);
   std::unique_ptr<RecordedOps>& step = decode_steps_[{bucket, batch.max_context_len}];
   if (!step) {
     backend_.begin_recording();

@@ -52,6 +52,11 @@ class QwenModel {
   // logits [logit_rows.size(), vocab] (backend memory, valid until the next call) for the
   // given flattened token indices (0-based over all chunks' tokens, in order).
   Tensor forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows);
+  // forward() of one sequence's one new token (logits for it) whose id is not on the host:
+  // a draw on the backend's stream left it at fed_token() (backend memory), e.g. the draw
+  // of the step before, not yet read back. The chunk's token value is not used.
+  Tensor forward_fed(const SequenceChunk& chunk);
+  int32_t* fed_token() const { return ws_.batch; }
 
   const ModelConfig& config() const { return config_; }
   const ForwardLimits& limits() const { return limits_; }
@@ -71,8 +76,10 @@ class QwenModel {
   // Copies the batch arrays to the device. pad_seqs > chunks.size() appends sequences of one
   // token at position 0 in the scratch block, with a logit row each (a recorded decode step
   // of that many sequences).
+  // ids_fed: the token ids are on the device already (forward_fed), only the rest goes up.
   BatchView stage_batch(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows,
-                        int pad_seqs);
+                        int pad_seqs, bool ids_fed = false);
+  Tensor forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows, bool ids_fed);
   // The ops of one forward pass over a staged batch; logits for its first n_rows rows.
   Tensor run_layers(const BatchView& batch, int64_t n_rows);
   // The sequence count a decode batch is recorded at (0: run it without recording).

@@ -3,6 +3,7 @@
 // the draws must be the same tokens (they may differ only when u lands within float
 // rounding of a cumulative boundary).
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -89,6 +90,81 @@ TEST_F(CudaSampling, NonFiniteLogitsAreAnError) {
   logits[vocab + 17] = 0.f;
   auto ok = DeviceTensor::from(gpu(), DType::kF32, 2, vocab, logits);
   EXPECT_NO_THROW(gpu().sample(ok.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data())));
+}
+
+// Draws whose ids come back later (begin_sample / finish_sample): two in flight finished in
+// either order, each to its own host array, and a third that drops the oldest; greedy (one
+// kernel writing host memory) and sampled (kernels and copies); more rows than a block has
+// threads; a non-finite logit raised by the ticket that drew it.
+TEST_F(CudaSampling, DrawsInFlightComeBackToTheirOwnTickets) {
+  const int vocab = 1000, rows = 300;
+  std::vector<std::vector<float>> logits;
+  std::vector<DeviceTensor> tensors;
+  for (int i = 0; i < 3; ++i) {
+    logits.push_back(random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32));
+    tensors.push_back(DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits.back()));
+  }
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 20;
+  sampled.seed = 3;
+  const auto expect_draws = [&](int set, const SamplingParams& params, uint64_t step, const std::vector<int32_t>& got,
+                                const DeviceBuffer& device_ids) {
+    std::vector<int32_t> on_device(rows, -1);
+    gpu().copy_to_host(on_device.data(), device_ids.data(), rows * sizeof(int32_t));
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> row(logits[set].begin() + static_cast<int64_t>(r) * vocab,
+                             logits[set].begin() + static_cast<int64_t>(r + 1) * vocab);
+      const int want = reference_sample(row, params, step, r, {});
+      EXPECT_EQ(got[r], want) << "set " << set << " row " << r << " temperature " << params.temperature;
+      EXPECT_EQ(on_device[r], want) << "set " << set << " row " << r << " (device ids)";
+    }
+  };
+  for (const SamplingParams& params : {SamplingParams{}, sampled}) {
+    std::vector<DeviceBuffer> ids;
+    for (int i = 0; i < 3; ++i) ids.push_back(upload_ints(gpu(), std::vector<int32_t>(rows, -7)));
+    std::vector<std::vector<int32_t>> got(3, std::vector<int32_t>(rows, -1));
+    const auto begin = [&](int set, uint64_t step) {
+      return gpu().begin_sample(tensors[set].t, params, step, static_cast<int32_t*>(ids[set].data()), got[set].data());
+    };
+    const int first = begin(0, 5);
+    const int second = begin(1, 6);
+    gpu().finish_sample(second);
+    gpu().finish_sample(first);
+    expect_draws(0, params, 5, got[0], ids[0]);
+    expect_draws(1, params, 6, got[1], ids[1]);
+    EXPECT_THROW(gpu().finish_sample(first), Error) << "a ticket is finished once";
+
+    for (auto& g : got) std::fill(g.begin(), g.end(), -1);
+    const int oldest = begin(0, 7);
+    const int middle = begin(1, 8);
+    const int newest = begin(2, 9);
+    EXPECT_THROW(gpu().finish_sample(oldest), Error) << "the third draw in flight spends the oldest ticket";
+    gpu().finish_sample(middle);
+    gpu().finish_sample(newest);
+    expect_draws(1, params, 8, got[1], ids[1]);
+    expect_draws(2, params, 9, got[2], ids[2]);
+  }
+  // Non-finite logits in rows 4 and 2: the ticket's finish names the first.
+  logits[0][4 * vocab + 1] = std::numeric_limits<float>::quiet_NaN();
+  logits[0][2 * vocab + 7] = -std::numeric_limits<float>::infinity();
+  auto bad = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits[0]);
+  auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
+  std::vector<int32_t> got(rows);
+  const int ok_ticket = gpu().begin_sample(tensors[1].t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
+  const int bad_ticket = gpu().begin_sample(bad.t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
+  EXPECT_NO_THROW(gpu().finish_sample(ok_ticket));
+  try {
+    gpu().finish_sample(bad_ticket);
+    FAIL() << "expected an error for non-finite logits";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kDevice);
+    EXPECT_NE(std::string(e.what()).find("row 2 "), std::string::npos) << e.what();
+  }
+  // The next greedy draw is clean (the kernel's scratch was left zero).
+  const int again = gpu().begin_sample(tensors[2].t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
+  gpu().finish_sample(again);
+  expect_draws(2, SamplingParams{}, 0, got, ids);
 }
 
 struct Case {

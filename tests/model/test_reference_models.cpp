@@ -2,6 +2,7 @@
 // must reproduce transformers' fp32 log-probabilities and greedy tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,60 @@ TEST_P(ReferenceModel, SessionReusesCachedPrefix) {
   session->reset();
   EXPECT_EQ(session->cached_tokens(), 0);
   EXPECT_EQ(engine.generate(*session, prompt, generate).reused_tokens, 0);
+}
+
+// Generation issues the step a token feeds before that token is read back, so a token that
+// ends it (a stop id, a cancel) has a step behind it that must be undone: the session then
+// holds the prompt and the tokens fed before the last one, and a follow-up turn reuses all
+// of them and gives a fresh run's tokens.
+TEST_P(ReferenceModel, StopAndCancelLeaveTheSessionAsFed) {
+  auto reference = load_reference(dir());
+  Engine engine(dir(), options());
+  const auto& item = reference["greedy"][0];
+  auto prompt = item["prompt"].get<std::vector<int32_t>>();
+  GenerateOptions generate;
+  generate.max_new_tokens = 12;
+  generate.stop_at_eos = false;
+  const std::vector<int32_t> free_run = engine.generate(prompt, generate).ids;
+  ASSERT_EQ(free_run.size(), 12u);
+
+  // A stop id: the third token, or its first appearance.
+  GenerateOptions stopping = generate;
+  stopping.extra_stop_ids = {free_run[2]};
+  const size_t stop_at = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), free_run[2]) - free_run.begin());
+  std::unique_ptr<Session> session = engine.new_session();
+  GenerateResult stopped = engine.generate(*session, prompt, stopping);
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + static_cast<long>(stop_at) + 1));
+  EXPECT_EQ(session->cached_tokens(), static_cast<int>(prompt.size() + stop_at));
+
+  std::vector<int32_t> follow = prompt;
+  follow.insert(follow.end(), stopped.ids.begin(), stopped.ids.end());
+  follow.insert(follow.end(), prompt.begin(), prompt.begin() + 3);
+  GenerateResult next = engine.generate(*session, follow, generate);
+  EXPECT_EQ(next.reused_tokens, static_cast<int>(prompt.size() + stop_at));
+  EXPECT_EQ(next.ids, engine.generate(follow, generate).ids);
+
+  // A cancel after the second token.
+  session->reset();
+  int seen = 0;
+  GenerateResult cancelled = engine.generate(*session, prompt, generate, [&](int32_t) { return ++seen < 2; });
+  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_EQ(cancelled.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + 2));
+  EXPECT_EQ(session->cached_tokens(), static_cast<int>(prompt.size() + 1));
+  follow.assign(prompt.begin(), prompt.end());
+  follow.insert(follow.end(), cancelled.ids.begin(), cancelled.ids.end());
+  next = engine.generate(*session, follow, generate);
+  EXPECT_EQ(next.reused_tokens, static_cast<int>(prompt.size() + 1));
+  EXPECT_EQ(next.ids, engine.generate(follow, generate).ids);
+
+  // The context limit: generation ends where the cache is full, with every token delivered.
+  EngineOptions tight = options();
+  tight.max_context = static_cast<int>(prompt.size()) + 5;
+  Engine small(dir(), tight);
+  GenerateResult full = small.generate(prompt, generate);
+  EXPECT_EQ(full.finish_reason, "length");
+  EXPECT_EQ(full.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + 6));
 }
 
 std::vector<std::string> fixture_names() {

@@ -45,6 +45,15 @@ void Backend::begin_sample_rows(const Tensor& logits, const SampleRow* rows, con
 void Backend::finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids) {
   copy_to_host(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
 }
+
+int Backend::begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, int32_t* out_ids,
+                          int32_t* host_ids) {
+  QWENRT_CHECK(!params.has_penalties(), "begin_sample: penalties need the history on the device");
+  sample(logits, params, step, nullptr, nullptr, 0, out_ids, host_ids);
+  return 0;
+}
+
+void Backend::finish_sample(int) {}
 bool Backend::matmul_qkv_rope_kvwrite(const Tensor&, const Tensor&, const BatchView&, const AttentionParams&,
                                       const QkvEpilogue&, Tensor, const KvGeometry&, KvLayer) {
   return false;

@@ -168,6 +168,18 @@ size_t sampling_histogram_bytes(size_t rows);
 void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                    const int32_t* history, const int32_t* history_lens, int history_stride,
                    int32_t* out_ids, const SamplingWorkspace& ws, Stream stream);
+// A greedy draw's state between its blocks, one entry a row and one more (its `bad` counts
+// the blocks that finished); all zero between draws.
+struct GreedyScratch {
+  unsigned long long key;  // the row's argmax: the complement of its smallest candidate key
+  unsigned int bad;        // a non-finite logit was seen
+  unsigned int unused;
+};
+// Greedy draws of logits [n, vocab] in one launch: out_ids [n] (device memory) and `record`
+// (host memory the device writes: the status word as in SamplingWorkspace::status, then
+// the n ids). `scratch`: n + 1 entries, zero on entry and on return.
+void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record, GreedyScratch* scratch,
+                        Stream stream);
 // logits[row, id] = kBannedLogit for each (row, id) of pairs [n_pairs, 2] in device memory.
 void launch_ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs, Stream stream);
 // The same with per-row parameters and random keys, rows [n] in device memory.

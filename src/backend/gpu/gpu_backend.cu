@@ -150,10 +150,6 @@ class CudaBackend final : public Backend {
     attention_workspace_ = allocate(kAttentionWorkspaceBytes, "attention workspace");
     status_buffer_ = allocate(sizeof(int32_t), "sampling status");
     matmul_ = std::make_unique<Matmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
-    void* pinned = nullptr;
-    QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, sizeof(int32_t), cudaHostAllocDefault), "init",
-                     "pinned status word");
-    status_host_ = static_cast<int32_t*>(pinned);
   }
 
   ~CudaBackend() override {
@@ -165,8 +161,10 @@ class CudaBackend final : public Backend {
       if (stage.buffer != nullptr) (void)cudaFreeHost(stage.buffer);
       if (stage.done != nullptr) (void)cudaEventDestroy(stage.done);
     }
-    if (status_host_ != nullptr) (void)cudaFreeHost(status_host_);
-    if (ids_host_ != nullptr) (void)cudaFreeHost(ids_host_);
+    for (DrawRecord& record : draws_) {
+      if (record.host != nullptr) (void)cudaFreeHost(record.host);
+      if (record.done != nullptr) (void)cudaEventDestroy(record.done);
+    }
     if (ring_ != nullptr) (void)cudaFreeHost(ring_);
     for (cudaEvent_t done : ring_done_) {
       if (done != nullptr) (void)cudaEventDestroy(done);
@@ -185,7 +183,8 @@ class CudaBackend final : public Backend {
 
   size_t workspace_bytes() const override {
     return cublas_workspace_.bytes() + attention_workspace_.bytes() + status_buffer_.bytes() +
-           penalty_logits_.bytes() + penalty_counts_.bytes() + sampling_histogram_.bytes();
+           penalty_logits_.bytes() + penalty_counts_.bytes() + sampling_histogram_.bytes() +
+           greedy_scratch_.bytes();
   }
 
   DeviceMemoryInfo memory_info() const override {
@@ -451,13 +450,29 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
               const int32_t* history, const int32_t* history_lens, int history_stride,
               int32_t* out_ids, int32_t* host_ids) override {
-    const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
-    const SamplingWorkspace ws = sampling_workspace(logits, penalise);
-    launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
-    start_status_read_back(ws);
-    if (host_ids != nullptr) start_ids_read_back(out_ids, logits.rows);
-    check_sampled(logits);
-    if (host_ids != nullptr) take_ids(logits.rows, host_ids);
+    DrawRecord& record = draws_[kSyncDraw];
+    issue_draw(logits, params, step, history, history_lens, history_stride, out_ids, record);
+    complete_draw(record, host_ids);
+  }
+
+  int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, int32_t* out_ids,
+                   int32_t* host_ids) override {
+    QWENRT_CHECK(!params.has_penalties(), "begin_sample: penalties need the history on the device");
+    const int ticket = next_ticket_;
+    next_ticket_ = (next_ticket_ + 1) & 0x3fffffff;  // stays non-negative
+    DrawRecord& record = draws_[ticket % kAsyncDraws];
+    if (record.pending) wait_for(record);  // the oldest of three: its ids are dropped
+    issue_draw(logits, params, step, nullptr, nullptr, 0, out_ids, record);
+    record.ticket = ticket;
+    record.host_ids = host_ids;
+    return ticket;
+  }
+
+  void finish_sample(int ticket) override {
+    DrawRecord& record = draws_[ticket % kAsyncDraws];
+    QWENRT_CHECK(record.pending && record.ticket == ticket, "finish_sample: ticket " + std::to_string(ticket) +
+                                                                " is not in flight");
+    complete_draw(record, record.host_ids);
   }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
@@ -467,25 +482,130 @@ class CudaBackend final : public Backend {
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     begin_sample_rows(logits, rows, history, history_lens, history_stride, out_ids);
-    check_sampled(logits);
+    complete_draw(draws_[kSyncDraw], nullptr);
   }
 
   void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                          const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
+    DrawRecord& record = draws_[kSyncDraw];
     const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);
     launch_sample_rows(logits, rows, history, history_lens, history_stride, out_ids, ws, stream_);
-    start_status_read_back(ws);
-    start_ids_read_back(out_ids, logits.rows);
+    read_back(record, ws, out_ids, logits.rows);
   }
 
-  // Nothing runs between the halves (the interface's contract), so the ids read back are
-  // those of out_ids.
-  void finish_sample_rows(const Tensor& logits, const int32_t*, int32_t* host_ids) override {
-    check_sampled(logits);
-    take_ids(logits.rows, host_ids);
+  // Nothing runs between the halves (the interface's contract), so the record holds the ids
+  // of out_ids.
+  void finish_sample_rows(const Tensor&, const int32_t*, int32_t* host_ids) override {
+    complete_draw(draws_[kSyncDraw], host_ids);
   }
 
  private:
+  // Where a draw's status word and ids come back: pinned host memory the device also
+  // writes (a greedy draw's kernel stores into it; other draws copy into it), and the
+  // event after the draw. Records kSyncDraw serves the draws the host waits for at once,
+  // the others the tickets of begin_sample.
+  struct DrawRecord {
+    int32_t* host = nullptr;    // [1 + capacity]: status, then the ids
+    int32_t* device = nullptr;  // the same memory, as the device addresses it
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;
+    bool pending = false;  // issued, not completed
+    int64_t rows = 0;
+    int ticket = -1;
+    int32_t* host_ids = nullptr;  // begin_sample's destination
+  };
+  static constexpr int kAsyncDraws = 2;
+  static constexpr int kSyncDraw = kAsyncDraws;
+
+  // The draw of sample(): greedy without penalties in one kernel that leaves the ids and
+  // the status in the record; otherwise the sampling kernels and two copies into it.
+  void issue_draw(const Tensor& logits, const SamplingParams& params, uint64_t step, const int32_t* history,
+                  const int32_t* history_lens, int history_stride, int32_t* out_ids, DrawRecord& record) {
+    const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
+    reserve_record(record, static_cast<size_t>(logits.rows));
+    if (params.temperature <= 0.f && !penalise) {
+      launch_greedy_draw(logits, out_ids, record.device, greedy_scratch(static_cast<size_t>(logits.rows)), stream_);
+      mark_issued(record, logits.rows);
+      return;
+    }
+    const SamplingWorkspace ws = sampling_workspace(logits, penalise);
+    launch_sample(logits, params, step, history, history_lens, history_stride, out_ids, ws, stream_);
+    read_back(record, ws, out_ids, logits.rows);
+  }
+
+  // The status word and the ids into the record (pinned: plain DMA, one wait for both).
+  void read_back(DrawRecord& record, const SamplingWorkspace& ws, const int32_t* out_ids, int64_t rows) {
+    reserve_record(record, static_cast<size_t>(rows));
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(record.host, ws.status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+                     "sample", "status read-back");
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(record.host + 1, out_ids, static_cast<size_t>(rows) * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "sample", "ids read-back");
+    mark_issued(record, rows);
+  }
+
+  void mark_issued(DrawRecord& record, int64_t rows) {
+    QWENRT_CUDA_CALL(cudaEventRecord(record.done, stream_), "sample", "");
+    record.pending = true;
+    record.rows = rows;
+  }
+
+  void wait_for(DrawRecord& record) {
+    QWENRT_CUDA_CALL(cudaEventSynchronize(record.done), "sample", std::to_string(record.rows) + " rows");
+    record.pending = false;
+  }
+
+  // Waits for the record's draw, raises a non-finite logit, and copies its ids to host_ids
+  // (when not null).
+  void complete_draw(DrawRecord& record, int32_t* host_ids) {
+    QWENRT_CHECK(record.pending, "sample: no draw in flight");
+    wait_for(record);
+    const int32_t status = record.host[0];
+    if (status != 0) {
+      throw Error(ErrorCategory::kDevice,
+                  "non-finite logits (NaN or infinity) in row " + std::to_string(status - 1) +
+                      " of " + std::to_string(record.rows) +
+                      (dtype_ == DType::kF16
+                           ? ": fp16 activations overflowed; run this model in bf16"
+                           : ": the model produced NaN/inf activations"));
+    }
+    if (host_ids != nullptr) std::memcpy(host_ids, record.host + 1, static_cast<size_t>(record.rows) * sizeof(int32_t));
+  }
+
+  void reserve_record(DrawRecord& record, size_t rows) {
+    if (record.done == nullptr) {
+      QWENRT_CUDA_CALL(cudaEventCreateWithFlags(&record.done, cudaEventDisableTiming), "sample", "");
+    }
+    if (rows <= record.capacity) return;
+    if (record.host != nullptr) {
+      synchronize();
+      (void)cudaFreeHost(record.host);
+      record = DrawRecord{nullptr, nullptr, 0, record.done};
+    }
+    const size_t capacity = std::max<size_t>(rows, 64);
+    void* pinned = nullptr;
+    QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, (1 + capacity) * sizeof(int32_t), cudaHostAllocMapped), "sample",
+                     "pinned draw record");
+    void* device = nullptr;
+    QWENRT_CUDA_CALL(cudaHostGetDevicePointer(&device, pinned, 0), "sample", "pinned draw record");
+    record.host = static_cast<int32_t*>(pinned);
+    record.device = static_cast<int32_t*>(device);
+    record.capacity = capacity;
+  }
+
+  // Zeroed once when it grows; the greedy kernel leaves it zero.
+  GreedyScratch* greedy_scratch(size_t rows) {
+    if (rows > greedy_rows_) {
+      synchronize();
+      greedy_scratch_.reset();
+      const size_t bytes = (rows + 1) * sizeof(GreedyScratch);
+      greedy_scratch_ = allocate(bytes, "greedy draw scratch");
+      QWENRT_CUDA_CALL(cudaMemsetAsync(greedy_scratch_.data(), 0, bytes, stream_), "sample", "greedy scratch");
+      greedy_rows_ = rows;
+    }
+    return static_cast<GreedyScratch*>(greedy_scratch_.data());
+  }
+
   SamplingWorkspace sampling_workspace(const Tensor& logits, bool penalise) {
     if (penalise) reserve_penalty_workspace(static_cast<size_t>(logits.rows), static_cast<size_t>(logits.cols));
     const auto rows = static_cast<size_t>(logits.rows);
@@ -504,52 +624,6 @@ class CudaBackend final : public Backend {
     ws.rows = penalty_rows_;
     ws.vocab = penalty_vocab_;
     return ws;
-  }
-
-  // Pinned host word: the read-back is a plain DMA, not a staged pageable copy.
-  void start_status_read_back(const SamplingWorkspace& ws) {
-    QWENRT_CUDA_CALL(cudaMemcpyAsync(status_host_, ws.status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
-                     "sample", "status read-back");
-  }
-
-  // The drawn ids come back to pinned memory in the same wait as the status word (a
-  // second blocking copy cost a round trip a token with the device idle).
-  void start_ids_read_back(const int32_t* out_ids, int64_t rows) {
-    const auto count = static_cast<size_t>(rows);
-    if (count > ids_host_capacity_) {
-      if (ids_host_ != nullptr) {
-        synchronize();
-        (void)cudaFreeHost(ids_host_);
-        ids_host_ = nullptr;
-        ids_host_capacity_ = 0;
-      }
-      void* pinned = nullptr;
-      QWENRT_CUDA_CALL(cudaHostAlloc(&pinned, count * sizeof(int32_t), cudaHostAllocDefault), "sample",
-                       "pinned ids");
-      ids_host_ = static_cast<int32_t*>(pinned);
-      ids_host_capacity_ = count;
-    }
-    QWENRT_CUDA_CALL(cudaMemcpyAsync(ids_host_, out_ids, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
-                     "sample", "ids read-back");
-  }
-
-  // After check_sampled: the ids start_ids_read_back brought back.
-  void take_ids(int64_t rows, int32_t* host_ids) {
-    std::memcpy(host_ids, ids_host_, static_cast<size_t>(rows) * sizeof(int32_t));
-  }
-
-  // Waits for the draw and its status word (start_status_read_back).
-  void check_sampled(const Tensor& logits) {
-    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "sample", shape_string(logits));
-    const int32_t status = *status_host_;
-    if (status != 0) {
-      throw Error(ErrorCategory::kDevice,
-                  "non-finite logits (NaN or infinity) in row " + std::to_string(status - 1) +
-                      " of " + std::to_string(logits.rows) +
-                      (dtype_ == DType::kF16
-                           ? ": fp16 activations overflowed; run this model in bf16"
-                           : ": the model produced NaN/inf activations"));
-    }
   }
 
   // The penalty copy and counts grow to the largest batch seen (the first step at the
@@ -662,9 +736,10 @@ class CudaBackend final : public Backend {
   size_t penalty_vocab_ = 0;
   DeviceBuffer sampling_histogram_;
   size_t histogram_rows_ = 0;
-  int32_t* status_host_ = nullptr;  // pinned
-  int32_t* ids_host_ = nullptr;     // pinned, ids_host_capacity_ entries
-  size_t ids_host_capacity_ = 0;
+  DeviceBuffer greedy_scratch_;
+  size_t greedy_rows_ = 0;
+  std::array<DrawRecord, kAsyncDraws + 1> draws_{};
+  int next_ticket_ = 0;
   bool recording_ = false;
   std::unique_ptr<Matmul> matmul_;
 };

@@ -606,9 +606,81 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (threadIdx.x == 0) out_ids[row] = static_cast<int32_t>(key & 0xffffffffu);
 }
 
+// Greedy draws in one launch (no memset, no second kernel, no read-back copy): grid
+// (slices of kHistSlice logits, rows); each block merges its slice's argmax key and
+// non-finite flag into the row's scratch entry, and the grid's last block to arrive (a
+// counter) writes every row's id to out_ids and to the host record (status word, then the
+// ids), leaving the scratch and the counter zero for the next draw.
+__global__ void __launch_bounds__(kHistThreads)
+    greedy_draw_kernel(const float* __restrict__ logits, int vocab, int rows, GreedyScratch* __restrict__ scratch,
+                       int32_t* __restrict__ out_ids, int32_t* __restrict__ record) {
+  __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
+  __shared__ bool last_s;
+  __shared__ int first_bad_s;
+  const int row = blockIdx.y;
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const int end = min(vocab, static_cast<int>(blockIdx.x + 1) * kHistSlice);
+  unsigned long long best = 0;
+  bool bad = false;
+  for (int i = static_cast<int>(blockIdx.x) * kHistSlice + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = x[i];
+    if (isfinite(v)) {
+      best = key_max(best, ~candidate_key(v, i));
+    } else {
+      bad = true;
+    }
+  }
+  bad = __syncthreads_or(bad);
+#pragma unroll
+  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  if (lane == 0) best_s[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) best = key_max(best, best_s[w]);
+    GreedyScratch& mine = scratch[row];
+    atomicMax(&mine.key, best);
+    if (bad) atomicOr(&mine.bad, 1u);
+    __threadfence();
+    const unsigned int blocks = gridDim.x * gridDim.y;
+    last_s = atomicAdd(&scratch[rows].bad, 1u) == blocks - 1;  // the entry past the rows counts arrivals
+    first_bad_s = INT_MAX;
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const unsigned long long key = atomicExch(&scratch[r].key, 0ull);
+    const unsigned int row_bad = atomicExch(&scratch[r].bad, 0u);
+    const int32_t id = key != 0 ? static_cast<int32_t>(static_cast<uint32_t>(~key)) : 0;  // no finite logit: 0
+    out_ids[r] = id;
+    record[1 + r] = id;
+    if (row_bad != 0) atomicMin(&first_bad_s, r);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    record[0] = first_bad_s == INT_MAX ? 0 : first_bad_s + 1;
+    scratch[rows].bad = 0;
+    __threadfence_system();
+  }
+}
+
 }  // namespace
 
 size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
+
+void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record, GreedyScratch* scratch,
+                        Stream stream) {
+  QWENRT_CHECK(logits.dtype == DType::kF32, "sample: logits must be fp32 (" + shape_string(logits) + ")");
+  if (logits.rows == 0) return;
+  const int vocab = static_cast<int>(logits.cols);
+  const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(logits.rows));
+  greedy_draw_kernel<<<grid, kHistThreads, 0, stream>>>(logits.as<const float>(), vocab,
+                                                         static_cast<int>(logits.rows), scratch, out_ids, record);
+  QWENRT_CUDA_LAUNCHED("sample (greedy)", "logits " + shape_string(logits));
+}
 
 namespace {
 
