@@ -79,7 +79,9 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
 TEST_F(CudaBench, DISABLED_MatvecOneRow) {
   const MatmulShape shapes[] = {{"o_proj", 3584, 3584},       {"qkv_proj", 3584, 4608},
                                 {"down_proj", 18944, 3584},   {"gate_up_proj", 3584, 37888},
-                                {"0.5b_down", 4864, 896},     {"0.5b_gate_up", 896, 9728}};
+                                {"0.5b_down", 4864, 896},     {"0.5b_gate_up", 896, 9728},
+                                {"lm_head", 3584, 152064},    {"0.5b_lm_head", 896, 151936},
+                                {"0.5b_qkv", 896, 1152},      {"0.5b_o", 896, 896}};
   const int ns[] = {1};
   bench_matmuls(gpu(), rng_, shapes, ns, 40, 2);
 }

@@ -28,7 +28,9 @@ TEST_P(CudaOps, MatmulMatchesNaiveProduct) {
   const Shape shapes[] = {{1, 896, 4864, false}, {1, 64, 33, false},    {5, 136, 200, false},
                           {17, 1000, 513, false}, {64, 256, 1024, false}, {3, 130, 77, true},
                           {1, 896, 1519, true},   {33, 512, 300, true}, {1, 200, 2050, false},
-                          {1, 64, 2051, true},    {2, 136, 2049, false}};
+                          {1, 64, 2051, true},    {2, 136, 2049, false},
+                          // one row over many waves of blocks (an lm_head's shape, narrower k)
+                          {1, 136, 40003, true}};
   for (const Shape& s : shapes) {
     const auto x = random_values(rng_, static_cast<size_t>(s.n) * s.k, 1.f, dtype());
     const auto w = random_values(rng_, static_cast<size_t>(s.m) * s.k, 0.05f, dtype());
