@@ -232,6 +232,8 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   // Waits for the ops issued before it.
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Backend memory to backend memory, ordered with the ops; does not wait.
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   // Converts `count` host elements of `src_dtype` into device memory of `dst_dtype`.
   virtual void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                                 size_t count) = 0;
@@ -321,15 +323,16 @@ class Backend {
   virtual void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                                  const int32_t* history_lens, int history_stride, int32_t* out_ids);
   virtual void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids);
-  // sample() without penalties, for a caller that issues the next step before it reads
-  // this draw's ids (the next step takes its token from out_ids on the device):
-  // begin_sample issues the draw and returns a ticket; finish_sample(ticket) waits for that
-  // draw only, raises what sample raises (non-finite logits) and then holds its logits.rows
-  // ids in host_ids (given to begin_sample, kept valid until then). Up to two draws may be
-  // in flight; a third waits for the oldest, whose ticket is then spent. Other ops may run
-  // in between. Default: the whole draw in the first half.
-  virtual int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, int32_t* out_ids,
-                           int32_t* host_ids);
+  // sample() for a caller that issues the next step before it reads this draw's ids (the
+  // next step takes its token from out_ids on the device): begin_sample issues the draw and
+  // returns a ticket; finish_sample(ticket) waits for that draw only, raises what sample
+  // raises (non-finite logits) and then holds its logits.rows ids in host_ids (given to
+  // begin_sample, kept valid until then). Up to two draws may be in flight; a third waits
+  // for the oldest, whose ticket is then spent. Other ops may run in between. Default: the
+  // whole draw in the first half.
+  virtual int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                           const int32_t* history, const int32_t* history_lens, int history_stride,
+                           int32_t* out_ids, int32_t* host_ids);
   virtual void finish_sample(int ticket);
 };
 

@@ -539,19 +539,28 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
     for (int id : model_->config().eos_token_ids) stop_ids.push_back(id);
   }
   result.finish_reason = "length";
-  // Without penalties (which read the history on the host) the step after the next is
-  // issued before the next token is read back: its input is that draw, left on the device
-  // (decode_step_fed), so the device does not wait on the host between tokens. When a token
-  // ends the generation, the step it fed is undone.
-  const bool pipelined = !options.sampling.has_penalties();
+  // The step after the next is issued before the next token is read back: its input is that
+  // draw, left on the device (decode_step_fed), so the device does not wait on the host
+  // between tokens. Penalties read the context's ids from a device copy: the known ids go up
+  // once, each fed token is copied there on the device. When a token ends the generation, the
+  // step it fed is undone.
+  const bool penalties = options.sampling.has_penalties();
+  auto* history = static_cast<int32_t*>(sampling_buffer_.data());  // [max_context], then out, length
+  int32_t* history_len = history + plan_.max_context + 1;
   std::array<int32_t, 2> drawn{};
   int in_flight = -1;  // ticket of the draw of the token after `token`, fed by `token`
   size_t in_flight_slot = 0;  // where in `drawn` it lands
   const auto room_for_one = [&] { return sequence.length() + 1 <= plan_.max_context && sequence.reserve(1); };
-  // The draw after the step just issued (keyed by the position it fills, as step() keys it).
+  // The draw after the step just issued (keyed by the position it fills, as step() keys it);
+  // its history is the cache's ids, the first sequence.length() of `history`.
   const auto begin_draw = [&](const Tensor& logits, size_t slot) {
+    if (penalties) {
+      const int32_t length = sequence.length();
+      backend_->copy_to_device(history_len, &length, sizeof(length));
+    }
     return backend_->begin_sample(logits, options.sampling, static_cast<uint64_t>(sequence.length()),
-                                  model_->fed_token(), &drawn[slot]);
+                                  penalties ? history : nullptr, penalties ? history_len : nullptr,
+                                  plan_.max_context, model_->fed_token(), &drawn[slot]);
   };
   int32_t token = sampled[0];
   try {
@@ -580,19 +589,14 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
         }
         // The history the next draw sees includes this token; ids_ mirrors the cache after it.
         session.ids_.push_back(token);
-        StepInput input{&sequence, std::span<const int32_t>(&session.ids_.back(), 1), true, sampling, session.ids_};
-        input.ntk_alpha_index = alpha;
-        if (!pipelined) {
-          step(std::span<const StepInput>(&input, 1), sampled);
-          token = sampled[0];
-          continue;
-        }
+        if (penalties) backend_->copy_to_device(history, session.ids_.data(), session.ids_.size() * sizeof(int32_t));
         in_flight = begin_draw(decode_step(sequence, token, alpha), in_flight_slot);
       }
       // The next token's draw is in flight: issue the step it feeds before reading it.
       const bool ahead = step_index + 2 < options.max_new_tokens && room_for_one();
       int next = -1;
       if (ahead) {
+        if (penalties) backend_->copy_on_device(history + sequence.length(), model_->fed_token(), sizeof(int32_t));
         Tensor logits = decode_step_fed(sequence, alpha);
         next = begin_draw(logits, in_flight_slot ^ 1);
       }
@@ -720,11 +724,11 @@ BenchResult Engine::bench(const BenchOptions& options) {
     // the host issues step n + 1 before it reads step n's id.
     std::array<int32_t, 2> drawn{};
     logits = decode_step(sequence, token, alpha);
-    int in_flight = backend_->begin_sample(logits, sampling, 1, model_->fed_token(), &drawn[0]);
+    int in_flight = backend_->begin_sample(logits, sampling, 1, nullptr, nullptr, 0, model_->fed_token(), &drawn[0]);
     for (int step = 1; step < options.gen_tokens; ++step) {
       logits = decode_step_fed(sequence, alpha);
-      const int next = backend_->begin_sample(logits, sampling, static_cast<uint64_t>(step + 1), model_->fed_token(),
-                                              &drawn[static_cast<size_t>(step) % 2]);
+      const int next = backend_->begin_sample(logits, sampling, static_cast<uint64_t>(step + 1), nullptr, nullptr, 0,
+                                              model_->fed_token(), &drawn[static_cast<size_t>(step) % 2]);
       backend_->finish_sample(in_flight);
       in_flight = next;
     }

@@ -125,7 +125,8 @@ TEST_F(CudaSampling, DrawsInFlightComeBackToTheirOwnTickets) {
     for (int i = 0; i < 3; ++i) ids.push_back(upload_ints(gpu(), std::vector<int32_t>(rows, -7)));
     std::vector<std::vector<int32_t>> got(3, std::vector<int32_t>(rows, -1));
     const auto begin = [&](int set, uint64_t step) {
-      return gpu().begin_sample(tensors[set].t, params, step, static_cast<int32_t*>(ids[set].data()), got[set].data());
+      return gpu().begin_sample(tensors[set].t, params, step, nullptr, nullptr, 0, static_cast<int32_t*>(ids[set].data()),
+                                got[set].data());
     };
     const int first = begin(0, 5);
     const int second = begin(1, 6);
@@ -151,8 +152,10 @@ TEST_F(CudaSampling, DrawsInFlightComeBackToTheirOwnTickets) {
   auto bad = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits[0]);
   auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
   std::vector<int32_t> got(rows);
-  const int ok_ticket = gpu().begin_sample(tensors[1].t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
-  const int bad_ticket = gpu().begin_sample(bad.t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
+  const int ok_ticket = gpu().begin_sample(tensors[1].t, SamplingParams{}, 0, nullptr, nullptr, 0,
+                                           static_cast<int32_t*>(ids.data()), got.data());
+  const int bad_ticket = gpu().begin_sample(bad.t, SamplingParams{}, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()),
+                                            got.data());
   EXPECT_NO_THROW(gpu().finish_sample(ok_ticket));
   try {
     gpu().finish_sample(bad_ticket);
@@ -162,7 +165,8 @@ TEST_F(CudaSampling, DrawsInFlightComeBackToTheirOwnTickets) {
     EXPECT_NE(std::string(e.what()).find("row 2 "), std::string::npos) << e.what();
   }
   // The next greedy draw is clean (the kernel's scratch was left zero).
-  const int again = gpu().begin_sample(tensors[2].t, SamplingParams{}, 0, static_cast<int32_t*>(ids.data()), got.data());
+  const int again = gpu().begin_sample(tensors[2].t, SamplingParams{}, 0, nullptr, nullptr, 0,
+                                       static_cast<int32_t*>(ids.data()), got.data());
   gpu().finish_sample(again);
   expect_draws(2, SamplingParams{}, 0, got, ids);
 }

@@ -46,10 +46,10 @@ void Backend::finish_sample_rows(const Tensor& logits, const int32_t* out_ids, i
   copy_to_host(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
 }
 
-int Backend::begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, int32_t* out_ids,
-                          int32_t* host_ids) {
-  QWENRT_CHECK(!params.has_penalties(), "begin_sample: penalties need the history on the device");
-  sample(logits, params, step, nullptr, nullptr, 0, out_ids, host_ids);
+int Backend::begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
+                          const int32_t* history, const int32_t* history_lens, int history_stride,
+                          int32_t* out_ids, int32_t* host_ids) {
+  sample(logits, params, step, history, history_lens, history_stride, out_ids, host_ids);
   return 0;
 }
 

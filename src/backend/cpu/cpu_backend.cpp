@@ -66,6 +66,7 @@ class CpuBackend final : public Backend {
   }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                         size_t count) override {
     if (dst_dtype == src_dtype) {

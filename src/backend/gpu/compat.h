@@ -62,6 +62,7 @@
 #define cudaMalloc hipMalloc
 #define cudaMemGetInfo hipMemGetInfo
 #define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemsetAsync hipMemsetAsync

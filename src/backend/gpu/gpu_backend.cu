@@ -235,6 +235,13 @@ class CudaBackend final : public Backend {
     QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_host", std::to_string(bytes) + " bytes");
   }
 
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    QWENRT_CHECK(!recording_, "copy_on_device while recording ops");
+    QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy_on_device",
+                     std::to_string(bytes) + " bytes");
+  }
+
   void upload_converted(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                         size_t count) override {
     if (dst_dtype == src_dtype) {
@@ -455,14 +462,13 @@ class CudaBackend final : public Backend {
     complete_draw(record, host_ids);
   }
 
-  int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, int32_t* out_ids,
-                   int32_t* host_ids) override {
-    QWENRT_CHECK(!params.has_penalties(), "begin_sample: penalties need the history on the device");
+  int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step, const int32_t* history,
+                   const int32_t* history_lens, int history_stride, int32_t* out_ids, int32_t* host_ids) override {
     const int ticket = next_ticket_;
     next_ticket_ = (next_ticket_ + 1) & 0x3fffffff;  // stays non-negative
     DrawRecord& record = draws_[ticket % kAsyncDraws];
     if (record.pending) wait_for(record);  // the oldest of three: its ids are dropped
-    issue_draw(logits, params, step, nullptr, nullptr, 0, out_ids, record);
+    issue_draw(logits, params, step, history, history_lens, history_stride, out_ids, record);
     record.ticket = ticket;
     record.host_ids = host_ids;
     return ticket;
