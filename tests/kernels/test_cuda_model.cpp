@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/kv_cache.h"
 #include "gpu_test_util.h"
 #include "qwenrt/engine.h"
 
@@ -167,6 +168,43 @@ TEST(CudaModelSampling, SeededSamplingWithPenaltiesIsReproducible) {
     EXPECT_GE(id, 0);
     EXPECT_LT(id, engine.config().vocab_size);
   }
+}
+
+// generate keeps the penalties' history on the device (each fed token copied there, the
+// next step issued before the token is read); the batched step uploads it from the host for
+// every token. The same seeded draws on the same logits: the same tokens.
+TEST(CudaModelSampling, GenerateWithPenaltiesEqualsTheBatchedStep) {
+  QWENRT_REQUIRE_GPU();
+  const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / "qwen2_gqa";
+  EngineOptions options;
+  options.device = "cuda";
+  options.max_context = 128;
+  Engine engine(dir, options);
+  GenerateOptions gen;
+  gen.max_new_tokens = 40;
+  gen.stop_at_eos = false;
+  gen.sampling.temperature = 0.9f;
+  gen.sampling.top_k = 20;
+  gen.sampling.repetition_penalty = 1.5f;
+  gen.sampling.frequency_penalty = 0.4f;
+  gen.sampling.seed = 11;
+  const std::vector<int32_t> prompt = {5, 9, 5, 9, 5, 9, 7};
+  const GenerateResult generated = engine.generate(prompt, gen);
+
+  std::unique_ptr<SequenceBlocks> sequence = engine.new_sequence();
+  ASSERT_TRUE(sequence->reserve(static_cast<int>(prompt.size()) + gen.max_new_tokens));
+  const SampleRow row{gen.sampling, 0, 0};
+  std::vector<int32_t> history = prompt, out, stepped;
+  StepInput first{sequence.get(), prompt, true, row, history};
+  engine.step(std::span<const StepInput>(&first, 1), out);
+  stepped.push_back(out[0]);
+  while (static_cast<int>(stepped.size()) < gen.max_new_tokens) {
+    history.push_back(stepped.back());
+    StepInput next{sequence.get(), std::span<const int32_t>(&history.back(), 1), true, row, history};
+    engine.step(std::span<const StepInput>(&next, 1), out);
+    stepped.push_back(out[0]);
+  }
+  EXPECT_EQ(generated.ids, stepped);
 }
 
 }  // namespace
