@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -328,12 +329,20 @@ class Backend {
   // returns a ticket; finish_sample(ticket) waits for that draw only, raises what sample
   // raises (non-finite logits) and then holds its logits.rows ids in host_ids (given to
   // begin_sample, kept valid until then). Up to two draws may be in flight; a third waits
-  // for the oldest, whose ticket is then spent. Other ops may run in between. Default: the
-  // whole draw in the first half.
+  // for the oldest, whose ticket is then spent. Other ops may run in between. drop_sample
+  // spends a ticket whose ids are not wanted: it waits for the draw but raises nothing about
+  // its logits (a device fault still throws). Default: the whole draw in the first half, its
+  // error (if any) kept for finish_sample.
   virtual int begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                            const int32_t* history, const int32_t* history_lens, int history_stride,
                            int32_t* out_ids, int32_t* host_ids);
   virtual void finish_sample(int ticket);
+  virtual void drop_sample(int ticket);
+
+ private:
+  // The default begin_sample's draws: what each of the two tickets raised.
+  std::exception_ptr deferred_draw_errors_[2];
+  int next_default_ticket_ = 0;
 };
 
 // What `qwenrt doctor` reports about the GPUs and the build.

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <exception>
 
 #include "core/error.h"
 #include "engine/kv_cache.h"
@@ -562,23 +563,32 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
                                   penalties ? history : nullptr, penalties ? history_len : nullptr,
                                   plan_.max_context, model_->fed_token(), &drawn[slot]);
   };
+  // When the generation ends on `token`, the step it fed is not wanted: its draw is dropped
+  // (whatever its logits), its cache position given back.
+  const auto undo_in_flight = [&] {
+    if (in_flight < 0) return;
+    const int ticket = in_flight;
+    in_flight = -1;
+    backend_->drop_sample(ticket);
+    session.ids_.resize(static_cast<size_t>(sequence.truncate(sequence.length() - 1)));
+  };
   int32_t token = sampled[0];
+  std::exception_ptr callback_error;  // raised by on_token: the session stays as fed
   try {
     for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
       result.ids.push_back(token);
-      bool keep_going = on_token ? on_token(token) : true;
-      const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
-      if (stop || !keep_going) {
-        result.finish_reason = stop ? "stop" : "cancelled";
-        if (in_flight >= 0) {
-          // The step `token` fed is not wanted: its draw is dropped, its position given back.
-          try {
-            backend_->finish_sample(in_flight);
-          } catch (const Error&) {
-            // a non-finite draw of a token nobody asked for
-          }
-          session.ids_.resize(static_cast<size_t>(sequence.truncate(sequence.length() - 1)));
+      bool keep_going = true;
+      if (on_token) {
+        try {
+          keep_going = on_token(token);
+        } catch (...) {
+          callback_error = std::current_exception();
         }
+      }
+      const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+      if (callback_error || stop || !keep_going) {
+        result.finish_reason = stop ? "stop" : "cancelled";
+        undo_in_flight();
         break;
       }
       if (step_index + 1 == options.max_new_tokens) break;
@@ -610,6 +620,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
     session.reset();
     throw;
   }
+  if (callback_error) std::rethrow_exception(callback_error);
   backend_->synchronize();
   if (!result.ids.empty()) result.decode_seconds = seconds_since(decode_start);
   result.kv_bytes_used = sequence.block_table().size() * plan_.kv_block_size * plan_.kv_bytes_per_token;

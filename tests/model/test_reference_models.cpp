@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "qwenrt/engine.h"
@@ -146,10 +147,17 @@ TEST_P(ReferenceModel, StopAndCancelLeaveTheSessionAsFed) {
   const std::vector<int32_t> free_run = engine.generate(prompt, generate).ids;
   ASSERT_EQ(free_run.size(), 12u);
 
-  // A stop id: the third token, or its first appearance.
+  // A stop id: the first token after the first that has not come before (so that a step
+  // fed ahead of it exists and must be undone).
+  size_t stop_at = 1;
+  while (stop_at < free_run.size() &&
+         std::find(free_run.begin(), free_run.begin() + static_cast<long>(stop_at), free_run[stop_at]) !=
+             free_run.begin() + static_cast<long>(stop_at)) {
+    ++stop_at;
+  }
+  ASSERT_LT(stop_at, free_run.size()) << "the free run repeats one token";
   GenerateOptions stopping = generate;
-  stopping.extra_stop_ids = {free_run[2]};
-  const size_t stop_at = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), free_run[2]) - free_run.begin());
+  stopping.extra_stop_ids = {free_run[stop_at]};
   std::unique_ptr<Session> session = engine.new_session();
   GenerateResult stopped = engine.generate(*session, prompt, stopping);
   EXPECT_EQ(stopped.finish_reason, "stop");
@@ -174,6 +182,23 @@ TEST_P(ReferenceModel, StopAndCancelLeaveTheSessionAsFed) {
   follow.insert(follow.end(), cancelled.ids.begin(), cancelled.ids.end());
   next = engine.generate(*session, follow, generate);
   EXPECT_EQ(next.reused_tokens, static_cast<int>(prompt.size() + 1));
+  EXPECT_EQ(next.ids, engine.generate(follow, generate).ids);
+
+  // A callback that throws: the error comes out, the session holds what was fed before the
+  // token it was given.
+  session->reset();
+  seen = 0;
+  EXPECT_THROW(engine.generate(*session, prompt, generate,
+                               [&](int32_t) -> bool {
+                                 if (++seen == 3) throw std::runtime_error("the reader went away");
+                                 return true;
+                               }),
+               std::runtime_error);
+  EXPECT_EQ(session->cached_tokens(), static_cast<int>(prompt.size() + 2));
+  follow.assign(prompt.begin(), prompt.end());
+  follow.insert(follow.end(), free_run.begin(), free_run.begin() + 3);
+  next = engine.generate(*session, follow, generate);
+  EXPECT_EQ(next.reused_tokens, static_cast<int>(prompt.size() + 2));
   EXPECT_EQ(next.ids, engine.generate(follow, generate).ids);
 
   // The context limit: generation ends where the cache is full, with every token delivered.

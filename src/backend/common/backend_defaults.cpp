@@ -49,11 +49,29 @@ void Backend::finish_sample_rows(const Tensor& logits, const int32_t* out_ids, i
 int Backend::begin_sample(const Tensor& logits, const SamplingParams& params, uint64_t step,
                           const int32_t* history, const int32_t* history_lens, int history_stride,
                           int32_t* out_ids, int32_t* host_ids) {
-  sample(logits, params, step, history, history_lens, history_stride, out_ids, host_ids);
-  return 0;
+  const int ticket = next_default_ticket_;
+  next_default_ticket_ ^= 1;
+  deferred_draw_errors_[ticket] = nullptr;
+  try {
+    sample(logits, params, step, history, history_lens, history_stride, out_ids, host_ids);
+  } catch (...) {
+    // Raised by finish_sample, as a draw still in flight would: a dropped draw raises nothing.
+    deferred_draw_errors_[ticket] = std::current_exception();
+  }
+  return ticket;
 }
 
-void Backend::finish_sample(int) {}
+void Backend::finish_sample(int ticket) {
+  QWENRT_CHECK(ticket == 0 || ticket == 1, "finish_sample: ticket " + std::to_string(ticket) + " is not in flight");
+  std::exception_ptr error = deferred_draw_errors_[ticket];
+  deferred_draw_errors_[ticket] = nullptr;
+  if (error) std::rethrow_exception(error);
+}
+
+void Backend::drop_sample(int ticket) {
+  QWENRT_CHECK(ticket == 0 || ticket == 1, "drop_sample: ticket " + std::to_string(ticket) + " is not in flight");
+  deferred_draw_errors_[ticket] = nullptr;
+}
 bool Backend::matmul_qkv_rope_kvwrite(const Tensor&, const Tensor&, const BatchView&, const AttentionParams&,
                                       const QkvEpilogue&, Tensor, const KvGeometry&, KvLayer) {
   return false;

@@ -475,11 +475,11 @@ class CudaBackend final : public Backend {
   }
 
   void finish_sample(int ticket) override {
-    DrawRecord& record = draws_[ticket % kAsyncDraws];
-    QWENRT_CHECK(record.pending && record.ticket == ticket, "finish_sample: ticket " + std::to_string(ticket) +
-                                                                " is not in flight");
+    DrawRecord& record = in_flight(ticket, "finish_sample");
     complete_draw(record, record.host_ids);
   }
+
+  void drop_sample(int ticket) override { wait_for(in_flight(ticket, "drop_sample")); }
 
   void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
     launch_ban_tokens(logits, pairs, n_pairs, stream_);
@@ -529,6 +529,11 @@ class CudaBackend final : public Backend {
                   const int32_t* history_lens, int history_stride, int32_t* out_ids, DrawRecord& record) {
     const bool penalise = params.has_penalties() && history != nullptr && history_lens != nullptr;
     reserve_record(record, static_cast<size_t>(logits.rows));
+    if (logits.rows == 0) {  // no kernel writes the status word
+      record.host[0] = 0;
+      mark_issued(record, 0);
+      return;
+    }
     if (params.temperature <= 0.f && !penalise) {
       launch_greedy_draw(logits, out_ids, record.device, greedy_scratch(static_cast<size_t>(logits.rows)), stream_);
       mark_issued(record, logits.rows);
@@ -554,6 +559,13 @@ class CudaBackend final : public Backend {
     QWENRT_CUDA_CALL(cudaEventRecord(record.done, stream_), "sample", "");
     record.pending = true;
     record.rows = rows;
+  }
+
+  DrawRecord& in_flight(int ticket, const char* op) {
+    DrawRecord& record = draws_[static_cast<size_t>(ticket >= 0 ? ticket : 0) % kAsyncDraws];
+    QWENRT_CHECK(ticket >= 0 && record.pending && record.ticket == ticket,
+                 std::string(op) + ": ticket " + std::to_string(ticket) + " is not in flight");
+    return record;
   }
 
   void wait_for(DrawRecord& record) {
@@ -604,6 +616,7 @@ class CudaBackend final : public Backend {
     if (rows > greedy_rows_) {
       synchronize();
       greedy_scratch_.reset();
+      greedy_rows_ = 0;  // none, should the allocation fail
       const size_t bytes = (rows + 1) * sizeof(GreedyScratch);
       greedy_scratch_ = allocate(bytes, "greedy draw scratch");
       QWENRT_CUDA_CALL(cudaMemsetAsync(greedy_scratch_.data(), 0, bytes, stream_), "sample", "greedy scratch");
@@ -618,6 +631,7 @@ class CudaBackend final : public Backend {
     if (rows > histogram_rows_) {
       synchronize();
       sampling_histogram_.reset();
+      histogram_rows_ = 0;  // none, should the allocation fail
       sampling_histogram_ = allocate(sampling_histogram_bytes(rows), "sampling histogram");
       histogram_rows_ = rows;
     }
