@@ -494,6 +494,7 @@ class CudaBackend final : public Backend {
   void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                          const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     DrawRecord& record = draws_[kSyncDraw];
+    reserve_record(record, static_cast<size_t>(logits.rows));
     const SamplingWorkspace ws = sampling_workspace(logits, history != nullptr && history_lens != nullptr);
     launch_sample_rows(logits, rows, history, history_lens, history_stride, out_ids, ws, stream_);
     read_back(record, ws, out_ids, logits.rows);
@@ -544,9 +545,9 @@ class CudaBackend final : public Backend {
     read_back(record, ws, out_ids, logits.rows);
   }
 
-  // The status word and the ids into the record (pinned: plain DMA, one wait for both).
+  // The status word and the ids into the record (reserved for `rows`; pinned: plain DMA,
+  // one wait for both).
   void read_back(DrawRecord& record, const SamplingWorkspace& ws, const int32_t* out_ids, int64_t rows) {
-    reserve_record(record, static_cast<size_t>(rows));
     QWENRT_CUDA_CALL(cudaMemcpyAsync(record.host, ws.status, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
                      "sample", "status read-back");
     QWENRT_CUDA_CALL(cudaMemcpyAsync(record.host + 1, out_ids, static_cast<size_t>(rows) * sizeof(int32_t),
