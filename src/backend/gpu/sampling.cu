@@ -362,21 +362,17 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
 // (largest logit, lowest index on ties; never 0, so 0 means no finite logit).
 __device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 
-// Counts each row's logits per histogram bucket (rows that take the histogram path only).
-// Grid: (slices of kHistSlice logits, rows); hist [rows, kHistRowInts], zero on entry. Also
-// leaves each row's argmax key after its buckets and flags a non-finite logit in status.
-__global__ void __launch_bounds__(kHistThreads)
-    key_histogram_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
-                         SamplingParams uniform, int32_t* __restrict__ hist, int32_t* __restrict__ status) {
-  __shared__ int local[kHistBuckets];
-  __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
-  const int row = blockIdx.y;
-  const float* x = logits + static_cast<int64_t>(row) * vocab;
-  const int begin = blockIdx.x * kHistSlice;
-  const int end = min(vocab, begin + kHistSlice);
-  int32_t* out = hist + static_cast<int64_t>(row) * kHistRowInts;
+struct SliceArgmax {
+  unsigned long long key;  // key_max key of the slice's argmax (0: no finite logit); thread 0 only
+  bool bad;                // a logit of the slice is not finite; every thread
+};
 
-  // Every row: the slice's argmax and the non-finite check, merged into the row's key.
+// The argmax key and non-finite flag of logits x[begin, end), one slice of a row, for the
+// kernels that spread a row over several blocks and merge the slices' keys with atomicMax.
+// Called by the whole block; the barrier that publishes the warps' keys also combines the
+// flag, so a caller needs no second one.
+__device__ __forceinline__ SliceArgmax slice_argmax(const float* x, int begin, int end) {
+  __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
   unsigned long long best = 0;
   bool bad = false;
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -387,17 +383,36 @@ __global__ void __launch_bounds__(kHistThreads)
       bad = true;
     }
   }
-  if (bad) atomicCAS(status, 0, row + 1);
 #pragma unroll
   for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
   const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
   if (lane == 0) best_s[warp] = best;
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0)
     for (int w = 1; w < warps; ++w) best = key_max(best, best_s[w]);
-    atomicMax(reinterpret_cast<unsigned long long*>(out + kHistBuckets), best);
+  return SliceArgmax{best, bad};
+}
+
+// Counts each row's logits per histogram bucket (rows that take the histogram path only).
+// Grid: (slices of kHistSlice logits, rows); hist [rows, kHistRowInts], zero on entry. Also
+// leaves each row's argmax key after its buckets and flags a non-finite logit in status.
+__global__ void __launch_bounds__(kHistThreads)
+    key_histogram_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
+                         SamplingParams uniform, int32_t* __restrict__ hist, int32_t* __restrict__ status) {
+  __shared__ int local[kHistBuckets];
+  const int row = blockIdx.y;
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const int begin = blockIdx.x * kHistSlice;
+  const int end = min(vocab, begin + kHistSlice);
+  int32_t* out = hist + static_cast<int64_t>(row) * kHistRowInts;
+
+  // Every row: the slice's argmax and the non-finite check, merged into the row's key.
+  const SliceArgmax slice = slice_argmax(x, begin, end);
+  if (threadIdx.x == 0) {
+    if (slice.bad) atomicCAS(status, 0, row + 1);
+    atomicMax(reinterpret_cast<unsigned long long*>(out + kHistBuckets), slice.key);
   }
 
   if (!histogram_path(row_key(rows, uniform, 0, row).params, vocab)) return;  // uniform over the block
@@ -614,35 +629,16 @@ __global__ void __launch_bounds__(kSampleThreads)
 __global__ void __launch_bounds__(kHistThreads)
     greedy_draw_kernel(const float* __restrict__ logits, int vocab, int rows, GreedyScratch* __restrict__ scratch,
                        int32_t* __restrict__ out_ids, int32_t* __restrict__ record) {
-  __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
   __shared__ bool last_s;
   __shared__ int first_bad_s;
   const int row = blockIdx.y;
   const float* x = logits + static_cast<int64_t>(row) * vocab;
-  const int end = min(vocab, static_cast<int>(blockIdx.x + 1) * kHistSlice);
-  unsigned long long best = 0;
-  bool bad = false;
-  for (int i = static_cast<int>(blockIdx.x) * kHistSlice + threadIdx.x; i < end; i += blockDim.x) {
-    const float v = x[i];
-    if (isfinite(v)) {
-      best = key_max(best, ~candidate_key(v, i));
-    } else {
-      bad = true;
-    }
-  }
-  bad = __syncthreads_or(bad);
-#pragma unroll
-  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
-  const int lane = threadIdx.x % gpu::kWarpSize;
-  const int warp = threadIdx.x / gpu::kWarpSize;
-  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
-  if (lane == 0) best_s[warp] = best;
-  __syncthreads();
+  const int begin = static_cast<int>(blockIdx.x) * kHistSlice;
+  const SliceArgmax slice = slice_argmax(x, begin, min(vocab, begin + kHistSlice));
   if (threadIdx.x == 0) {
-    for (int w = 1; w < warps; ++w) best = key_max(best, best_s[w]);
     GreedyScratch& mine = scratch[row];
-    atomicMax(&mine.key, best);
-    if (bad) atomicOr(&mine.bad, 1u);
+    atomicMax(&mine.key, slice.key);
+    if (slice.bad) atomicOr(&mine.bad, 1u);
     __threadfence();
     const unsigned int blocks = gridDim.x * gridDim.y;
     last_s = atomicAdd(&scratch[rows].bad, 1u) == blocks - 1;  // the entry past the rows counts arrivals
