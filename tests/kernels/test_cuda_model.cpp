@@ -5,9 +5,13 @@
 // not a near tie.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <stdexcept>
 
 #include "engine/kv_cache.h"
 #include "gpu_test_util.h"
@@ -137,6 +141,114 @@ TEST_P(CudaModel, RecordedDecodeMatchesDirectLaunches) {
   }
   ASSERT_EQ(direct.size(), 40u);
   EXPECT_EQ(recorded, direct);
+}
+
+// Generation issues the step a token feeds before that token is read back (the draw left on
+// the device, its ids coming back on a ticket), so a token that ends it (a stop id, a
+// cancel, a throwing callback) has a step behind it that must be undone: its draw dropped,
+// its cache position given back. The session then holds the prompt and the tokens fed
+// before the last one, and a follow-up turn reuses all of them. Its tokens are compared with
+// the same turn on a session fed the same tokens by a generation that ended on its length
+// (no step ahead to undo), not with a run from scratch: that would compute the cached
+// positions in one prefill product instead of one-row decode steps, which round differently
+// in bf16/fp16, and these random models have top-2 margins down to 0.004 nats. The same
+// kernels on the same tokens give the same ids, exactly; the run from scratch is reported.
+TEST_P(CudaModel, StopAndCancelLeaveTheSessionAsFed) {
+  const ModelCase& mc = GetParam();
+  const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / mc.fixture;
+  const nlohmann::json ref = read_reference(dir);
+  EngineOptions options;
+  options.device = "cuda";
+  options.dtype = mc.dtype;
+  options.max_context = 256;
+  options.max_batch_tokens = mc.max_batch_tokens;
+  Engine engine(dir, options);
+  const std::vector<int32_t> prompt = ref["greedy"][0]["prompt"].get<std::vector<int32_t>>();
+  const int p = static_cast<int>(prompt.size());
+  ASSERT_GE(p, 3);
+  GenerateOptions generate;
+  generate.max_new_tokens = 12;
+  generate.stop_at_eos = false;
+  const std::vector<int32_t> free_run = engine.generate(prompt, generate).ids;
+  ASSERT_EQ(free_run.size(), 12u);
+  const auto first_of_free_run = [&](size_t n) {
+    return std::vector<int32_t>(free_run.begin(), free_run.begin() + static_cast<long>(n));
+  };
+
+  // `follow` on `session`, which must hold the prompt and the first `fed` tokens of the free
+  // run, against the same turn on a session that a length-limited generation left so.
+  const auto expect_follow_up = [&](Session& session, int fed, const std::vector<int32_t>& follow,
+                                    const char* what) {
+    SCOPED_TRACE(what);
+    std::unique_ptr<Session> reference = engine.new_session();
+    GenerateOptions shorter = generate;
+    shorter.max_new_tokens = fed + 1;
+    const GenerateResult fed_run = engine.generate(*reference, prompt, shorter);
+    ASSERT_EQ(fed_run.finish_reason, "length");
+    ASSERT_EQ(fed_run.ids, first_of_free_run(static_cast<size_t>(fed) + 1));
+    ASSERT_EQ(reference->cached_tokens(), p + fed);
+
+    const GenerateResult next = engine.generate(session, follow, generate);
+    const GenerateResult want = engine.generate(*reference, follow, generate);
+    EXPECT_EQ(next.reused_tokens, p + fed);
+    EXPECT_EQ(want.reused_tokens, p + fed);
+    ASSERT_EQ(want.ids.size(), 12u);
+    EXPECT_EQ(next.ids, want.ids);
+
+    const std::vector<int32_t> scratch = engine.generate(follow, generate).ids;
+    size_t agree = 0;
+    while (agree < scratch.size() && agree < next.ids.size() && scratch[agree] == next.ids[agree]) ++agree;
+    std::printf("[ %s %s chunk %d ] after %s: %zu of %zu tokens agree with a run from scratch\n", mc.fixture,
+                dtype_name(mc.dtype), mc.max_batch_tokens, what, agree, scratch.size());
+  };
+
+  // A stop id: the first token after the first that has not come before (so that a step
+  // fed ahead of it exists and must be undone).
+  size_t stop_at = 1;
+  while (stop_at < free_run.size() &&
+         std::find(free_run.begin(), free_run.begin() + static_cast<long>(stop_at), free_run[stop_at]) !=
+             free_run.begin() + static_cast<long>(stop_at)) {
+    ++stop_at;
+  }
+  ASSERT_LT(stop_at, free_run.size()) << "the free run repeats one token";
+  GenerateOptions stopping = generate;
+  stopping.extra_stop_ids = {free_run[stop_at]};
+  std::unique_ptr<Session> session = engine.new_session();
+  const GenerateResult stopped = engine.generate(*session, prompt, stopping);
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.ids, first_of_free_run(stop_at + 1));
+  EXPECT_EQ(session->cached_tokens(), p + static_cast<int>(stop_at));
+  std::vector<int32_t> follow = prompt;
+  follow.insert(follow.end(), stopped.ids.begin(), stopped.ids.end());
+  follow.insert(follow.end(), prompt.begin(), prompt.begin() + 3);
+  expect_follow_up(*session, static_cast<int>(stop_at), follow, "a stop id");
+
+  // A cancel after the second token.
+  session->reset();
+  int seen = 0;
+  const GenerateResult cancelled =
+      engine.generate(*session, prompt, generate, [&](int32_t) { return ++seen < 2; });
+  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_EQ(cancelled.ids, first_of_free_run(2));
+  EXPECT_EQ(session->cached_tokens(), p + 1);
+  follow.assign(prompt.begin(), prompt.end());
+  follow.insert(follow.end(), cancelled.ids.begin(), cancelled.ids.end());
+  expect_follow_up(*session, 1, follow, "a cancel");
+
+  // A callback that throws at the third token: the error comes out, the session holds what
+  // was fed before it.
+  session->reset();
+  seen = 0;
+  EXPECT_THROW(engine.generate(*session, prompt, generate,
+                               [&](int32_t) -> bool {
+                                 if (++seen == 3) throw std::runtime_error("the reader went away");
+                                 return true;
+                               }),
+               std::runtime_error);
+  EXPECT_EQ(session->cached_tokens(), p + 2);
+  follow.assign(prompt.begin(), prompt.end());
+  follow.insert(follow.end(), free_run.begin(), free_run.begin() + 3);
+  expect_follow_up(*session, 2, follow, "a throwing callback");
 }
 
 // Sampling with every parameter through the engine: runs, stays in the vocabulary, and is

@@ -92,83 +92,115 @@ TEST_F(CudaSampling, NonFiniteLogitsAreAnError) {
   EXPECT_NO_THROW(gpu().sample(ok.t, greedy, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data())));
 }
 
+// Ties for a row's largest logit far above the rest (N(0, 3)): the last index (in the
+// vocabulary's last, partial, histogram slice) and `count` - 1 other distinct indices, so
+// over several slices the tied keys meet in blocks that arrive in any order.
+void plant_ties(std::mt19937& rng, float* row, int vocab, int count) {
+  constexpr float kTop = 100.f;
+  row[vocab - 1] = kTop;
+  std::uniform_int_distribution<int> index(0, vocab - 2);
+  for (int planted = 1; planted < count;) {
+    float& x = row[index(rng)];
+    if (x == kTop) continue;
+    x = kTop;
+    ++planted;
+  }
+}
+
 // Draws whose ids come back later (begin_sample / finish_sample): two in flight finished in
 // either order, each to its own host array, and a third that drops the oldest; greedy (one
-// kernel writing host memory) and sampled (kernels and copies); more rows than a block has
-// threads; a non-finite logit raised by the ticket that drew it.
+// kernel writing host memory) and sampled (kernels and copies); a non-finite logit raised by
+// the ticket that drew it. A vocabulary within one histogram slice (4,096 logits) and
+// Qwen2.5-7B's 152,064 (37 slices and a partial one, whose argmaxes and non-finite flags
+// are merged across blocks), each with 1, 3 and 300 rows (more than a block has threads:
+// the greedy kernel's last block writes every row). Rows carry a three-way tie for the
+// largest logit, a 25-way one (top_k 20 must keep the 20 lowest indices), or none; the
+// CPU rule picks the lowest index of a tie, so the device must too.
 TEST_F(CudaSampling, DrawsInFlightComeBackToTheirOwnTickets) {
-  const int vocab = 1000, rows = 300;
-  std::vector<std::vector<float>> logits;
-  std::vector<DeviceTensor> tensors;
-  for (int i = 0; i < 3; ++i) {
-    logits.push_back(random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32));
-    tensors.push_back(DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits.back()));
-  }
   SamplingParams sampled;
   sampled.temperature = 0.8f;
   sampled.top_k = 20;
   sampled.seed = 3;
-  const auto expect_draws = [&](int set, const SamplingParams& params, uint64_t step, const std::vector<int32_t>& got,
-                                const DeviceBuffer& device_ids) {
-    std::vector<int32_t> on_device(rows, -1);
-    gpu().copy_to_host(on_device.data(), device_ids.data(), rows * sizeof(int32_t));
-    for (int r = 0; r < rows; ++r) {
-      std::vector<float> row(logits[set].begin() + static_cast<int64_t>(r) * vocab,
-                             logits[set].begin() + static_cast<int64_t>(r + 1) * vocab);
-      const int want = reference_sample(row, params, step, r, {});
-      EXPECT_EQ(got[r], want) << "set " << set << " row " << r << " temperature " << params.temperature;
-      EXPECT_EQ(on_device[r], want) << "set " << set << " row " << r << " (device ids)";
-    }
-  };
-  for (const SamplingParams& params : {SamplingParams{}, sampled}) {
-    std::vector<DeviceBuffer> ids;
-    for (int i = 0; i < 3; ++i) ids.push_back(upload_ints(gpu(), std::vector<int32_t>(rows, -7)));
-    std::vector<std::vector<int32_t>> got(3, std::vector<int32_t>(rows, -1));
-    const auto begin = [&](int set, uint64_t step) {
-      return gpu().begin_sample(tensors[set].t, params, step, nullptr, nullptr, 0, static_cast<int32_t*>(ids[set].data()),
-                                got[set].data());
-    };
-    const int first = begin(0, 5);
-    const int second = begin(1, 6);
-    gpu().finish_sample(second);
-    gpu().finish_sample(first);
-    expect_draws(0, params, 5, got[0], ids[0]);
-    expect_draws(1, params, 6, got[1], ids[1]);
-    EXPECT_THROW(gpu().finish_sample(first), Error) << "a ticket is finished once";
+  for (const int vocab : {1000, 152064}) {
+    for (const int rows : {1, 3, 300}) {
+      SCOPED_TRACE("vocab " + std::to_string(vocab) + ", " + std::to_string(rows) + " rows");
+      std::vector<std::vector<float>> logits;
+      std::vector<DeviceTensor> tensors;
+      for (int set = 0; set < 3; ++set) {
+        logits.push_back(random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32));
+        for (int r = 0; r < rows; ++r) {
+          // By row and set, so that one row sees every kind over the three sets.
+          const int kind = (r + set) % 3;
+          if (kind < 2) plant_ties(rng_, logits.back().data() + static_cast<int64_t>(r) * vocab, vocab, kind == 0 ? 3 : 25);
+        }
+        tensors.push_back(DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits.back()));
+      }
+      const auto expect_draws = [&](int set, const SamplingParams& params, uint64_t step,
+                                    const std::vector<int32_t>& got, const DeviceBuffer& device_ids) {
+        std::vector<int32_t> on_device(rows, -1);
+        gpu().copy_to_host(on_device.data(), device_ids.data(), rows * sizeof(int32_t));
+        for (int r = 0; r < rows; ++r) {
+          std::vector<float> row(logits[set].begin() + static_cast<int64_t>(r) * vocab,
+                                 logits[set].begin() + static_cast<int64_t>(r + 1) * vocab);
+          const int want = reference_sample(row, params, step, r, {});
+          EXPECT_EQ(got[r], want) << "set " << set << " row " << r << " temperature " << params.temperature;
+          EXPECT_EQ(on_device[r], want) << "set " << set << " row " << r << " (device ids)";
+        }
+      };
+      for (const SamplingParams& params : {SamplingParams{}, sampled}) {
+        std::vector<DeviceBuffer> ids;
+        for (int i = 0; i < 3; ++i) ids.push_back(upload_ints(gpu(), std::vector<int32_t>(rows, -7)));
+        std::vector<std::vector<int32_t>> got(3, std::vector<int32_t>(rows, -1));
+        const auto begin = [&](int set, uint64_t step) {
+          return gpu().begin_sample(tensors[set].t, params, step, nullptr, nullptr, 0,
+                                    static_cast<int32_t*>(ids[set].data()), got[set].data());
+        };
+        const int first = begin(0, 5);
+        const int second = begin(1, 6);
+        gpu().finish_sample(second);
+        gpu().finish_sample(first);
+        expect_draws(0, params, 5, got[0], ids[0]);
+        expect_draws(1, params, 6, got[1], ids[1]);
+        EXPECT_THROW(gpu().finish_sample(first), Error) << "a ticket is finished once";
 
-    for (auto& g : got) std::fill(g.begin(), g.end(), -1);
-    const int oldest = begin(0, 7);
-    const int middle = begin(1, 8);
-    const int newest = begin(2, 9);
-    EXPECT_THROW(gpu().finish_sample(oldest), Error) << "the third draw in flight spends the oldest ticket";
-    gpu().finish_sample(middle);
-    gpu().finish_sample(newest);
-    expect_draws(1, params, 8, got[1], ids[1]);
-    expect_draws(2, params, 9, got[2], ids[2]);
-  }
-  // Non-finite logits in rows 4 and 2: the ticket's finish names the first.
-  logits[0][4 * vocab + 1] = std::numeric_limits<float>::quiet_NaN();
-  logits[0][2 * vocab + 7] = -std::numeric_limits<float>::infinity();
-  auto bad = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits[0]);
-  auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
-  std::vector<int32_t> got(rows);
-  const int ok_ticket = gpu().begin_sample(tensors[1].t, SamplingParams{}, 0, nullptr, nullptr, 0,
+        for (auto& g : got) std::fill(g.begin(), g.end(), -1);
+        const int oldest = begin(0, 7);
+        const int middle = begin(1, 8);
+        const int newest = begin(2, 9);
+        EXPECT_THROW(gpu().finish_sample(oldest), Error) << "the third draw in flight spends the oldest ticket";
+        gpu().finish_sample(middle);
+        gpu().finish_sample(newest);
+        expect_draws(1, params, 8, got[1], ids[1]);
+        expect_draws(2, params, 9, got[2], ids[2]);
+      }
+      // Non-finite logits in the last row (mid-vocabulary) and in row 1 (its last logit, in
+      // the partial slice): the ticket's finish names the lower row.
+      const int first_bad = rows > 1 ? 1 : 0;
+      logits[0][static_cast<int64_t>(rows - 1) * vocab + vocab / 2] = std::numeric_limits<float>::quiet_NaN();
+      logits[0][static_cast<int64_t>(first_bad) * vocab + vocab - 1] = -std::numeric_limits<float>::infinity();
+      auto bad = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits[0]);
+      auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
+      std::vector<int32_t> got(rows);
+      const int ok_ticket = gpu().begin_sample(tensors[1].t, SamplingParams{}, 0, nullptr, nullptr, 0,
+                                               static_cast<int32_t*>(ids.data()), got.data());
+      const int bad_ticket = gpu().begin_sample(bad.t, SamplingParams{}, 0, nullptr, nullptr, 0,
+                                                static_cast<int32_t*>(ids.data()), got.data());
+      EXPECT_NO_THROW(gpu().finish_sample(ok_ticket));
+      try {
+        gpu().finish_sample(bad_ticket);
+        ADD_FAILURE() << "expected an error for non-finite logits";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.category(), ErrorCategory::kDevice);
+        EXPECT_NE(std::string(e.what()).find("row " + std::to_string(first_bad) + " "), std::string::npos)
+            << e.what();
+      }
+      // The next greedy draw is clean (the kernel's scratch was left zero).
+      const int again = gpu().begin_sample(tensors[2].t, SamplingParams{}, 0, nullptr, nullptr, 0,
                                            static_cast<int32_t*>(ids.data()), got.data());
-  const int bad_ticket = gpu().begin_sample(bad.t, SamplingParams{}, 0, nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()),
-                                            got.data());
-  EXPECT_NO_THROW(gpu().finish_sample(ok_ticket));
-  try {
-    gpu().finish_sample(bad_ticket);
-    FAIL() << "expected an error for non-finite logits";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.category(), ErrorCategory::kDevice);
-    EXPECT_NE(std::string(e.what()).find("row 2 "), std::string::npos) << e.what();
+      gpu().finish_sample(again);
+      expect_draws(2, SamplingParams{}, 0, got, ids);
+    }
   }
-  // The next greedy draw is clean (the kernel's scratch was left zero).
-  const int again = gpu().begin_sample(tensors[2].t, SamplingParams{}, 0, nullptr, nullptr, 0,
-                                       static_cast<int32_t*>(ids.data()), got.data());
-  gpu().finish_sample(again);
-  expect_draws(2, SamplingParams{}, 0, got, ids);
 }
 
 struct Case {
