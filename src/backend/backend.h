@@ -275,6 +275,13 @@ class Backend {
   // to q_out [n_tokens, n_heads·head_dim]; k and v go to the cache only. Backends without
   // it say so in fuses_qkv_epilogue(), which callers ask before making the fused product.
   virtual bool fuses_qkv_epilogue() const;
+  // Whether the kernels launched from now on may each start while the one before it ends
+  // (GPUs that can: the next kernel's blocks are placed and wait on the device, so the
+  // launch latency between two short kernels is hidden). It pays where kernels are short
+  // and costs where long matrix-vector products stream their weights (docs/PERFORMANCE.md);
+  // the model sets it from its shape. A recorded step keeps the setting it was recorded
+  // with. Default: ignored.
+  virtual void set_chained_launches(bool) {}
   virtual void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                                       const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,
                                       const KvGeometry& geometry, KvLayer cache);

@@ -134,6 +134,10 @@ int run_doctor(const DoctorArgs& args) {
                       : "  -- NOT supported by this build: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<this GPU's>");
       if (!device.advice.empty()) std::printf("         %s\n", device.advice.c_str());
     }
+    if (const char* value = std::getenv("QWENRT_CHAINED_LAUNCHES")) {
+      // A measurement override of the model's chained-launch setting (docs/ARCHITECTURE.md).
+      std::printf("env      QWENRT_CHAINED_LAUNCHES=%s (overrides the model's chained-launch setting)\n", value);
+    }
     if (hip) {
       // The guide's environment variables, as this machine has them set (docs/AMD.md).
       for (const char* name : {"HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) {

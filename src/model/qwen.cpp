@@ -10,6 +10,10 @@ namespace {
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The widest hidden size whose kernels are short enough for chained launches to pay
+// (Backend::set_chained_launches).
+constexpr int kChainedLaunchMaxHidden = 1024;
+
 // The matrices as one [Σ rows, cols] matrix when each starts where the one before ends.
 Tensor concatenated(std::initializer_list<const Tensor*> parts) {
   const Tensor& first = **parts.begin();
@@ -74,6 +78,9 @@ size_t QwenModel::workspace_bytes(const ModelConfig& config, DType dtype, const 
 QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backend,
                      const ForwardLimits& limits)
     : config_(config), weights_(std::move(weights)), backend_(backend), limits_(limits) {
+  // Chained launches, measured on an H200 (decode at one sequence): hidden 896 / 1,024
+  // (Qwen2.5-0.5B, Qwen3-0.6B) +5.6% / +4.8%; hidden 1,536 to 4,096 (1.5B to 8B) -4% to -8%.
+  backend_.set_chained_launches(config_.hidden_size <= kChainedLaunchMaxHidden);
   const DType dtype = backend_.activation_dtype();
   kv_geometry_ = KvGeometry{limits.num_blocks + 1, limits.block_size, config.num_kv_heads, config.head_dim, dtype};
   scratch_block_ = limits.num_blocks;

@@ -143,6 +143,38 @@ TEST_P(CudaModel, RecordedDecodeMatchesDirectLaunches) {
   EXPECT_EQ(recorded, direct);
 }
 
+// Chained launches (each kernel may start while the one before it ends) change when a
+// kernel starts, never what it computes: the same tokens with the setting on and off, op by
+// op (which reads the setting at every launch), and from recorded steps with it on.
+TEST_P(CudaModel, ChainedLaunchesChangeNoToken) {
+  const ModelCase& mc = GetParam();
+  const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / mc.fixture;
+  EngineOptions options;
+  options.device = "cuda";
+  options.dtype = mc.dtype;
+  options.max_context = 256;
+  options.max_batch_tokens = mc.max_batch_tokens;
+  const int vocab = load_model_config(dir).vocab_size;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 29; ++i) prompt.push_back((i * 53 + 11) % vocab);
+  GenerateOptions gen;
+  gen.max_new_tokens = 40;
+  gen.stop_at_eos = false;
+  options.record_decode = false;
+  Engine engine(dir, options);
+  engine.backend().set_chained_launches(true);
+  const std::vector<int32_t> chained = engine.generate(prompt, gen).ids;
+  engine.backend().set_chained_launches(false);
+  const std::vector<int32_t> plain = engine.generate(prompt, gen).ids;
+  ASSERT_EQ(plain.size(), 40u);
+  EXPECT_EQ(chained, plain);
+  // Recorded (the warm-up already records a step, with the model's setting): chained.
+  options.record_decode = true;
+  Engine recording(dir, options);
+  recording.backend().set_chained_launches(true);
+  EXPECT_EQ(recording.generate(prompt, gen).ids, plain) << "recorded with chained launches";
+}
+
 // Generation issues the step a token feeds before that token is read back (the draw left on
 // the device, its ids coming back on a ticket), so a token that ends it (a stop id, a
 // cancel, a throwing callback) has a step behind it that must be undone: its draw dropped,

@@ -94,6 +94,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red_max[kGroups][kMaxGroup];
   __shared__ float red_sum[kGroups][kMaxGroup];
   __shared__ float red_acc[kGroups][kMaxGroup][kHeadDim];
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -219,6 +221,8 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   __shared__ float weight_s[kMaxSplits];
   __shared__ float inv_sum_s;
   __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int token = args.seq_starts[seq];
@@ -311,6 +315,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   constexpr int kVecsPerRow = kHeadDim / 8;
   extern __shared__ int4 smem_raw[];
   T* tiles = reinterpret_cast<T*>(smem_raw);
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -496,7 +502,7 @@ template <typename T>
 void launch_combine(const BatchView& batch, const DecodeArgs& args, int head_dim, Tensor out, Stream stream) {
   if (args.n_splits <= 1) return;
   const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-  attention_combine_kernel<T><<<combine_grid, kCombineThreads, 0, stream>>>(args, head_dim, out.as<T>());
+  launch_chained(attention_combine_kernel<T>, combine_grid, kCombineThreads, 0, stream, args, head_dim, out.as<T>());
 }
 
 dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
@@ -507,9 +513,8 @@ dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
 template <typename T, int kHeadDim, int kMaxGroup>
 void launch_typed(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache,
                   Tensor out, Stream stream) {
-  attention_decode_kernel<T, kHeadDim, kMaxGroup><<<decode_grid(batch, args), kThreads, 0, stream>>>(
-      args, q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v),
-      out.as<T>());
+  launch_chained(attention_decode_kernel<T, kHeadDim, kMaxGroup>, decode_grid(batch, args), kThreads, 0, stream, args,
+                 q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 
@@ -540,9 +545,9 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
     return true;
   }();
   (void)raised;
-  attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>
-      <<<decode_grid(batch, args), kMmaWarps * 32, kSmem, stream>>>(args, q.as<const T>(), static_cast<const T*>(cache.k),
-                                                                  static_cast<const T*>(cache.v), out.as<T>());
+  launch_chained(attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>, decode_grid(batch, args),
+                 kMmaWarps * 32, kSmem, stream, args, q.as<const T>(), static_cast<const T*>(cache.k),
+                 static_cast<const T*>(cache.v), out.as<T>());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 

@@ -31,6 +31,37 @@ using gpu::Stream;
 // faults inside the kernel surface at the next synchronizing call).
 #define QWENRT_CUDA_LAUNCHED(op, detail) QWENRT_CUDA_CALL(cudaGetLastError(), (op), (detail))
 
+// Whether launch_chained makes chained launches: a device of compute capability 9.0 or
+// later, and the backend's setting (set_chained_launches), which QWENRT_CHAINED_LAUNCHES=0
+// or =1 overrides for measurements. One process-wide setting: a process drives one device.
+bool chained_launches();
+void set_chained_launch_setting(bool on);
+
+// kernel<<<grid, block, shared, stream>>>(args...), chained to the kernel before it on the
+// stream where chained_launches() (the kernel then follows compat.h's rules for
+// wait_for_prior_grid), a plain launch elsewhere. Recorded into graphs as such.
+template <typename... Params, typename... Args>
+void launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Stream stream,
+                    Args&&... args) {
+#if !defined(QWENRT_GPU_HIP)
+  if (chained_launches()) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared;
+    config.stream = stream;
+    cudaLaunchAttribute chained[1];
+    chained[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    chained[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = chained;
+    config.numAttrs = 1;
+    QWENRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), "launch", "chained");
+    return;
+  }
+#endif
+  kernel<<<grid, block, shared, stream>>>(static_cast<Params>(args)...);
+}
+
 // Calls fn(T{}) with T the storage type of `dtype` (bf16 or fp16).
 template <typename Fn>
 void dispatch_half(DType dtype, const char* op, Fn&& fn) {

@@ -111,6 +111,26 @@ static_assert(kWarpSize == 32 || kWarpSize == 64, "the kernels assume a 32- or 6
 static_assert(kWarpSize == 64, "gfx9 (GCN, CDNA) runs wave64 only");
 #endif
 
+// ---- chained launches (programmatic dependent launch: sm_90 and later) ----
+// A kernel launched with launch_chained (common.h) may start while the kernel before it on
+// the stream still runs: its blocks take the slots that kernel leaves free. It must call
+// wait_for_prior_grid() before it reads anything a kernel before it wrote and before it
+// writes anything; until then it may only read what no kernel writes (weights: RMSNorm
+// loads its weights first). allow_next_grid() lets the next chained kernel start once every
+// block of this one has called it (the kernels call it first thing). Both are no-ops
+// without a chained launch, before sm_90 and on HIP. Every kernel launched chained waits
+// before its first dependent access, so the order of the stream is kept transitively.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_grid() {
+#if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- 16-bit storage types ----
 #if defined(QWENRT_GPU_HIP)
 // Not every ROCm release ships a device bf16 type (hip_bf16.h arrived after 5.2), so the

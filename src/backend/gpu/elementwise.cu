@@ -17,6 +17,8 @@ using gpu::Vec16;
 template <typename T, bool kVector>
 __global__ void copy_rows_kernel(const T* __restrict__ src, int64_t src_rows, int64_t cols,
                                  const int32_t* __restrict__ index, T* __restrict__ dst) {
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();  // the ids (a draw's) and the rows may be the kernel before's
   const int64_t row = blockIdx.x;
   const int64_t src_row = index[row];
   T* out = dst + row * cols;
@@ -44,11 +46,11 @@ void copy_rows(const Tensor& src, const int32_t* index, Tensor dst, Stream strea
                       reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
   const int threads = 256;
   if (vector) {
-    copy_rows_kernel<T, true><<<static_cast<unsigned>(dst.rows), threads, 0, stream>>>(
-        src.as<const T>(), src.rows, dst.cols, index, dst.as<T>());
+    launch_chained(copy_rows_kernel<T, true>, static_cast<unsigned>(dst.rows), threads, 0, stream, src.as<const T>(),
+                   src.rows, dst.cols, index, dst.as<T>());
   } else {
-    copy_rows_kernel<T, false><<<static_cast<unsigned>(dst.rows), threads, 0, stream>>>(
-        src.as<const T>(), src.rows, dst.cols, index, dst.as<T>());
+    launch_chained(copy_rows_kernel<T, false>, static_cast<unsigned>(dst.rows), threads, 0, stream, src.as<const T>(),
+                   src.rows, dst.cols, index, dst.as<T>());
   }
   QWENRT_CUDA_LAUNCHED(op, shape_string(src) + " -> " + shape_string(dst));
 }

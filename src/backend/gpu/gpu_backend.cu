@@ -6,6 +6,8 @@
 // wait for it, so host buffers may be reused on return either way.
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -20,6 +22,36 @@
 
 namespace qwenrt {
 namespace cuda {
+
+namespace {
+std::atomic<bool> chained_setting{false};
+}  // namespace
+
+void set_chained_launch_setting(bool on) { chained_setting.store(on, std::memory_order_relaxed); }
+
+bool chained_launches() {
+#if defined(QWENRT_GPU_HIP)
+  return false;
+#else
+  // -1: the backend's setting; 0 / 1: QWENRT_CHAINED_LAUNCHES.
+  static const int forced = [] {
+    const char* setting = std::getenv("QWENRT_CHAINED_LAUNCHES");
+    if (setting == nullptr) return -1;
+    return std::string(setting) == "0" ? 0 : 1;
+  }();
+  static const bool capable = [] {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  if (!capable) return false;
+  return forced >= 0 ? forced == 1 : chained_setting.load(std::memory_order_relaxed);
+#endif
+}
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;     // Hopper's recommendation
@@ -357,6 +389,7 @@ class CudaBackend final : public Backend {
   }
 
   bool fuses_qkv_epilogue() const override { return true; }
+  void set_chained_launches(bool on) override { set_chained_launch_setting(on); }
 
   void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn, const QkvEpilogue& epilogue,
                               const Tensor& qkv, Tensor q_out, const KvGeometry& geometry, KvLayer cache) override {

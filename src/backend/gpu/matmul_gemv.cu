@@ -37,6 +37,7 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
 
 // The block's dot products x[r] · w[w_row[f]] for its rows and features: each warp's sums
 // land in partial[warp][r][f] (block_sum adds them up once the barrier at the end is passed).
+// Waits for the kernel before (wait_for_prior_grid) first.
 template <typename T, int kRows, int kFeatures>
 __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __restrict__ w,
                                            const int64_t (&w_row)[kFeatures], int n_rows, int vectors,
@@ -48,6 +49,9 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.f;
+
+  // A chained launch may start while the kernel before it, which writes x, still runs.
+  gpu::wait_for_prior_grid();
 
   int v = threadIdx.x;
   for (; v + (kUnroll - 1) * kThreads < vectors; v += kUnroll * kThreads) {
@@ -112,6 +116,7 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(!kGated || kFeatures % 2 == 0, "a gated block pairs gate and up rows");
   constexpr int kOutputs = kGated ? kFeatures / 2 : kFeatures;
   __shared__ float partial[kWarps][kRows][kFeatures];
+  gpu::allow_next_grid();
   const int feature0 = blockIdx.x * kOutputs;
   const int vectors = k / 8;  // 16-byte vectors per row
   // Rows of w past m are clamped to the last one (their sums are dropped at the end).
@@ -169,6 +174,7 @@ __global__ void __launch_bounds__(kThreads)
                          const T* __restrict__ q_bias, const T* __restrict__ k_bias, const T* __restrict__ v_bias,
                          T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache) {
   __shared__ float partial[kWarps][kRows][2];
+  gpu::allow_next_grid();
   const int d = args.head_dim;
   const int half = d / 2;
   const int job = blockIdx.x / half;
@@ -239,18 +245,18 @@ void launch_rows(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
     const int blocks = static_cast<int>(ceil_div(m, kWide));
     const int wave = resident_blocks<wide>();
     if (m >= 2048 && wave > 0 && (blocks <= wave || blocks >= 8 * wave)) {
-      wide<<<blocks, kThreads, 0, stream>>>(x.as<const T>(), w.as<const T>(), out.as<Out>(),
-                                            static_cast<int>(x.rows), k, m);
+      launch_chained(wide, blocks, kThreads, 0, stream, x.as<const T>(), w.as<const T>(), out.as<Out>(),
+                     static_cast<int>(x.rows), k, m);
       return;
     }
   }
   if (m >= 2048) {
     constexpr int kFeatures = 2;
-    gemv_kernel<T, Out, kRows, kFeatures><<<ceil_div(m, kFeatures), kThreads, 0, stream>>>(
-        x.as<const T>(), w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
+    launch_chained(gemv_kernel<T, Out, kRows, kFeatures>, ceil_div(m, kFeatures), kThreads, 0, stream,
+                   x.as<const T>(), w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
   } else {
-    gemv_kernel<T, Out, kRows, 1><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-        x.as<const T>(), w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
+    launch_chained(gemv_kernel<T, Out, kRows, 1>, static_cast<unsigned>(m), kThreads, 0, stream, x.as<const T>(),
+                   w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
   }
 }
 
@@ -273,11 +279,11 @@ void launch_gated(const Tensor& x, const Tensor& gate_up, Tensor out, Stream str
   if (rows == 1) {
     // Two outputs (two gate and two up rows) a block: 0.5B 1,423 → 1,482 tok/s, the 7B
     // within its spread (262.2 / 263.9 → 262.4 / 262.8).
-    gemv_kernel<T, T, 1, 4, true><<<ceil_div(m, 2), kThreads, 0, stream>>>(
-        x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
+    launch_chained(gemv_kernel<T, T, 1, 4, true>, ceil_div(m, 2), kThreads, 0, stream, x.as<const T>(),
+                   gate_up.as<const T>(), out.as<T>(), rows, k, m);
   } else {
-    gemv_kernel<T, T, kMaxGemvRows, 2, true><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-        x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
+    launch_chained(gemv_kernel<T, T, kMaxGemvRows, 2, true>, static_cast<unsigned>(m), kThreads, 0, stream,
+                   x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
   }
 }
 
@@ -326,11 +332,10 @@ bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const Batc
   dispatch_half(t, "matmul_qkv_rope_kvwrite", [&](auto tag) {
     using T = decltype(tag);
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, kThreads, 0, stream>>>(x.as<const T>(), qkv.as<const T>(), rows, k, args,
-                                              static_cast<const T*>(epilogue.q_bias.data),
-                                              static_cast<const T*>(epilogue.k_bias.data),
-                                              static_cast<const T*>(epilogue.v_bias.data), q_out.as<T>(),
-                                              static_cast<T*>(cache.k), static_cast<T*>(cache.v));
+      launch_chained(kernel, blocks, kThreads, 0, stream, x.as<const T>(), qkv.as<const T>(), rows, k, args,
+                     static_cast<const T*>(epilogue.q_bias.data), static_cast<const T*>(epilogue.k_bias.data),
+                     static_cast<const T*>(epilogue.v_bias.data), q_out.as<T>(), static_cast<T*>(cache.k),
+                     static_cast<T*>(cache.v));
     };
     if (rows == 1) {
       launch(gemv_qkv_rope_kernel<T, 1>);

@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ weight,
                    T* __restrict__ out, int cols, float eps) {
   __shared__ float scratch[kNormThreads / gpu::kWarpSize];
+  gpu::allow_next_grid();
   const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * cols;
   T* row = x + row_offset;
   const int chunks = cols / kVec;
@@ -96,10 +97,13 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
       const int c = threadIdx.x + i * kNormThreads;
-      if (c < chunks) {
-        w[i] = load_chunk<T, kVec>(weight + c * kVec);
-        value[i] = read(c, sum_sq);
-      }
+      if (c < chunks) w[i] = load_chunk<T, kVec>(weight + c * kVec);
+    }
+    gpu::wait_for_prior_grid();  // the weights are on their way; the row is the kernel before's
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int c = threadIdx.x + i * kNormThreads;
+      if (c < chunks) value[i] = read(c, sum_sq);
     }
     const float inv_rms = rsqrtf(gpu::block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
 #pragma unroll
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(kNormThreads)
       if (c < chunks) store_chunk<T, kVec>(out + row_offset + c * kVec, normalise<T, kVec>(value[i], w[i], inv_rms));
     }
   } else {
+    gpu::wait_for_prior_grid();
     for (int c = threadIdx.x; c < chunks; c += kNormThreads) read(c, sum_sq);
     const float inv_rms = rsqrtf(gpu::block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
     // Each thread re-reads only the chunks it wrote itself, so no barrier is needed.
@@ -125,7 +130,7 @@ void launch_vec(T* x, const T* delta, const T* weight, T* out, int64_t rows, int
   const auto grid = static_cast<unsigned>(rows);
   const int64_t per_thread = ceil_div(cols / kVec, kNormThreads);
   const auto go = [&](auto kernel) {
-    kernel<<<grid, kNormThreads, 0, stream>>>(x, delta, weight, out, static_cast<int>(cols), eps);
+    launch_chained(kernel, grid, kNormThreads, 0, stream, x, delta, weight, out, static_cast<int>(cols), eps);
   };
   if (per_thread <= 1) {
     go(rmsnorm_kernel<T, kVec, kAdd, 1>);

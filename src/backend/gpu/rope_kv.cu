@@ -112,6 +112,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
                         const T* __restrict__ k_bias, const T* __restrict__ v_bias,
                         const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                         T* __restrict__ k_cache, T* __restrict__ v_cache) {
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();
   const int token = blockIdx.x;
   const int job = blockIdx.y * kWarpsPerBlock + threadIdx.x / gpu::kWarpSize;
   const int lane = threadIdx.x % gpu::kWarpSize;
@@ -193,6 +195,8 @@ __global__ void __launch_bounds__(kVecThreads)
                             const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                             T* __restrict__ k_cache, T* __restrict__ v_cache) {
   constexpr int kHalf = kGroup * kVecPairs;
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();
   const int token = blockIdx.x;
   const int job = blockIdx.y * (kVecThreads / kGroup) + threadIdx.x / kGroup;
   const int i0 = (threadIdx.x % kGroup) * kVecPairs;
@@ -292,8 +296,8 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
   const auto launch_vec = [&](auto group) {
     constexpr int kGroup = decltype(group)::value;
     const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kVecThreads / kGroup));
-    qkv_epilogue_vec_kernel<T, kGroup><<<grid, kVecThreads, 0, stream>>>(args, rows, q_bias, k_bias, v_bias, q_norm,
-                                                                         k_norm, k_cache, v_cache);
+    launch_chained(qkv_epilogue_vec_kernel<T, kGroup>, grid, kVecThreads, 0, stream, args, rows, q_bias, k_bias,
+                   v_bias, q_norm, k_norm, k_cache, v_cache);
   };
   const int d = attn.head_dim;
   if (vector && d == 2 * kVecPairs * 16) {
@@ -304,8 +308,8 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
     launch_vec(std::integral_constant<int, 32>{});
   } else {
     const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
-    qkv_epilogue_kernel<T><<<grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream>>>(
-        args, rows, q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache);
+    launch_chained(qkv_epilogue_kernel<T>, grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream, args, rows,
+                   q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache);
   }
 }
 

@@ -631,6 +631,8 @@ __global__ void __launch_bounds__(kHistThreads)
                        int32_t* __restrict__ out_ids, int32_t* __restrict__ record) {
   __shared__ bool last_s;
   __shared__ int first_bad_s;
+  gpu::allow_next_grid();
+  gpu::wait_for_prior_grid();  // the logits are the kernel before's
   const int row = blockIdx.y;
   const float* x = logits + static_cast<int64_t>(row) * vocab;
   const int begin = static_cast<int>(blockIdx.x) * kHistSlice;
@@ -673,8 +675,8 @@ void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record,
   if (logits.rows == 0) return;
   const int vocab = static_cast<int>(logits.cols);
   const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(logits.rows));
-  greedy_draw_kernel<<<grid, kHistThreads, 0, stream>>>(logits.as<const float>(), vocab,
-                                                         static_cast<int>(logits.rows), scratch, out_ids, record);
+  launch_chained(greedy_draw_kernel, grid, kHistThreads, 0, stream, logits.as<const float>(), vocab,
+                 static_cast<int>(logits.rows), scratch, out_ids, record);
   QWENRT_CUDA_LAUNCHED("sample (greedy)", "logits " + shape_string(logits));
 }
 
