@@ -280,7 +280,7 @@ class Backend {
   // launch latency between two short kernels is hidden). It pays where kernels are short
   // and costs where long matrix-vector products stream their weights (docs/PERFORMANCE.md);
   // the model sets it from its shape. A recorded step keeps the setting it was recorded
-  // with. Default: ignored.
+  // with. On the GPU one setting serves the whole process. Default: ignored.
   virtual void set_chained_launches(bool) {}
   virtual void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                                       const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,

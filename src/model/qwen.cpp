@@ -79,7 +79,7 @@ QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backen
                      const ForwardLimits& limits)
     : config_(config), weights_(std::move(weights)), backend_(backend), limits_(limits) {
   // Chained launches, measured on an H200 (decode at one sequence): hidden 896 / 1,024
-  // (Qwen2.5-0.5B, Qwen3-0.6B) +5.6% / +4.8%; hidden 1,536 to 4,096 (1.5B to 8B) -4% to -8%.
+  // (Qwen2.5-0.5B, Qwen3-0.6B) +5.4–5.6% / +4.8%; hidden 1,536 to 4,096 (1.5B to 8B) -4% to -8%.
   backend_.set_chained_launches(config_.hidden_size <= kChainedLaunchMaxHidden);
   const DType dtype = backend_.activation_dtype();
   kv_geometry_ = KvGeometry{limits.num_blocks + 1, limits.block_size, config.num_kv_heads, config.head_dim, dtype};

@@ -24,35 +24,6 @@ namespace qwenrt {
 namespace cuda {
 
 namespace {
-std::atomic<bool> chained_setting{false};
-}  // namespace
-
-void set_chained_launch_setting(bool on) { chained_setting.store(on, std::memory_order_relaxed); }
-
-bool chained_launches() {
-#if defined(QWENRT_GPU_HIP)
-  return false;
-#else
-  // -1: the backend's setting; 0 / 1: QWENRT_CHAINED_LAUNCHES.
-  static const int forced = [] {
-    const char* setting = std::getenv("QWENRT_CHAINED_LAUNCHES");
-    if (setting == nullptr) return -1;
-    return std::string(setting) == "0" ? 0 : 1;
-  }();
-  static const bool capable = [] {
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return major >= 9;
-  }();
-  if (!capable) return false;
-  return forced >= 0 ? forced == 1 : chained_setting.load(std::memory_order_relaxed);
-#endif
-}
-namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;     // Hopper's recommendation
 constexpr size_t kAttentionWorkspaceBytes = size_t{32} << 20;  // split-K partials
@@ -114,6 +85,41 @@ class DeviceGraph final : public RecordedOps {
 };
 
 }  // namespace
+
+namespace {
+std::atomic<bool> chained_setting{false};
+}  // namespace
+
+void set_chained_launch_setting(bool on) { chained_setting.store(on, std::memory_order_relaxed); }
+
+bool chained_launches() {
+#if defined(QWENRT_GPU_HIP)
+  return false;
+#else
+  // -1: the backend's setting; 0 / 1: QWENRT_CHAINED_LAUNCHES (other values are ignored).
+  static const int forced = [] {
+    const char* setting = std::getenv("QWENRT_CHAINED_LAUNCHES");
+    if (setting == nullptr) return -1;
+    const std::string value(setting);
+    return value == "0" ? 0 : value == "1" ? 1 : -1;
+  }();
+  // The device places chained kernels early (sm_90 and later), the driver records them into
+  // graphs (12.3 and later), and the kernels that run carry the wait (code built for sm_90
+  // or later: a build from older PTX, JIT-compiled for this device, has none).
+  static const bool capable = [] {
+    int device = 0, major = 0, driver = 0;
+    cudaFuncAttributes probe{};
+    const bool known = cudaGetDevice(&device) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                       cudaDriverGetVersion(&driver) == cudaSuccess &&
+                       cudaFuncGetAttributes(&probe, probe_kernel) == cudaSuccess;
+    if (!known) (void)cudaGetLastError();
+    return known && major >= 9 && driver >= 12030 && probe.ptxVersion >= 90;
+  }();
+  if (!capable) return false;
+  return forced >= 0 ? forced == 1 : chained_setting.load(std::memory_order_relaxed);
+#endif
+}
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* op,
                                    const std::string& detail) {
