@@ -94,8 +94,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red_max[kGroups][kMaxGroup];
   __shared__ float red_sum[kGroups][kMaxGroup];
   __shared__ float red_acc[kGroups][kMaxGroup][kHeadDim];
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();  // nothing to read before: q and the cache come from the kernels before
+  gpu::follow_prior_grid();  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -221,8 +220,7 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   __shared__ float weight_s[kMaxSplits];
   __shared__ float inv_sum_s;
   __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();
+  gpu::follow_prior_grid();
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int token = args.seq_starts[seq];
@@ -315,8 +313,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   constexpr int kVecsPerRow = kHeadDim / 8;
   extern __shared__ int4 smem_raw[];
   T* tiles = reinterpret_cast<T*>(smem_raw);
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();  // nothing to read before: q and the cache come from the kernels before
+  gpu::follow_prior_grid();  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;

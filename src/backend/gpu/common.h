@@ -35,7 +35,6 @@ using gpu::Stream;
 // later, and the backend's setting (set_chained_launches), which QWENRT_CHAINED_LAUNCHES=0
 // or =1 overrides for measurements. One process-wide setting: a process drives one device.
 bool chained_launches();
-void set_chained_launch_setting(bool on);
 
 // kernel<<<grid, block, shared, stream>>>(args...), chained to the kernel before it on the
 // stream where chained_launches() (the kernel then follows compat.h's rules for

@@ -130,6 +130,11 @@ __device__ __forceinline__ void allow_next_grid() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Both, for a kernel with nothing to read before the wait.
+__device__ __forceinline__ void follow_prior_grid() {
+  allow_next_grid();
+  wait_for_prior_grid();
+}
 
 // ---- 16-bit storage types ----
 #if defined(QWENRT_GPU_HIP)

@@ -17,8 +17,7 @@ using gpu::Vec16;
 template <typename T, bool kVector>
 __global__ void copy_rows_kernel(const T* __restrict__ src, int64_t src_rows, int64_t cols,
                                  const int32_t* __restrict__ index, T* __restrict__ dst) {
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();  // the ids (a draw's) and the rows may be the kernel before's
+  gpu::follow_prior_grid();  // the ids (a draw's) and the rows may be the kernel before's
   const int64_t row = blockIdx.x;
   const int64_t src_row = index[row];
   T* out = dst + row * cols;

@@ -22,7 +22,6 @@
 
 namespace qwenrt {
 namespace cuda {
-
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;     // Hopper's recommendation
@@ -84,13 +83,10 @@ class DeviceGraph final : public RecordedOps {
   cudaStream_t stream_;
 };
 
-}  // namespace
-
-namespace {
+// Backend::set_chained_launches, one for the process (read by chained_launches()).
 std::atomic<bool> chained_setting{false};
-}  // namespace
 
-void set_chained_launch_setting(bool on) { chained_setting.store(on, std::memory_order_relaxed); }
+}  // namespace
 
 bool chained_launches() {
 #if defined(QWENRT_GPU_HIP)
@@ -395,7 +391,7 @@ class CudaBackend final : public Backend {
   }
 
   bool fuses_qkv_epilogue() const override { return true; }
-  void set_chained_launches(bool on) override { set_chained_launch_setting(on); }
+  void set_chained_launches(bool on) override { chained_setting.store(on, std::memory_order_relaxed); }
 
   void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn, const QkvEpilogue& epilogue,
                               const Tensor& qkv, Tensor q_out, const KvGeometry& geometry, KvLayer cache) override {

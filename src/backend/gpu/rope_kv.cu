@@ -112,8 +112,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
                         const T* __restrict__ k_bias, const T* __restrict__ v_bias,
                         const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                         T* __restrict__ k_cache, T* __restrict__ v_cache) {
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();
+  gpu::follow_prior_grid();
   const int token = blockIdx.x;
   const int job = blockIdx.y * kWarpsPerBlock + threadIdx.x / gpu::kWarpSize;
   const int lane = threadIdx.x % gpu::kWarpSize;
@@ -195,8 +194,7 @@ __global__ void __launch_bounds__(kVecThreads)
                             const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                             T* __restrict__ k_cache, T* __restrict__ v_cache) {
   constexpr int kHalf = kGroup * kVecPairs;
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();
+  gpu::follow_prior_grid();
   const int token = blockIdx.x;
   const int job = blockIdx.y * (kVecThreads / kGroup) + threadIdx.x / kGroup;
   const int i0 = (threadIdx.x % kGroup) * kVecPairs;

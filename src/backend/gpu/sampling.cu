@@ -631,8 +631,7 @@ __global__ void __launch_bounds__(kHistThreads)
                        int32_t* __restrict__ out_ids, int32_t* __restrict__ record) {
   __shared__ bool last_s;
   __shared__ int first_bad_s;
-  gpu::allow_next_grid();
-  gpu::wait_for_prior_grid();  // the logits are the kernel before's
+  gpu::follow_prior_grid();  // the logits are the kernel before's
   const int row = blockIdx.y;
   const float* x = logits + static_cast<int64_t>(row) * vocab;
   const int begin = static_cast<int>(blockIdx.x) * kHistSlice;
