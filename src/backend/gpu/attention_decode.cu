@@ -282,14 +282,15 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
 // (launch_mma chooses): four warps two stages deep, and two warps three deep.
 constexpr int kMmaKeys = 64;  // keys a split is cut to at least (a tile of four warps)
 constexpr int kMmaRows = 16;  // the largest q-head group it takes
-// A few sequences are split into enough splits for kMmaWaves blocks a multiprocessor, but
-// no split walks more than kMmaFewMaxSplitKeys keys. One block a multiprocessor with four
-// or more tiles each beats two with two tiles each: the 7B after an 8,192-token prompt (a
-// step recorded for 16,384 keys: 33 splits instead of 64) 250.3 -> 255.1 tok/s, after 512
-// and 32,768 unchanged (16 and 64 splits either way); 128 splits were slower still (224 vs
-// 238 tok/s at 8,192: a split of one tile does not hide its latency). The cap keeps 64
-// splits at 32,768 keys, where 33 cost 1.5% (225.99 -> 222.72 tok/s).
-constexpr int kMmaWaves = 1;
+// A few sequences are cut into enough splits for kMmaSplitBlocksPerSm blocks a
+// multiprocessor (fewer than the kMmaBlocksPerSm that fit), but no split walks more than
+// kMmaFewMaxSplitKeys keys. One block a multiprocessor with four or more tiles each beats
+// two with two tiles each: the 7B after an 8,192-token prompt (a step recorded for 16,384
+// keys: 33 splits instead of 64) 250.3 -> 255.1 tok/s, after 512 and 32,768 unchanged (16
+// and 64 splits either way); 128 splits were slower still (224 vs 238 tok/s at 8,192: a
+// split of one tile does not hide its latency). The cap keeps 64 splits at 32,768 keys,
+// where 33 cost 1.5% (225.99 -> 222.72 tok/s).
+constexpr int kMmaSplitBlocksPerSm = 1;
 constexpr int kMmaFewMaxSplitKeys = 512;
 constexpr int kMmaMaxSplitKeys = 2048;  // any batch
 
@@ -591,8 +592,8 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
   // Enough blocks to fill the device (long contexts need many loads in flight), each split
   // reading at least a minimum of keys. The tensor-core kernel splits no further once a
   // block per (sequence, kv head) fills the device, except that no split walks more than
-  // kMmaMaxSplitKeys (kMmaFewMaxSplitKeys while it does not): one block going through a long
-  // context alone would set the step's time.
+  // kMmaMaxSplitKeys, or kMmaFewMaxSplitKeys while those blocks leave multiprocessors idle:
+  // one block going through a long context alone would set the step's time.
   const int base_blocks = batch.n_seqs * attn.n_kv_heads;
   const int context = batch.max_context_len;
   int n_splits;
@@ -600,7 +601,7 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
     n_splits = static_cast<int>(ceil_div(context, kMmaMaxSplitKeys));
     if (base_blocks < multiprocessors) {
       n_splits = std::max({n_splits, static_cast<int>(ceil_div(context, kMmaFewMaxSplitKeys)),
-                           std::min(static_cast<int>(ceil_div(kMmaWaves * multiprocessors, base_blocks)),
+                           std::min(static_cast<int>(ceil_div(kMmaSplitBlocksPerSm * multiprocessors, base_blocks)),
                                     static_cast<int>(ceil_div(context, kMmaKeys)))});
     }
   } else {
