@@ -42,6 +42,9 @@ struct Tensor {
   }
 };
 
+// Chained kernel launches (Backend::set_chained_launches).
+enum class ChainedLaunches { kOff, kDeep, kShallow };
+
 // A ragged batch: each sequence contributes its new tokens (a prompt chunk or one decode
 // token). Arrays are in backend memory; the scalars are known on the host so kernels can
 // be configured without reading device memory.
@@ -275,13 +278,16 @@ class Backend {
   // to q_out [n_tokens, n_heads·head_dim]; k and v go to the cache only. Backends without
   // it say so in fuses_qkv_epilogue(), which callers ask before making the fused product.
   virtual bool fuses_qkv_epilogue() const;
-  // Whether the kernels launched from now on may each start while the one before it ends
-  // (GPUs that can: the next kernel's blocks are placed and wait on the device, so the
-  // launch latency between two short kernels is hidden). It pays where kernels are short
-  // and costs where long matrix-vector products stream their weights (docs/PERFORMANCE.md);
-  // the model sets it from its shape. A recorded step keeps the setting it was recorded
-  // with. On the GPU one setting serves the whole process. Default: ignored.
-  virtual void set_chained_launches(bool) {}
+  // Whether and how the kernels launched from now on may each start while the one before
+  // it ends (GPUs that can: the next kernel's blocks are placed and wait on the device, so
+  // the launch latency between two kernels is hidden). kDeep: each kernel lets the next one
+  // be placed first thing, so a chain of short kernels is placed several ahead; kShallow:
+  // only once it has passed its own wait (a long product: once it has read its weights),
+  // so no kernel takes the slots of a longer one still to come. Which pays depends on the
+  // model's shape (docs/PERFORMANCE.md); the model sets it. A recorded step keeps the
+  // setting it was recorded with. On the GPU one setting serves the whole process.
+  // Default: ignored.
+  virtual void set_chained_launches(ChainedLaunches) {}
   virtual void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn,
                                       const QkvEpilogue& epilogue, const Tensor& qkv, Tensor q_out,
                                       const KvGeometry& geometry, KvLayer cache);

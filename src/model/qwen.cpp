@@ -10,9 +10,17 @@ namespace {
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The widest hidden size whose kernels are short enough for chained launches to pay
-// (Backend::set_chained_launches).
-constexpr int kChainedLaunchMaxHidden = 1024;
+// How the model's kernels are chained (Backend::set_chained_launches), from decode at one
+// sequence on an H200, chained against not (docs/PERFORMANCE.md): below hidden 1,024 every
+// kernel is short and deep chains pay (the 0.5B +6%, shallow +1.7%); from Qwen3-0.6B to
+// the 32B shallow ones (+0.7% to +12%, deep -3% to -9%) except at the 7B's shape (hidden
+// 3,584: -0.2% to -0.6% after a 512-token prompt, -1.4% after 8,192, one in three machines
+// +0.8%), which keeps them off.
+ChainedLaunches chained_launches_for(const ModelConfig& config) {
+  if (config.hidden_size < 1024) return ChainedLaunches::kDeep;
+  if (config.hidden_size == 3584) return ChainedLaunches::kOff;
+  return ChainedLaunches::kShallow;
+}
 
 // The matrices as one [Σ rows, cols] matrix when each starts where the one before ends.
 Tensor concatenated(std::initializer_list<const Tensor*> parts) {
@@ -78,9 +86,7 @@ size_t QwenModel::workspace_bytes(const ModelConfig& config, DType dtype, const 
 QwenModel::QwenModel(const ModelConfig& config, Weights weights, Backend& backend,
                      const ForwardLimits& limits)
     : config_(config), weights_(std::move(weights)), backend_(backend), limits_(limits) {
-  // Chained launches, measured on an H200 (decode at one sequence): hidden 896 / 1,024
-  // (Qwen2.5-0.5B, Qwen3-0.6B) +5.4–5.6% / +4.8%; hidden 1,536 to 4,096 (1.5B to 8B) -4% to -8%.
-  backend_.set_chained_launches(config_.hidden_size <= kChainedLaunchMaxHidden);
+  backend_.set_chained_launches(chained_launches_for(config_));
   const DType dtype = backend_.activation_dtype();
   kv_geometry_ = KvGeometry{limits.num_blocks + 1, limits.block_size, config.num_kv_heads, config.head_dim, dtype};
   scratch_block_ = limits.num_blocks;

@@ -146,11 +146,13 @@ TEST_P(CudaModel, RecordedDecodeMatchesDirectLaunches) {
 }
 
 // Chained launches (each kernel may start while the one before it ends) change when a
-// kernel starts, never what it computes. The small models they are on for, cut to three
-// layers (random weights): head sizes 64 and 128 take the tensor-core decode attention, its
-// combine and the vector epilogue, and the wide products the four-feature blocks. The same
-// tokens with the setting on and off, op by op (the setting is read at every launch), and
-// from recorded steps (recorded with the model's setting, on for these shapes).
+// kernel starts, never what it computes. Two small models cut to three layers (random
+// weights): head sizes 64 and 128 take the tensor-core decode attention, its combine and the
+// vector epilogue, and the wide products the four-feature blocks; the shallow form lets the
+// next kernel start after the wait, and after the stream in the products of 8 MiB or more
+// (gate|up, lm_head). The same tokens with deep, shallow and no chains, op by op (the
+// setting is read at every launch), and from recorded steps (recorded with the model's
+// setting: deep for the 0.5B, shallow for Qwen3-0.6B).
 TEST(CudaChainedLaunches, ChangeNoTokenAtTheSmallModelsShapes) {
   QWENRT_REQUIRE_GPU();
   if (std::getenv("QWENRT_CHAINED_LAUNCHES") != nullptr) {
@@ -176,12 +178,15 @@ TEST(CudaChainedLaunches, ChangeNoTokenAtTheSmallModelsShapes) {
     gen.stop_at_eos = false;
     options.record_decode = false;
     Engine engine(config, options, 11);
-    engine.backend().set_chained_launches(true);
-    const std::vector<int32_t> chained = engine.generate(prompt, gen).ids;
-    engine.backend().set_chained_launches(false);
+    engine.backend().set_chained_launches(ChainedLaunches::kDeep);
+    const std::vector<int32_t> deep = engine.generate(prompt, gen).ids;
+    engine.backend().set_chained_launches(ChainedLaunches::kShallow);
+    const std::vector<int32_t> shallow = engine.generate(prompt, gen).ids;
+    engine.backend().set_chained_launches(ChainedLaunches::kOff);
     const std::vector<int32_t> plain = engine.generate(prompt, gen).ids;
     ASSERT_EQ(plain.size(), 40u);
-    EXPECT_EQ(chained, plain);
+    EXPECT_EQ(deep, plain) << "deep chains";
+    EXPECT_EQ(shallow, plain) << "shallow chains";
     options.record_decode = true;
     Engine recording(config, options, 11);
     EXPECT_EQ(recording.generate(prompt, gen).ids, plain) << "recorded steps";

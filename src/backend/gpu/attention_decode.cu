@@ -85,7 +85,7 @@ template <typename T, int kHeadDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(DecodeArgs args, const T* __restrict__ q,
                             const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                            T* __restrict__ out) {
+                            T* __restrict__ out, gpu::NextGrid next) {
   constexpr int kChunk = 16 / sizeof(T);
   constexpr int kLanesPerKey = kHeadDim / kChunk;
   static_assert(kLanesPerKey <= gpu::kWarpSize, "one key must fit in a warp");
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red_max[kGroups][kMaxGroup];
   __shared__ float red_sum[kGroups][kMaxGroup];
   __shared__ float red_acc[kGroups][kMaxGroup][kHeadDim];
-  gpu::follow_prior_grid();  // nothing to read before: q and the cache come from the kernels before
+  gpu::follow_prior_grid(next);  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -216,11 +216,11 @@ __global__ void __launch_bounds__(kThreads)
 // weights are computed once per (sequence, head) in shared memory, so the per-dim loop has
 // only independent loads.
 template <typename T>
-__global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __restrict__ out) {
+__global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __restrict__ out, gpu::NextGrid next) {
   __shared__ float weight_s[kMaxSplits];
   __shared__ float inv_sum_s;
   __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
-  gpu::follow_prior_grid();
+  gpu::follow_prior_grid(next);
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int token = args.seq_starts[seq];
@@ -310,7 +310,7 @@ constexpr size_t decode_mma_smem_bytes() {
 template <typename T, int kHeadDim, int kMmaWarps, int kStages>
 __global__ void __launch_bounds__(kMmaWarps * 32)
     attention_decode_mma_kernel(DecodeArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
-                                const T* __restrict__ v_cache, T* __restrict__ out) {
+                                const T* __restrict__ v_cache, T* __restrict__ out, gpu::NextGrid next) {
   constexpr int kBlockThreads = kMmaWarps * 32;
   constexpr int kTileKeys = kMmaWarps * 16;  // 16 keys a warp
   constexpr int kStride = mma::smem_stride<kHeadDim>();
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   constexpr int kVecsPerRow = kHeadDim / 8;
   extern __shared__ int4 smem_raw[];
   T* tiles = reinterpret_cast<T*>(smem_raw);
-  gpu::follow_prior_grid();  // nothing to read before: q and the cache come from the kernels before
+  gpu::follow_prior_grid(next);  // nothing to read before: q and the cache come from the kernels before
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -505,7 +505,8 @@ template <typename T>
 void launch_combine(const BatchView& batch, const DecodeArgs& args, int head_dim, Tensor out, Stream stream) {
   if (args.n_splits <= 1) return;
   const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-  launch_chained(attention_combine_kernel<T>, combine_grid, kCombineThreads, 0, stream, args, head_dim, out.as<T>());
+  launch_chained(attention_combine_kernel<T>, combine_grid, kCombineThreads, 0, stream, args, head_dim, out.as<T>(),
+                 next_grid_point());
 }
 
 dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
@@ -517,7 +518,8 @@ template <typename T, int kHeadDim, int kMaxGroup>
 void launch_typed(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache,
                   Tensor out, Stream stream) {
   launch_chained(attention_decode_kernel<T, kHeadDim, kMaxGroup>, decode_grid(batch, args), kThreads, 0, stream, args,
-                 q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>());
+                 q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>(),
+                 next_grid_point());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 
@@ -550,7 +552,7 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
   (void)raised;
   launch_chained(attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>, decode_grid(batch, args),
                  kMmaWarps * 32, kSmem, stream, args, q.as<const T>(), static_cast<const T*>(cache.k),
-                 static_cast<const T*>(cache.v), out.as<T>());
+                 static_cast<const T*>(cache.v), out.as<T>(), next_grid_point());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 

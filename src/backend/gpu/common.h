@@ -32,9 +32,18 @@ using gpu::Stream;
 #define QWENRT_CUDA_LAUNCHED(op, detail) QWENRT_CUDA_CALL(cudaGetLastError(), (op), (detail))
 
 // Whether launch_chained makes chained launches: a device of compute capability 9.0 or
-// later, and the backend's setting (set_chained_launches), which QWENRT_CHAINED_LAUNCHES=0
-// or =1 overrides for measurements. One process-wide setting: a process drives one device.
+// later, and the backend's setting (set_chained_launches), which QWENRT_CHAINED_LAUNCHES
+// (off, deep or shallow) overrides for measurements. One process-wide setting: a process
+// drives one device.
 bool chained_launches();
+
+// Where the kernel about to be launched lets the next chained one be placed (compat.h's
+// NextGrid), from the setting: kDeep: first thing; kShallow: once past its own wait. A
+// matrix-vector product streaming `weight_bytes` takes next_grid_point_for_product: under
+// kShallow, first thing below 8 MiB of weights (a short product), else once its weights
+// are read. Measured on an H200, docs/PERFORMANCE.md.
+gpu::NextGrid next_grid_point();
+gpu::NextGrid next_grid_point_for_product(size_t weight_bytes);
 
 // kernel<<<grid, block, shared, stream>>>(args...), chained to the kernel before it on the
 // stream where chained_launches() (the kernel then follows compat.h's rules for

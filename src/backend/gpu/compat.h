@@ -116,24 +116,43 @@ static_assert(kWarpSize == 64, "gfx9 (GCN, CDNA) runs wave64 only");
 // the stream still runs: its blocks take the slots that kernel leaves free. It must call
 // wait_for_prior_grid() before it reads anything a kernel before it wrote and before it
 // writes anything; until then it may only read what no kernel writes (weights: RMSNorm
-// loads its weights first). allow_next_grid() lets the next chained kernel start once every
-// block of this one has called it (the kernels call it first thing). Both are no-ops
-// without a chained launch, before sm_90 and on HIP. Every kernel launched chained waits
-// before its first dependent access, so the order of the stream is kept transitively.
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_next_grid() {
+// loads its weights first). Every kernel launched chained waits before its first dependent
+// access, so the order of the stream is kept transitively.
+//
+// The next chained kernel is placed once every block of this one has let it (or ended).
+// Where that happens is the launch's NextGrid (common.h's next_grid_point picks it):
+//  - kAtStart: first thing, so a chain of short kernels is placed several kernels ahead
+//    (what pays where every kernel is short: the 0.5B);
+//  - kAfterWait: once the block has passed its own wait, so at most one kernel waits
+//    beside the one that runs and none takes the slots of a longer one still to come;
+//  - kAfterStream: (matrix-vector products) once the block has read its weights, so the
+//    next kernel is placed while the product's sums are reduced and stored.
+// The calls are no-ops without a chained launch, before sm_90 and on HIP.
+enum class NextGrid : int { kAtStart = 0, kAfterWait = 1, kAfterStream = 2 };
+
+__device__ __forceinline__ void let_next_grid_start() {
 #if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// First thing in a chained kernel.
+__device__ __forceinline__ void allow_next_grid(NextGrid next) {
+  if (next == NextGrid::kAtStart) let_next_grid_start();
+}
+__device__ __forceinline__ void wait_for_prior_grid(NextGrid next) {
+#if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  if (next == NextGrid::kAfterWait) let_next_grid_start();
+}
+// A product's blocks, once their weights are read.
+__device__ __forceinline__ void allow_next_grid_after_stream(NextGrid next) {
+  if (next == NextGrid::kAfterStream) let_next_grid_start();
+}
 // Both, for a kernel with nothing to read before the wait.
-__device__ __forceinline__ void follow_prior_grid() {
-  allow_next_grid();
-  wait_for_prior_grid();
+__device__ __forceinline__ void follow_prior_grid(NextGrid next) {
+  allow_next_grid(next);
+  wait_for_prior_grid(next);
 }
 
 // ---- 16-bit storage types ----

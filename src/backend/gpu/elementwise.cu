@@ -16,8 +16,8 @@ using gpu::Vec16;
 // foreign memory.
 template <typename T, bool kVector>
 __global__ void copy_rows_kernel(const T* __restrict__ src, int64_t src_rows, int64_t cols,
-                                 const int32_t* __restrict__ index, T* __restrict__ dst) {
-  gpu::follow_prior_grid();  // the ids (a draw's) and the rows may be the kernel before's
+                                 const int32_t* __restrict__ index, T* __restrict__ dst, gpu::NextGrid next) {
+  gpu::follow_prior_grid(next);  // the ids (a draw's) and the rows may be the kernel before's
   const int64_t row = blockIdx.x;
   const int64_t src_row = index[row];
   T* out = dst + row * cols;
@@ -46,10 +46,10 @@ void copy_rows(const Tensor& src, const int32_t* index, Tensor dst, Stream strea
   const int threads = 256;
   if (vector) {
     launch_chained(copy_rows_kernel<T, true>, static_cast<unsigned>(dst.rows), threads, 0, stream, src.as<const T>(),
-                   src.rows, dst.cols, index, dst.as<T>());
+                   src.rows, dst.cols, index, dst.as<T>(), next_grid_point());
   } else {
     launch_chained(copy_rows_kernel<T, false>, static_cast<unsigned>(dst.rows), threads, 0, stream, src.as<const T>(),
-                   src.rows, dst.cols, index, dst.as<T>());
+                   src.rows, dst.cols, index, dst.as<T>(), next_grid_point());
   }
   QWENRT_CUDA_LAUNCHED(op, shape_string(src) + " -> " + shape_string(dst));
 }

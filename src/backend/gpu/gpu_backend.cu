@@ -83,21 +83,23 @@ class DeviceGraph final : public RecordedOps {
   cudaStream_t stream_;
 };
 
-// Backend::set_chained_launches, one for the process (read by chained_launches()).
-std::atomic<bool> chained_setting{false};
+// Backend::set_chained_launches, one for the process (read by chained_mode()).
+std::atomic<ChainedLaunches> chained_setting{ChainedLaunches::kOff};
 
-}  // namespace
-
-bool chained_launches() {
+// The setting in force: QWENRT_CHAINED_LAUNCHES (off or 0, deep, shallow; other values are
+// ignored) over the backend's, and off where the device, driver or build cannot chain.
+ChainedLaunches chained_mode() {
 #if defined(QWENRT_GPU_HIP)
-  return false;
+  return ChainedLaunches::kOff;
 #else
-  // -1: the backend's setting; 0 / 1: QWENRT_CHAINED_LAUNCHES (other values are ignored).
   static const int forced = [] {
     const char* setting = std::getenv("QWENRT_CHAINED_LAUNCHES");
     if (setting == nullptr) return -1;
     const std::string value(setting);
-    return value == "0" ? 0 : value == "1" ? 1 : -1;
+    if (value == "0" || value == "off") return static_cast<int>(ChainedLaunches::kOff);
+    if (value == "deep") return static_cast<int>(ChainedLaunches::kDeep);
+    if (value == "shallow") return static_cast<int>(ChainedLaunches::kShallow);
+    return -1;
   }();
   // The device places chained kernels early (sm_90 and later), the driver records them into
   // graphs (12.3 and later), and the kernels that run carry the wait (code built for sm_90
@@ -112,9 +114,24 @@ bool chained_launches() {
     if (!known) (void)cudaGetLastError();
     return known && major >= 9 && driver >= 12030 && probe.ptxVersion >= 90;
   }();
-  if (!capable) return false;
-  return forced >= 0 ? forced == 1 : chained_setting.load(std::memory_order_relaxed);
+  if (!capable) return ChainedLaunches::kOff;
+  return forced >= 0 ? static_cast<ChainedLaunches>(forced) : chained_setting.load(std::memory_order_relaxed);
 #endif
+}
+
+}  // namespace
+
+bool chained_launches() { return chained_mode() != ChainedLaunches::kOff; }
+
+gpu::NextGrid next_grid_point() {
+  return chained_mode() == ChainedLaunches::kShallow ? gpu::NextGrid::kAfterWait : gpu::NextGrid::kAtStart;
+}
+
+gpu::NextGrid next_grid_point_for_product(size_t weight_bytes) {
+  constexpr size_t kShortProductBytes = size_t{8} << 20;
+  return chained_mode() == ChainedLaunches::kShallow && weight_bytes >= kShortProductBytes
+             ? gpu::NextGrid::kAfterStream
+             : gpu::NextGrid::kAtStart;
 }
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* op,
@@ -391,7 +408,9 @@ class CudaBackend final : public Backend {
   }
 
   bool fuses_qkv_epilogue() const override { return true; }
-  void set_chained_launches(bool on) override { chained_setting.store(on, std::memory_order_relaxed); }
+  void set_chained_launches(ChainedLaunches mode) override {
+    chained_setting.store(mode, std::memory_order_relaxed);
+  }
 
   void qkv_fused_rope_kvwrite(const BatchView& batch, const AttentionParams& attn, const QkvEpilogue& epilogue,
                               const Tensor& qkv, Tensor q_out, const KvGeometry& geometry, KvLayer cache) override {

@@ -37,11 +37,12 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
 
 // The block's dot products x[r] · w[w_row[f]] for its rows and features: each warp's sums
 // land in partial[warp][r][f] (block_sum adds them up once the barrier at the end is passed).
-// Waits for the kernel before (wait_for_prior_grid) first.
+// Waits for the kernel before (wait_for_prior_grid) first; lets the next one start where
+// `next` says.
 template <typename T, int kRows, int kFeatures>
 __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __restrict__ w,
                                            const int64_t (&w_row)[kFeatures], int n_rows, int vectors,
-                                           float (&partial)[kWarps][kRows][kFeatures]) {
+                                           float (&partial)[kWarps][kRows][kFeatures], gpu::NextGrid next) {
   const int4* x4 = reinterpret_cast<const int4*>(x);
   const int4* w4 = reinterpret_cast<const int4*>(w);
   float acc[kRows][kFeatures];
@@ -51,7 +52,7 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
     for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.f;
 
   // A chained launch may start while the kernel before it, which writes x, still runs.
-  gpu::wait_for_prior_grid();
+  gpu::wait_for_prior_grid(next);
 
   int v = threadIdx.x;
   for (; v + (kUnroll - 1) * kThreads < vectors; v += kUnroll * kThreads) {
@@ -86,6 +87,7 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
     }
   }
 
+  gpu::allow_next_grid_after_stream(next);
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
 #pragma unroll
@@ -112,11 +114,11 @@ __device__ __forceinline__ float block_sum(const float (&partial)[kWarps][kRows]
 template <typename T, typename Out, int kRows, int kFeatures, bool kGated = false>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Out* __restrict__ out, int n_rows,
-                int k, int m) {
+                int k, int m, gpu::NextGrid next) {
   static_assert(!kGated || kFeatures % 2 == 0, "a gated block pairs gate and up rows");
   constexpr int kOutputs = kGated ? kFeatures / 2 : kFeatures;
   __shared__ float partial[kWarps][kRows][kFeatures];
-  gpu::allow_next_grid();
+  gpu::allow_next_grid(next);
   const int feature0 = blockIdx.x * kOutputs;
   const int vectors = k / 8;  // 16-byte vectors per row
   // Rows of w past m are clamped to the last one (their sums are dropped at the end).
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kThreads)
     const int j = f % kOutputs;
     w_row[f] = static_cast<int64_t>((f < kOutputs ? 0 : m) + min(feature0 + j, m - 1)) * vectors;
   }
-  block_dots<T, kRows, kFeatures>(x, w, w_row, n_rows, vectors, partial);
+  block_dots<T, kRows, kFeatures>(x, w, w_row, n_rows, vectors, partial, next);
 
   if constexpr (kGated) {
     if (threadIdx.x < kRows * kOutputs) {
@@ -172,9 +174,10 @@ template <typename T, int kRows>
 __global__ void __launch_bounds__(kThreads)
     gemv_qkv_rope_kernel(const T* __restrict__ x, const T* __restrict__ w, int n_rows, int k, QkvRopeArgs args,
                          const T* __restrict__ q_bias, const T* __restrict__ k_bias, const T* __restrict__ v_bias,
-                         T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache) {
+                         T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache,
+                         gpu::NextGrid next) {
   __shared__ float partial[kWarps][kRows][2];
-  gpu::allow_next_grid();
+  gpu::allow_next_grid(next);
   const int d = args.head_dim;
   const int half = d / 2;
   const int job = blockIdx.x / half;
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
   const int vectors = k / 8;
   const int64_t f0 = static_cast<int64_t>(job) * d + i;
   const int64_t w_row[2] = {f0 * vectors, (f0 + half) * vectors};
-  block_dots<T, kRows, 2>(x, w, w_row, n_rows, vectors, partial);
+  block_dots<T, kRows, 2>(x, w, w_row, n_rows, vectors, partial, next);
   if (static_cast<int>(threadIdx.x) >= n_rows) return;  // n_rows ≤ kRows ≤ kThreads
 
   const int r = threadIdx.x;  // the row is the batch's token r
@@ -234,6 +237,7 @@ template <typename T, typename Out, int kRows>
 void launch_rows(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int m = static_cast<int>(w.rows);
   const int k = static_cast<int>(w.cols);
+  const gpu::NextGrid next = next_grid_point_for_product(w.bytes());
   // Two features per block keep more weight bytes in flight per x vector; narrow outputs
   // (k/v projections) take one so that enough blocks fill the chip. One row takes four
   // where its blocks fit in one wave (the 7B's o and down: 896 blocks, 8 a multiprocessor)
@@ -246,17 +250,17 @@ void launch_rows(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
     const int wave = resident_blocks<wide>();
     if (m >= 2048 && wave > 0 && (blocks <= wave || blocks >= 8 * wave)) {
       launch_chained(wide, blocks, kThreads, 0, stream, x.as<const T>(), w.as<const T>(), out.as<Out>(),
-                     static_cast<int>(x.rows), k, m);
+                     static_cast<int>(x.rows), k, m, next);
       return;
     }
   }
   if (m >= 2048) {
     constexpr int kFeatures = 2;
     launch_chained(gemv_kernel<T, Out, kRows, kFeatures>, ceil_div(m, kFeatures), kThreads, 0, stream,
-                   x.as<const T>(), w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
+                   x.as<const T>(), w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m, next);
   } else {
     launch_chained(gemv_kernel<T, Out, kRows, 1>, static_cast<unsigned>(m), kThreads, 0, stream, x.as<const T>(),
-                   w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m);
+                   w.as<const T>(), out.as<Out>(), static_cast<int>(x.rows), k, m, next);
   }
 }
 
@@ -276,14 +280,15 @@ void launch_gated(const Tensor& x, const Tensor& gate_up, Tensor out, Stream str
   const int m = static_cast<int>(out.cols);
   const int k = static_cast<int>(x.cols);
   const int rows = static_cast<int>(x.rows);
+  const gpu::NextGrid next = next_grid_point_for_product(gate_up.bytes());
   if (rows == 1) {
     // Two outputs (two gate and two up rows) a block: 0.5B 1,423 → 1,482 tok/s, the 7B
     // within its spread (262.2 / 263.9 → 262.4 / 262.8).
     launch_chained(gemv_kernel<T, T, 1, 4, true>, ceil_div(m, 2), kThreads, 0, stream, x.as<const T>(),
-                   gate_up.as<const T>(), out.as<T>(), rows, k, m);
+                   gate_up.as<const T>(), out.as<T>(), rows, k, m, next);
   } else {
     launch_chained(gemv_kernel<T, T, kMaxGemvRows, 2, true>, static_cast<unsigned>(m), kThreads, 0, stream,
-                   x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m);
+                   x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m, next);
   }
 }
 
@@ -335,7 +340,7 @@ bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const Batc
       launch_chained(kernel, blocks, kThreads, 0, stream, x.as<const T>(), qkv.as<const T>(), rows, k, args,
                      static_cast<const T*>(epilogue.q_bias.data), static_cast<const T*>(epilogue.k_bias.data),
                      static_cast<const T*>(epilogue.v_bias.data), q_out.as<T>(), static_cast<T*>(cache.k),
-                     static_cast<T*>(cache.v));
+                     static_cast<T*>(cache.v), next_grid_point_for_product(qkv.bytes()));
     };
     if (rows == 1) {
       launch(gemv_qkv_rope_kernel<T, 1>);

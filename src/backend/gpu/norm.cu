@@ -65,9 +65,9 @@ __device__ __forceinline__ Chunk<T, kVec> normalise(const Chunk<T, kVec>& value,
 template <typename T, int kVec, bool kAdd, int kCached>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ weight,
-                   T* __restrict__ out, int cols, float eps) {
+                   T* __restrict__ out, int cols, float eps, gpu::NextGrid next) {
   __shared__ float scratch[kNormThreads / gpu::kWarpSize];
-  gpu::allow_next_grid();
+  gpu::allow_next_grid(next);
   const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * cols;
   T* row = x + row_offset;
   const int chunks = cols / kVec;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kNormThreads)
       const int c = threadIdx.x + i * kNormThreads;
       if (c < chunks) w[i] = load_chunk<T, kVec>(weight + c * kVec);
     }
-    gpu::wait_for_prior_grid();  // the weights are on their way; the row is the kernel before's
+    gpu::wait_for_prior_grid(next);  // the weights are on their way; the row is the kernel before's
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
       const int c = threadIdx.x + i * kNormThreads;
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kNormThreads)
       if (c < chunks) store_chunk<T, kVec>(out + row_offset + c * kVec, normalise<T, kVec>(value[i], w[i], inv_rms));
     }
   } else {
-    gpu::wait_for_prior_grid();
+    gpu::wait_for_prior_grid(next);
     for (int c = threadIdx.x; c < chunks; c += kNormThreads) read(c, sum_sq);
     const float inv_rms = rsqrtf(gpu::block_sum(sum_sq, scratch) / static_cast<float>(cols) + eps);
     // Each thread re-reads only the chunks it wrote itself, so no barrier is needed.
@@ -130,7 +130,8 @@ void launch_vec(T* x, const T* delta, const T* weight, T* out, int64_t rows, int
   const auto grid = static_cast<unsigned>(rows);
   const int64_t per_thread = ceil_div(cols / kVec, kNormThreads);
   const auto go = [&](auto kernel) {
-    launch_chained(kernel, grid, kNormThreads, 0, stream, x, delta, weight, out, static_cast<int>(cols), eps);
+    launch_chained(kernel, grid, kNormThreads, 0, stream, x, delta, weight, out, static_cast<int>(cols), eps,
+                   next_grid_point());
   };
   if (per_thread <= 1) {
     go(rmsnorm_kernel<T, kVec, kAdd, 1>);

@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * gpu::kWarpSize)
     qkv_epilogue_kernel(EpilogueArgs args, QkvRows<T> rows, const T* __restrict__ q_bias,
                         const T* __restrict__ k_bias, const T* __restrict__ v_bias,
                         const T* __restrict__ q_norm, const T* __restrict__ k_norm,
-                        T* __restrict__ k_cache, T* __restrict__ v_cache) {
-  gpu::follow_prior_grid();
+                        T* __restrict__ k_cache, T* __restrict__ v_cache, gpu::NextGrid next) {
+  gpu::follow_prior_grid(next);
   const int token = blockIdx.x;
   const int job = blockIdx.y * kWarpsPerBlock + threadIdx.x / gpu::kWarpSize;
   const int lane = threadIdx.x % gpu::kWarpSize;
@@ -192,9 +192,9 @@ __global__ void __launch_bounds__(kVecThreads)
     qkv_epilogue_vec_kernel(EpilogueArgs args, QkvRows<T> rows, const T* __restrict__ q_bias,
                             const T* __restrict__ k_bias, const T* __restrict__ v_bias,
                             const T* __restrict__ q_norm, const T* __restrict__ k_norm,
-                            T* __restrict__ k_cache, T* __restrict__ v_cache) {
+                            T* __restrict__ k_cache, T* __restrict__ v_cache, gpu::NextGrid next) {
   constexpr int kHalf = kGroup * kVecPairs;
-  gpu::follow_prior_grid();
+  gpu::follow_prior_grid(next);
   const int token = blockIdx.x;
   const int job = blockIdx.y * (kVecThreads / kGroup) + threadIdx.x / kGroup;
   const int i0 = (threadIdx.x % kGroup) * kVecPairs;
@@ -295,7 +295,7 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
     constexpr int kGroup = decltype(group)::value;
     const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kVecThreads / kGroup));
     launch_chained(qkv_epilogue_vec_kernel<T, kGroup>, grid, kVecThreads, 0, stream, args, rows, q_bias, k_bias,
-                   v_bias, q_norm, k_norm, k_cache, v_cache);
+                   v_bias, q_norm, k_norm, k_cache, v_cache, next_grid_point());
   };
   const int d = attn.head_dim;
   if (vector && d == 2 * kVecPairs * 16) {
@@ -307,7 +307,7 @@ void launch_rows(const BatchView& batch, const AttentionParams& attn, const QkvE
   } else {
     const dim3 grid(static_cast<unsigned>(batch.n_tokens), ceil_div(jobs, kWarpsPerBlock));
     launch_chained(qkv_epilogue_kernel<T>, grid, kWarpsPerBlock * gpu::launch_warp_size(), 0, stream, args, rows,
-                   q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache);
+                   q_bias, k_bias, v_bias, q_norm, k_norm, k_cache, v_cache, next_grid_point());
   }
 }
 

@@ -628,10 +628,10 @@ __global__ void __launch_bounds__(kSampleThreads)
 // ids), leaving the scratch and the counter zero for the next draw.
 __global__ void __launch_bounds__(kHistThreads)
     greedy_draw_kernel(const float* __restrict__ logits, int vocab, int rows, GreedyScratch* __restrict__ scratch,
-                       int32_t* __restrict__ out_ids, int32_t* __restrict__ record) {
+                       int32_t* __restrict__ out_ids, int32_t* __restrict__ record, gpu::NextGrid next) {
   __shared__ bool last_s;
   __shared__ int first_bad_s;
-  gpu::follow_prior_grid();  // the logits are the kernel before's
+  gpu::follow_prior_grid(next);  // the logits are the kernel before's
   const int row = blockIdx.y;
   const float* x = logits + static_cast<int64_t>(row) * vocab;
   const int begin = static_cast<int>(blockIdx.x) * kHistSlice;
@@ -675,7 +675,7 @@ void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record,
   const int vocab = static_cast<int>(logits.cols);
   const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(logits.rows));
   launch_chained(greedy_draw_kernel, grid, kHistThreads, 0, stream, logits.as<const float>(), vocab,
-                 static_cast<int>(logits.rows), scratch, out_ids, record);
+                 static_cast<int>(logits.rows), scratch, out_ids, record, next_grid_point());
   QWENRT_CUDA_LAUNCHED("sample (greedy)", "logits " + shape_string(logits));
 }
 
