@@ -220,11 +220,14 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   __shared__ float weight_s[kMaxSplits];
   __shared__ float inv_sum_s;
   __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
-  gpu::follow_prior_grid(next);
+  gpu::allow_next_grid(next);
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
+  // The batch arrays before the wait (no kernel writes them, compat.h); the partials after.
   const int token = args.seq_starts[seq];
-  if (args.seq_starts[seq + 1] <= token) return;
+  const bool has_token = args.seq_starts[seq + 1] > token;
+  gpu::wait_for_prior_grid(next);
+  if (!has_token) return;
   const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
   if (threadIdx.x < gpu::kWarpSize) {
     // One warp: kMaxSplits partials, kPerLane per lane (two on NVIDIA).
@@ -319,13 +322,25 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   constexpr int kVecsPerRow = kHeadDim / 8;
   extern __shared__ int4 smem_raw[];
   T* tiles = reinterpret_cast<T*>(smem_raw);
-  gpu::follow_prior_grid(next);  // nothing to read before: q and the cache come from the kernels before
+  gpu::allow_next_grid(next);
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
+  // Before the wait, what no kernel writes (compat.h): the split's keys from the batch
+  // arrays and the block-table entries of its first tiles, so that after the wait the
+  // first K/V loads need no other round trip. q and the cache are the kernels' before.
   SplitRange range;
-  if (!split_range(args, seq, split, range)) return;  // no new token for this sequence
+  const bool has_token = split_range(args, seq, split, range);
+  const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
+  if (has_token && range.end > range.begin) {
+    const int first_block = range.begin / args.block_size;
+    const int blocks = min((range.end - 1) / args.block_size + 1 - first_block,
+                           ((kStages - 1) * kMmaWarps * 16 + args.block_size - 1) / args.block_size + 1);
+    if (static_cast<int>(threadIdx.x) < blocks) gpu::prefetch_l1(block_table + first_block + threadIdx.x);
+  }
+  gpu::wait_for_prior_grid(next);
+  if (!has_token) return;  // no new token for this sequence
   const int token = range.token, begin = range.begin, end = range.end;
 
   const int lane = threadIdx.x % gpu::kWarpSize;
@@ -357,7 +372,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   float row_max[2] = {-FLT_MAX, -FLT_MAX};
   float row_sum[2] = {0.f, 0.f};  // this lane's share; the quad is summed at the end
 
-  const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
   auto load_tile = [&](int stage, int key0) {
     T* k_dst = tiles + stage * 2 * kTileElems;

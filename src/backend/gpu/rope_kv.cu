@@ -194,14 +194,47 @@ __global__ void __launch_bounds__(kVecThreads)
                             const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                             T* __restrict__ k_cache, T* __restrict__ v_cache, gpu::NextGrid next) {
   constexpr int kHalf = kGroup * kVecPairs;
-  gpu::follow_prior_grid(next);
+  gpu::allow_next_grid(next);
   const int token = blockIdx.x;
   const int job = blockIdx.y * (kVecThreads / kGroup) + threadIdx.x / kGroup;
   const int i0 = (threadIdx.x % kGroup) * kVecPairs;
   // No early exit: every lane of the warp takes part in the norm's shuffles.
   const bool active = job < args.n_heads + 2 * args.n_kv_heads;
+  // Before the wait, what no kernel writes (compat.h): the job's place from the batch
+  // arrays, its bias, norm weights and RoPE inputs, so that after the wait only the
+  // product's row is read.
   const Job<T> j = resolve_job(args, rows, token, active ? job : 0, q_bias, k_bias, v_bias, q_norm, k_norm, k_cache,
                                v_cache);
+  float bias_lo[kVecPairs] = {}, bias_hi[kVecPairs] = {};
+  float norm_lo[kVecPairs] = {}, norm_hi[kVecPairs] = {};
+  float freq[kVecPairs] = {};
+  RopeInputs rope{0, nullptr, 1.f};
+  if (active) {
+    if (j.bias != nullptr) {
+      const Vec4<T> ba = *reinterpret_cast<const Vec4<T>*>(j.bias + i0);
+      const Vec4<T> bb = *reinterpret_cast<const Vec4<T>*>(j.bias + i0 + kHalf);
+#pragma unroll
+      for (int p = 0; p < kVecPairs; ++p) {
+        bias_lo[p] = gpu::to_f32(ba.v[p]);
+        bias_hi[p] = gpu::to_f32(bb.v[p]);
+      }
+    }
+    if (j.norm != nullptr) {
+      const Vec4<T> na = *reinterpret_cast<const Vec4<T>*>(j.norm + i0);
+      const Vec4<T> nb = *reinterpret_cast<const Vec4<T>*>(j.norm + i0 + kHalf);
+#pragma unroll
+      for (int p = 0; p < kVecPairs; ++p) {
+        norm_lo[p] = gpu::to_f32(na.v[p]);
+        norm_hi[p] = gpu::to_f32(nb.v[p]);
+      }
+    }
+    if (j.kind != 2) {
+      rope = rope_inputs(args, token, j.kind);
+#pragma unroll
+      for (int p = 0; p < kVecPairs; ++p) freq[p] = rope.inv_freq[i0 + p];
+    }
+  }
+  gpu::wait_for_prior_grid(next);  // the product's row is the kernel before's
   float lo[kVecPairs] = {};
   float hi[kVecPairs] = {};
   float sum_sq = 0.f;
@@ -214,12 +247,10 @@ __global__ void __launch_bounds__(kVecThreads)
       hi[p] = gpu::to_f32(b.v[p]);
     }
     if (j.bias != nullptr) {
-      const Vec4<T> ba = *reinterpret_cast<const Vec4<T>*>(j.bias + i0);
-      const Vec4<T> bb = *reinterpret_cast<const Vec4<T>*>(j.bias + i0 + kHalf);
 #pragma unroll
       for (int p = 0; p < kVecPairs; ++p) {
-        lo[p] += gpu::to_f32(ba.v[p]);
-        hi[p] += gpu::to_f32(bb.v[p]);
+        lo[p] += bias_lo[p];
+        hi[p] += bias_hi[p];
       }
     }
 #pragma unroll
@@ -229,20 +260,15 @@ __global__ void __launch_bounds__(kVecThreads)
   if (!active) return;
   if (j.norm != nullptr) {
     const float inv_rms = rsqrtf(head_sum_sq / static_cast<float>(2 * kHalf) + args.norm_eps);
-    const Vec4<T> na = *reinterpret_cast<const Vec4<T>*>(j.norm + i0);
-    const Vec4<T> nb = *reinterpret_cast<const Vec4<T>*>(j.norm + i0 + kHalf);
 #pragma unroll
     for (int p = 0; p < kVecPairs; ++p) {
-      lo[p] = lo[p] * inv_rms * gpu::to_f32(na.v[p]);
-      hi[p] = hi[p] * inv_rms * gpu::to_f32(nb.v[p]);
+      lo[p] = lo[p] * inv_rms * norm_lo[p];
+      hi[p] = hi[p] * inv_rms * norm_hi[p];
     }
   }
   if (j.kind != 2) {
-    const RopeInputs rope = rope_inputs(args, token, j.kind);
 #pragma unroll
-    for (int p = 0; p < kVecPairs; ++p) {
-      rope_pair(lo[p], hi[p], rope.position, rope.inv_freq[i0 + p], args.rope_scaling, rope.logn);
-    }
+    for (int p = 0; p < kVecPairs; ++p) rope_pair(lo[p], hi[p], rope.position, freq[p], args.rope_scaling, rope.logn);
   }
   Vec4<T> a, b;
 #pragma unroll
