@@ -136,7 +136,12 @@ int run_doctor(const DoctorArgs& args) {
     }
     if (const char* value = std::getenv("QWENRT_CHAINED_LAUNCHES")) {
       // A measurement override of the model's chained-launch setting (docs/ARCHITECTURE.md).
-      std::printf("env      QWENRT_CHAINED_LAUNCHES=%s (overrides the model's chained-launch setting)\n", value);
+      const std::string setting(value);
+      const bool known = setting == "0" || setting == "off" || setting == "1" || setting == "deep" ||
+                         setting == "shallow";
+      std::printf("env      QWENRT_CHAINED_LAUNCHES=%s (%s)\n", value,
+                  known ? "overrides the model's chained-launch setting"
+                        : "not off, deep or shallow: ignored");
     }
     if (hip) {
       // The guide's environment variables, as this machine has them set (docs/AMD.md).

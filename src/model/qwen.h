@@ -56,6 +56,9 @@ class QwenModel {
   // a draw on the backend's stream left it at fed_token() (backend memory), e.g. the draw
   // of the step before, not yet read back. The chunk's token value is not used.
   Tensor forward_fed(const SequenceChunk& chunk);
+  // The only slot of the batch arrays a kernel writes: the rest are written by the upload
+  // before a pass's first kernel alone, which lets chained kernels read them before they
+  // wait on the kernel before (backend/gpu/compat.h).
   int32_t* fed_token() const { return ws_.batch; }
 
   const ModelConfig& config() const { return config_; }

@@ -156,7 +156,7 @@ TEST_P(CudaModel, RecordedDecodeMatchesDirectLaunches) {
 TEST(CudaChainedLaunches, ChangeNoTokenAtTheSmallModelsShapes) {
   QWENRT_REQUIRE_GPU();
   if (std::getenv("QWENRT_CHAINED_LAUNCHES") != nullptr) {
-    GTEST_SKIP() << "QWENRT_CHAINED_LAUNCHES is set: both runs would launch alike";
+    GTEST_SKIP() << "QWENRT_CHAINED_LAUNCHES is set: every run would launch alike";
   }
   const GpuRuntimeInfo gpus = query_gpus();
   if (gpus.devices.empty() || gpus.devices[0].compute_major < 9) {

@@ -114,12 +114,14 @@ static_assert(kWarpSize == 64, "gfx9 (GCN, CDNA) runs wave64 only");
 // ---- chained launches (programmatic dependent launch: sm_90 and later) ----
 // A kernel launched with launch_chained (common.h) may start while the kernel before it on
 // the stream still runs: its blocks take the slots that kernel leaves free. It must call
-// wait_for_prior_grid() before it reads anything a kernel before it wrote and before it
+// wait_for_prior_grid(next) before it reads anything a kernel before it wrote and before it
 // writes anything; until then it may only read what no kernel writes (weights: RMSNorm
 // loads its weights first). Every kernel launched chained waits before its first dependent
 // access, so the order of the stream is kept transitively. The batch arrays (positions,
-// sequence starts, block tables, slot mapping, RoPE rows) are uploaded before a pass's first
-// kernel and no kernel writes them, so, like weights, they may be read before the wait.
+// sequence starts, block tables, slot mapping, token_seq, RoPE rows; not the token ids, which
+// a draw may leave) are uploaded before a pass's first kernel and no kernel writes them, nor
+// the RoPE frequency table (uploaded at load), so, like weights, they may be read before the
+// wait (QwenModel::stage_batch keeps it so).
 //
 // The next chained kernel is placed once every block of this one has let it (or ended).
 // Where that happens is the launch's NextGrid (common.h's next_grid_point picks it):
@@ -151,7 +153,8 @@ __device__ __forceinline__ void wait_for_prior_grid(NextGrid next) {
 __device__ __forceinline__ void allow_next_grid_after_stream(NextGrid next) {
   if (next == NextGrid::kAfterStream) let_next_grid_start();
 }
-// A hint to bring the line holding p into the multiprocessor's L1 (a no-op on HIP).
+// A hint to bring the line holding p (device memory, whose generic address is its global
+// address on NVIDIA GPUs) into the multiprocessor's L1 (a no-op on HIP).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
 #if !defined(QWENRT_GPU_HIP) && defined(__CUDA_ARCH__)
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));

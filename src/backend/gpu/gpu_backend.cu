@@ -86,8 +86,8 @@ class DeviceGraph final : public RecordedOps {
 // Backend::set_chained_launches, one for the process (read by chained_mode()).
 std::atomic<ChainedLaunches> chained_setting{ChainedLaunches::kOff};
 
-// The setting in force: QWENRT_CHAINED_LAUNCHES (off or 0, deep, shallow; other values are
-// ignored) over the backend's, and off where the device, driver or build cannot chain.
+// The setting in force: QWENRT_CHAINED_LAUNCHES (off or 0, deep or 1, shallow; other
+// values are ignored) over the backend's, and off where the device, driver or build cannot chain.
 ChainedLaunches chained_mode() {
 #if defined(QWENRT_GPU_HIP)
   return ChainedLaunches::kOff;
@@ -97,7 +97,7 @@ ChainedLaunches chained_mode() {
     if (setting == nullptr) return -1;
     const std::string value(setting);
     if (value == "0" || value == "off") return static_cast<int>(ChainedLaunches::kOff);
-    if (value == "deep") return static_cast<int>(ChainedLaunches::kDeep);
+    if (value == "1" || value == "deep") return static_cast<int>(ChainedLaunches::kDeep);
     if (value == "shallow") return static_cast<int>(ChainedLaunches::kShallow);
     return -1;
   }();
