@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -44,6 +46,15 @@ struct Tensor {
 
 // Chained kernel launches (Backend::set_chained_launches).
 enum class ChainedLaunches { kOff, kDeep, kShallow };
+
+// The setting a QWENRT_CHAINED_LAUNCHES value names (off or 0, deep or 1, shallow); none for
+// other values, which the GPU backend ignores.
+inline std::optional<ChainedLaunches> parse_chained_launches(std::string_view value) {
+  if (value == "0" || value == "off") return ChainedLaunches::kOff;
+  if (value == "1" || value == "deep") return ChainedLaunches::kDeep;
+  if (value == "shallow") return ChainedLaunches::kShallow;
+  return std::nullopt;
+}
 
 // A ragged batch: each sequence contributes its new tokens (a prompt chunk or one decode
 // token). Arrays are in backend memory; the scalars are known on the host so kernels can

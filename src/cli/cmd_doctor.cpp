@@ -136,12 +136,9 @@ int run_doctor(const DoctorArgs& args) {
     }
     if (const char* value = std::getenv("QWENRT_CHAINED_LAUNCHES")) {
       // A measurement override of the model's chained-launch setting (docs/ARCHITECTURE.md).
-      const std::string setting(value);
-      const bool known = setting == "0" || setting == "off" || setting == "1" || setting == "deep" ||
-                         setting == "shallow";
       std::printf("env      QWENRT_CHAINED_LAUNCHES=%s (%s)\n", value,
-                  known ? "overrides the model's chained-launch setting"
-                        : "not off, deep or shallow: ignored");
+                  parse_chained_launches(value) ? "overrides the model's chained-launch setting"
+                                                : "not off, deep or shallow: ignored");
     }
     if (hip) {
       // The guide's environment variables, as this machine has them set (docs/AMD.md).

@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   if (has_token && range.end > range.begin) {
     const int first_block = range.begin / args.block_size;
     const int blocks = min((range.end - 1) / args.block_size + 1 - first_block,
-                           ((kStages - 1) * kMmaWarps * 16 + args.block_size - 1) / args.block_size + 1);
+                           ((kStages - 1) * kTileKeys + args.block_size - 1) / args.block_size + 1);
     if (static_cast<int>(threadIdx.x) < blocks) gpu::prefetch_l1(block_table + first_block + threadIdx.x);
   }
   gpu::wait_for_prior_grid(next);

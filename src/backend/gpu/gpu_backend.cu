@@ -92,14 +92,9 @@ ChainedLaunches chained_mode() {
 #if defined(QWENRT_GPU_HIP)
   return ChainedLaunches::kOff;
 #else
-  static const int forced = [] {
+  static const std::optional<ChainedLaunches> forced = [] {
     const char* setting = std::getenv("QWENRT_CHAINED_LAUNCHES");
-    if (setting == nullptr) return -1;
-    const std::string value(setting);
-    if (value == "0" || value == "off") return static_cast<int>(ChainedLaunches::kOff);
-    if (value == "1" || value == "deep") return static_cast<int>(ChainedLaunches::kDeep);
-    if (value == "shallow") return static_cast<int>(ChainedLaunches::kShallow);
-    return -1;
+    return setting == nullptr ? std::nullopt : parse_chained_launches(setting);
   }();
   // The device places chained kernels early (sm_90 and later), the driver records them into
   // graphs (12.3 and later), and the kernels that run carry the wait (code built for sm_90
@@ -115,7 +110,7 @@ ChainedLaunches chained_mode() {
     return known && major >= 9 && driver >= 12030 && probe.ptxVersion >= 90;
   }();
   if (!capable) return ChainedLaunches::kOff;
-  return forced >= 0 ? static_cast<ChainedLaunches>(forced) : chained_setting.load(std::memory_order_relaxed);
+  return forced ? *forced : chained_setting.load(std::memory_order_relaxed);
 #endif
 }
 

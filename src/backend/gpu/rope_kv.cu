@@ -187,6 +187,19 @@ struct alignas(8) Vec4 {
   T v[kVecPairs];
 };
 
+// The kVecPairs elements at p + i0 (lo) and p + i0 + half (hi) of a head, as floats.
+template <typename T>
+__device__ __forceinline__ void load_halves(const T* p, int i0, int half, float (&lo)[kVecPairs],
+                                            float (&hi)[kVecPairs]) {
+  const Vec4<T> a = *reinterpret_cast<const Vec4<T>*>(p + i0);
+  const Vec4<T> b = *reinterpret_cast<const Vec4<T>*>(p + i0 + half);
+#pragma unroll
+  for (int q = 0; q < kVecPairs; ++q) {
+    lo[q] = gpu::to_f32(a.v[q]);
+    hi[q] = gpu::to_f32(b.v[q]);
+  }
+}
+
 template <typename T, int kGroup>
 __global__ void __launch_bounds__(kVecThreads)
     qkv_epilogue_vec_kernel(EpilogueArgs args, QkvRows<T> rows, const T* __restrict__ q_bias,
@@ -210,24 +223,8 @@ __global__ void __launch_bounds__(kVecThreads)
   float freq[kVecPairs] = {};
   RopeInputs rope{0, nullptr, 1.f};
   if (active) {
-    if (j.bias != nullptr) {
-      const Vec4<T> ba = *reinterpret_cast<const Vec4<T>*>(j.bias + i0);
-      const Vec4<T> bb = *reinterpret_cast<const Vec4<T>*>(j.bias + i0 + kHalf);
-#pragma unroll
-      for (int p = 0; p < kVecPairs; ++p) {
-        bias_lo[p] = gpu::to_f32(ba.v[p]);
-        bias_hi[p] = gpu::to_f32(bb.v[p]);
-      }
-    }
-    if (j.norm != nullptr) {
-      const Vec4<T> na = *reinterpret_cast<const Vec4<T>*>(j.norm + i0);
-      const Vec4<T> nb = *reinterpret_cast<const Vec4<T>*>(j.norm + i0 + kHalf);
-#pragma unroll
-      for (int p = 0; p < kVecPairs; ++p) {
-        norm_lo[p] = gpu::to_f32(na.v[p]);
-        norm_hi[p] = gpu::to_f32(nb.v[p]);
-      }
-    }
+    if (j.bias != nullptr) load_halves(j.bias, i0, kHalf, bias_lo, bias_hi);
+    if (j.norm != nullptr) load_halves(j.norm, i0, kHalf, norm_lo, norm_hi);
     if (j.kind != 2) {
       rope = rope_inputs(args, token, j.kind);
 #pragma unroll
@@ -239,13 +236,7 @@ __global__ void __launch_bounds__(kVecThreads)
   float hi[kVecPairs] = {};
   float sum_sq = 0.f;
   if (active) {
-    const Vec4<T> a = *reinterpret_cast<const Vec4<T>*>(j.in + i0);
-    const Vec4<T> b = *reinterpret_cast<const Vec4<T>*>(j.in + i0 + kHalf);
-#pragma unroll
-    for (int p = 0; p < kVecPairs; ++p) {
-      lo[p] = gpu::to_f32(a.v[p]);
-      hi[p] = gpu::to_f32(b.v[p]);
-    }
+    load_halves(j.in, i0, kHalf, lo, hi);
     if (j.bias != nullptr) {
 #pragma unroll
       for (int p = 0; p < kVecPairs; ++p) {
