@@ -17,6 +17,10 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
+// Vectors of each feature a thread asks for before its wait (of its first pass's kUnroll):
+// half keeps the four-feature one-row kernel at 64 registers (8 blocks a multiprocessor);
+// all of them took it to 84–90 (docs/PERFORMANCE.md).
+constexpr int kEarly = kUnroll / 2;
 
 // A 16-byte load of data read once (weights): evict-first, so x and the KV cache keep L2.
 __device__ __forceinline__ int4 load_streaming(const int4* p) {
@@ -37,8 +41,8 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
 
 // The block's dot products x[r] · w[w_row[f]] for its rows and features: each warp's sums
 // land in partial[warp][r][f] (block_sum adds them up once the barrier at the end is passed).
-// Waits for the kernel before (wait_for_prior_grid) first; lets the next one start where
-// `next` says.
+// Asks for its first weights, then waits for the kernel before (wait_for_prior_grid); lets
+// the next one start where `next` says.
 template <typename T, int kRows, int kFeatures>
 __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __restrict__ w,
                                            const int64_t (&w_row)[kFeatures], int n_rows, int vectors,
@@ -51,11 +55,40 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
 #pragma unroll
     for (int f = 0; f < kFeatures; ++f) acc[r][f] = 0.f;
 
-  // A chained launch may start while the kernel before it, which writes x, still runs.
-  gpu::wait_for_prior_grid(next);
-
+  // A chained launch may start while the kernel before it, which writes x, still runs: part
+  // of the first pass's weights (no kernel writes them) is asked for before the wait, so its
+  // round trip overlaps that kernel's end; x is read after it. (The first pass is peeled so
+  // that the loop below keeps its register use.)
   int v = threadIdx.x;
-  for (; v + (kUnroll - 1) * kThreads < vectors; v += kUnroll * kThreads) {
+  const int last_full = vectors - (kUnroll - 1) * kThreads;  // a full pass starts below it
+  if (v < last_full) {
+    int4 wv[kUnroll][kFeatures];
+#pragma unroll
+    for (int u = 0; u < kEarly; ++u)
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + v + u * kThreads);
+    gpu::wait_for_prior_grid(next);
+#pragma unroll
+    for (int u = kEarly; u < kUnroll; ++u)
+#pragma unroll
+      for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + v + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r < n_rows) {
+          const int4 xv = x4[static_cast<int64_t>(r) * vectors + v + u * kThreads];
+#pragma unroll
+          for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
+        }
+      }
+    }
+    v += kUnroll * kThreads;
+  } else {
+    gpu::wait_for_prior_grid(next);
+  }
+
+  for (; v < last_full; v += kUnroll * kThreads) {
     int4 wv[kUnroll][kFeatures];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
