@@ -14,12 +14,10 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // sequence on an H200, chained against not (docs/PERFORMANCE.md): below hidden 1,024 every
 // kernel is short and deep chains pay (the 0.5B +6%, shallow +1.7%); from Qwen3-0.6B to
 // the 32B shallow ones (+0.5% to +12%; deep +5% for Qwen3-0.6B, -2% to -9% from the 1.5B
-// up) except at the 7B's shape (hidden
-// 3,584: -0.2% to -0.6% after a 512-token prompt, -1.4% after 8,192, one in three machines
-// +0.8%), which keeps them off.
+// up). The 7B's shape gains +1.6% since the products ask for their first weights before
+// their wait (it lost up to 1.4% before).
 ChainedLaunches chained_launches_for(const ModelConfig& config) {
   if (config.hidden_size < 1024) return ChainedLaunches::kDeep;
-  if (config.hidden_size == 3584) return ChainedLaunches::kOff;
   return ChainedLaunches::kShallow;
 }
 
