@@ -19,7 +19,7 @@ constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
 // Vectors of each feature a thread asks for before its wait (of its first pass's kUnroll):
 // half keeps the four-feature one-row kernel at 64 registers (8 blocks a multiprocessor);
-// all of them took it to 84–90 (docs/PERFORMANCE.md).
+// all of them took it to 84–92 (docs/PERFORMANCE.md).
 constexpr int kEarly = kUnroll / 2;
 
 // A 16-byte load of data read once (weights): evict-first, so x and the KV cache keep L2.
