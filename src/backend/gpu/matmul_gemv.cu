@@ -39,6 +39,33 @@ __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4
   for (int c = 0; c < 8; ++c) acc += gpu::to_f32(av[c]) * gpu::to_f32(bv[c]);
 }
 
+// A pass's weights: vectors at + u·kThreads of every feature's row, for u in [kFrom, kTo).
+template <int kFrom, int kTo, int kFeatures>
+__device__ __forceinline__ void load_pass(const int4* __restrict__ w4, const int64_t (&w_row)[kFeatures], int at,
+                                          int4 (&wv)[kUnroll][kFeatures]) {
+#pragma unroll
+  for (int u = kFrom; u < kTo; ++u)
+#pragma unroll
+    for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + at + u * kThreads);
+}
+
+// Adds a pass's dot products: the x rows' vectors at + u·kThreads against its weights.
+template <typename T, int kRows, int kFeatures>
+__device__ __forceinline__ void add_pass(const int4* __restrict__ x4, int vectors, int n_rows, int at,
+                                         const int4 (&wv)[kUnroll][kFeatures], float (&acc)[kRows][kFeatures]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r < n_rows) {  // uniform; no break, so the loop unrolls on every compiler
+        const int4 xv = x4[static_cast<int64_t>(r) * vectors + at + u * kThreads];
+#pragma unroll
+        for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
+      }
+    }
+  }
+}
+
 // The block's dot products x[r] · w[w_row[f]] for its rows and features: each warp's sums
 // land in partial[warp][r][f] (block_sum adds them up once the barrier at the end is passed).
 // Asks for its first weights, then waits for the kernel before (wait_for_prior_grid); lets
@@ -63,48 +90,18 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
   const int last_full = vectors - (kUnroll - 1) * kThreads;  // a full pass starts below it
   if (v < last_full) {
     int4 wv[kUnroll][kFeatures];
-#pragma unroll
-    for (int u = 0; u < kEarly; ++u)
-#pragma unroll
-      for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + v + u * kThreads);
+    load_pass<0, kEarly>(w4, w_row, v, wv);
     gpu::wait_for_prior_grid(next);
-#pragma unroll
-    for (int u = kEarly; u < kUnroll; ++u)
-#pragma unroll
-      for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + v + u * kThreads);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r < n_rows) {
-          const int4 xv = x4[static_cast<int64_t>(r) * vectors + v + u * kThreads];
-#pragma unroll
-          for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
-        }
-      }
-    }
+    load_pass<kEarly, kUnroll>(w4, w_row, v, wv);
+    add_pass<T>(x4, vectors, n_rows, v, wv, acc);
     v += kUnroll * kThreads;
   } else {
     gpu::wait_for_prior_grid(next);
   }
-
   for (; v < last_full; v += kUnroll * kThreads) {
     int4 wv[kUnroll][kFeatures];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + v + u * kThreads);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r < n_rows) {  // uniform; no break, so the loop unrolls on every compiler
-          const int4 xv = x4[static_cast<int64_t>(r) * vectors + v + u * kThreads];
-#pragma unroll
-          for (int f = 0; f < kFeatures; ++f) accumulate<T>(acc[r][f], wv[u][f], xv);
-        }
-      }
-    }
+    load_pass<0, kUnroll>(w4, w_row, v, wv);
+    add_pass<T>(x4, vectors, n_rows, v, wv, acc);
   }
   for (; v < vectors; v += kThreads) {
     int4 wv[kFeatures];
