@@ -147,7 +147,8 @@ TEST_P(CudaModel, RecordedDecodeMatchesDirectLaunches) {
 
 // Chained launches (each kernel may start while the one before it ends) change when a
 // kernel starts, never what it computes. Two small models cut to three layers (random
-// weights): head sizes 64 and 128 take the tensor-core decode attention, its combine and the
+// weights): head sizes 64 and 128 take the tensor-core decode attention (whose splits that
+// end before the new token start their K/V loads before the wait), its combine and the
 // vector epilogue, and the wide products the four-feature blocks; the shallow form lets the
 // next kernel start after the wait, and after the stream in the products of 8 MiB or more
 // (gate|up, lm_head). The same tokens with deep, shallow and no chains, op by op (the

@@ -50,12 +50,13 @@ struct DecodeArgs {
 // token; false when the sequence has no new token (uniform over the block). A split may
 // be empty (end <= begin): it still leaves an empty partial for the combine.
 struct SplitRange {
-  int token, begin, end;
+  int token, begin, end, last;  // last: the new token's position
 };
 __device__ __forceinline__ bool split_range(const DecodeArgs& args, int seq, int split, SplitRange& range) {
   range.token = args.seq_starts[seq];
   if (args.seq_starts[seq + 1] <= range.token) return false;
   const int pos = args.positions[range.token];
+  range.last = pos;
   const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
   const int per_split = (pos + 1 - key_lo + args.n_splits - 1) / args.n_splits;
   range.begin = key_lo + split * per_split;
@@ -281,8 +282,8 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
 // every tile: S = Q·Kᵀ and O += P·V with mma.m16n8k16 as in attention_prefill_mma.cu. The
 // warps' states merge in shared memory at the end. A key costs a few mma per warp
 // instead of a shuffle reduction per head, so the kernel stays memory-bound at long
-// contexts where the SIMT kernel above is bound by its instruction issue. Two block shapes
-// (launch_mma chooses): four warps two stages deep, and two warps three deep.
+// contexts where the SIMT kernel above is bound by its instruction issue. Three block
+// shapes (launch_mma chooses): four warps four or two stages deep, and two warps three deep.
 constexpr int kMmaKeys = 64;  // keys a split is cut to at least (a tile of four warps)
 constexpr int kMmaRows = 16;  // the largest q-head group it takes
 // A few sequences are cut into enough splits for kMmaSplitBlocksPerSm blocks a
@@ -298,7 +299,7 @@ constexpr int kMmaFewMaxSplitKeys = 512;
 constexpr int kMmaMaxSplitKeys = 2048;  // any batch
 
 #if !defined(QWENRT_GPU_HIP)
-constexpr int kMmaBlocksPerSm = 3;  // of the four-warp shape (registers and shared memory)
+constexpr int kMmaBlocksPerSm = 3;  // of four warps two stages deep (registers and shared memory)
 
 template <typename T, int kHeadDim, int kMmaWarps, int kStages>
 constexpr size_t decode_mma_smem_bytes() {
@@ -327,21 +328,62 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  // Before the wait, what no kernel writes (compat.h): the split's keys from the batch
-  // arrays and the block-table entries of its first tiles, so that after the wait the
-  // first K/V loads need no other round trip. q and the cache are the kernels' before.
-  SplitRange range;
+  SplitRange range{};
   const bool has_token = split_range(args, seq, split, range);
   const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
-  if (has_token && range.end > range.begin) {
-    const int first_block = range.begin / args.block_size;
-    const int blocks = min((range.end - 1) / args.block_size + 1 - first_block,
+  const int begin = range.begin, end = range.end;
+  const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
+  auto load_tile = [&](int stage, int key0) {
+    T* k_dst = tiles + stage * 2 * kTileElems;
+    T* v_dst = k_dst + kTileElems;
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kTileKeys * kVecsPerRow; idx += kBlockThreads) {
+      const int j = idx / kVecsPerRow;
+      const int c = (idx % kVecsPerRow) * 8;
+      const int key = key0 + j;
+      const bool valid = key < end;
+      const int safe_key = valid ? key : begin;
+      const int64_t slot =
+          static_cast<int64_t>(block_table[safe_key / args.block_size]) * args.block_size + safe_key % args.block_size;
+      const int64_t offset = slot * kv_stride + kv_head * kHeadDim + c;
+      mma::copy_async_16(k_dst + j * kStride + c, k_cache + offset, valid);
+      mma::copy_async_16(v_dst + j * kStride + c, v_cache + offset, valid);
+    }
+    mma::copy_async_commit();
+  };
+
+  // kStages - 1 tiles in flight ahead of the one computed on; a group is committed for
+  // every tile slot, empty past the range, so that the wait count stays fixed.
+  const int n_tiles = has_token && end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+  auto load_first_tiles = [&] {
+#pragma unroll
+    for (int t = 0; t < kStages - 1; ++t) {
+      if (t < n_tiles) {
+        load_tile(t, begin + t * kTileKeys);
+      } else {
+        mma::copy_async_commit();
+      }
+    }
+  };
+  // Before the wait, what no kernel writes (compat.h): the split's keys from the batch
+  // arrays, the block tables and, in a split that ends before the new token, its keys'
+  // K/V (a decode pass writes only its new tokens' slots). Such a split starts its first
+  // tiles before the wait; the one holding the new token only brings its first block-table
+  // entries into L1, so that after the wait its first loads need no other round trip. q is
+  // the kernels' before.
+  const bool early = has_token && end <= range.last;
+  if (early) {
+    load_first_tiles();
+  } else if (has_token && end > begin) {
+    const int first_block = begin / args.block_size;
+    const int blocks = min((end - 1) / args.block_size + 1 - first_block,
                            ((kStages - 1) * kTileKeys + args.block_size - 1) / args.block_size + 1);
     if (static_cast<int>(threadIdx.x) < blocks) gpu::prefetch_l1(block_table + first_block + threadIdx.x);
   }
   gpu::wait_for_prior_grid(next);
   if (!has_token) return;  // no new token for this sequence
-  const int token = range.token, begin = range.begin, end = range.end;
+  const int token = range.token;
+  if (!early) load_first_tiles();
 
   const int lane = threadIdx.x % gpu::kWarpSize;
   const int warp = threadIdx.x / gpu::kWarpSize;
@@ -372,37 +414,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   float row_max[2] = {-FLT_MAX, -FLT_MAX};
   float row_sum[2] = {0.f, 0.f};  // this lane's share; the quad is summed at the end
 
-  const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
-  auto load_tile = [&](int stage, int key0) {
-    T* k_dst = tiles + stage * 2 * kTileElems;
-    T* v_dst = k_dst + kTileElems;
-#pragma unroll
-    for (int idx = threadIdx.x; idx < kTileKeys * kVecsPerRow; idx += kBlockThreads) {
-      const int j = idx / kVecsPerRow;
-      const int c = (idx % kVecsPerRow) * 8;
-      const int key = key0 + j;
-      const bool valid = key < end;
-      const int safe_key = valid ? key : begin;
-      const int64_t slot =
-          static_cast<int64_t>(block_table[safe_key / args.block_size]) * args.block_size + safe_key % args.block_size;
-      const int64_t offset = slot * kv_stride + kv_head * kHeadDim + c;
-      mma::copy_async_16(k_dst + j * kStride + c, k_cache + offset, valid);
-      mma::copy_async_16(v_dst + j * kStride + c, v_cache + offset, valid);
-    }
-    mma::copy_async_commit();
-  };
-
-  // kStages - 1 tiles in flight ahead of the one computed on; a group is committed for
-  // every tile slot, empty past the range, so that the wait count stays fixed.
-  const int n_tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
-#pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
-    if (t < n_tiles) {
-      load_tile(t, begin + t * kTileKeys);
-    } else {
-      mma::copy_async_commit();
-    }
-  }
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int key0 = begin + tile * kTileKeys;
     const int stage = tile % kStages;
@@ -570,20 +581,32 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 
-// The block shape by the number of blocks: while they fit on the device at once (three a
-// multiprocessor, by registers and shared memory), four warps share each tile; past that,
-// blocks of two warps with three stages, which keep more loads in flight a block over
-// several waves. Measured per 7B layer (bf16, H200): 256 sequences at 192 / 256 tokens
-// 42.9 / 50.8 us -> 39.1 / 46.5, 128 at 2,048 170.5 -> 142.1; below a wave the small blocks
-// lose (one sequence at 512: 9.5 -> 10.4 us, 64 at 512: 24.9 -> 26.9).
+// The block shape by the number of blocks. Up to one a multiprocessor (a few sequences cut
+// into splits to fill the device): four warps four stages deep, so that three tiles of a
+// split are in flight from its start (the whole split of a 7B step after 8,192 tokens,
+// 250 keys). Up to three a multiprocessor: four warps two stages deep. Past that, blocks of
+// two warps with three stages, which keep more loads in flight a block over several waves.
+// Measured per 7B layer (bf16, H200): 256 sequences at 192 / 256 tokens 42.9 / 50.8 us ->
+// 39.1 / 46.5, 128 at 2,048 170.5 -> 142.1; below a wave the small blocks lose (one
+// sequence at 512: 9.5 -> 10.4 us, 64 at 512: 24.9 -> 26.9). The 7B after 8,192 tokens
+// (33 splits, 132 blocks) with two / three / four / six stages: 255.7 / 260.2 / 263.2 /
+// 256.5 tok/s, after 2,048 266.0 -> 271.0 with four, the 0.5B after 8,192 1,325 -> 1,419.
+// More stages where two blocks a multiprocessor run (the 7B after 32,768 tokens: 64 splits,
+// 256 blocks) lost: three stages 231.4 -> 227.0 tok/s; so did 33 splits of four stages
+// there (231.0).
 template <typename T, int kHeadDim>
 void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
-                int multiprocessors, Stream stream) {
+                int multiprocessors, size_t max_shared_bytes, Stream stream) {
   const int64_t blocks = static_cast<int64_t>(args.n_splits) * args.n_kv_heads * batch.n_seqs;
+  // Four stages need 136 KiB at d = 128: more than GPUs of compute capability 8.6 and 8.9
+  // give a block (99 KiB); those keep two.
+  const bool deep_fits = decode_mma_smem_bytes<T, kHeadDim, 4, 4>() <= max_shared_bytes;
   if (blocks > int64_t{kMmaBlocksPerSm} * multiprocessors) {
     launch_mma_shape<T, kHeadDim, 2, 3>(batch, args, q, cache, out, stream);
-  } else {
+  } else if (blocks > multiprocessors || !deep_fits) {
     launch_mma_shape<T, kHeadDim, 4, 2>(batch, args, q, cache, out, stream);
+  } else {
+    launch_mma_shape<T, kHeadDim, 4, 4>(batch, args, q, cache, out, stream);
   }
 }
 #endif
@@ -593,7 +616,7 @@ void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q,
 bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                              Tensor out, float* workspace, size_t workspace_bytes,
-                             int multiprocessors, Stream stream) {
+                             int multiprocessors, size_t max_shared_bytes, Stream stream) {
   const int group = attn.n_heads / attn.n_kv_heads;
   if (batch.max_new_tokens != 1 || (attn.head_dim != 64 && attn.head_dim != 128)) return false;
 #if defined(QWENRT_GPU_HIP)
@@ -651,9 +674,9 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
 #if !defined(QWENRT_GPU_HIP)
     if (mma) {
       if (attn.head_dim == 64) {
-        launch_mma<T, 64>(batch, args, q, cache, out, multiprocessors, stream);
+        launch_mma<T, 64>(batch, args, q, cache, out, multiprocessors, max_shared_bytes, stream);
       } else {
-        launch_mma<T, 128>(batch, args, q, cache, out, multiprocessors, stream);
+        launch_mma<T, 128>(batch, args, q, cache, out, multiprocessors, max_shared_bytes, stream);
       }
       return;
     }

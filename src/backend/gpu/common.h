@@ -185,11 +185,12 @@ constexpr int kMaxTiledGroup = 64;
 
 // attention_decode.cu: batches of one new token per sequence. Returns false when the
 // shape has no decode kernel (the caller falls back to the prefill kernel).
-// `workspace` holds the split-K partial results (`workspace_bytes` of them).
+// `workspace` holds the split-K partial results (`workspace_bytes` of them);
+// `max_shared_bytes` is the device's shared memory a block may opt into.
 bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                              Tensor out, float* workspace, size_t workspace_bytes,
-                             int multiprocessors, Stream stream);
+                             int multiprocessors, size_t max_shared_bytes, Stream stream);
 
 // sampling.cu
 struct SamplingWorkspace {

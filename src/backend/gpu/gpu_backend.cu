@@ -440,7 +440,7 @@ class CudaBackend final : public Backend {
     const auto decode_attention = [&](const BatchView& view) {
       return launch_attention_decode(view, attn, q, geometry, cache, out,
                                      static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
-                                     multiprocessors_, stream_);
+                                     multiprocessors_, max_shared_bytes_, stream_);
     };
     const int decode_seqs = batch.leading_decode_seqs;
     if (batch.max_new_tokens > 1 && decode_seqs > 0 && decode_seqs < batch.n_seqs) {
