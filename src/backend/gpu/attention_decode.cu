@@ -311,7 +311,9 @@ constexpr size_t decode_mma_smem_bytes() {
   return tiles > merge ? tiles : merge;
 }
 
-template <typename T, int kHeadDim, int kMmaWarps, int kStages>
+// kBlocksPerSm: the blocks a multiprocessor is to hold (launch_mma_shape sets the shared
+// memory carve-out for them), 0 for the driver's choice.
+template <typename T, int kHeadDim, int kMmaWarps, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(kMmaWarps * 32)
     attention_decode_mma_kernel(DecodeArgs args, const T* __restrict__ q, const T* __restrict__ k_cache,
                                 const T* __restrict__ v_cache, T* __restrict__ out, gpu::NextGrid next) {
@@ -563,21 +565,37 @@ void dispatch_group(const BatchView& batch, const DecodeArgs& args, const Tensor
 }
 
 #if !defined(QWENRT_GPU_HIP)
-template <typename T, int kHeadDim, int kMmaWarps, int kStages>
+// Asks the driver for the shared-memory carve-out (the part of each multiprocessor's L1
+// that is shared memory) that holds `blocks` blocks of `block_bytes` (and the 1 KiB a block
+// the runtime keeps), in percent of the device's largest.
+template <typename Kernel>
+void set_decode_carveout(Kernel kernel, int blocks, size_t block_bytes) {
+  int device = 0, per_sm = 0;
+  QWENRT_CUDA_CALL(cudaGetDevice(&device), "attention", "current device");
+  QWENRT_CUDA_CALL(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "attention",
+                   "shared memory a multiprocessor");
+  if (per_sm <= 0) return;
+  const size_t need = static_cast<size_t>(blocks) * (block_bytes + 1024);
+  const int percent = static_cast<int>(std::min<size_t>(100, (need * 100 + per_sm - 1) / per_sm));
+  QWENRT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent), "attention",
+                   "tensor-core decode carve-out " + std::to_string(percent) + "%");
+}
+
+template <typename T, int kHeadDim, int kMmaWarps, int kStages, int kBlocksPerSm>
 void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
                       Stream stream) {
   constexpr size_t kSmem = decode_mma_smem_bytes<T, kHeadDim, kMmaWarps, kStages>();
+  const auto kernel = attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages, kBlocksPerSm>;
   // Raised once per kernel (above the 48 KiB default); the device's limit is far above.
-  static const bool raised = [] {
-    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>,
-                                                       static_cast<int>(kSmem)),
-                     "attention", "tensor-core decode shared memory " + std::to_string(kSmem) + " B");
+  static const bool raised = [kernel] {
+    QWENRT_CUDA_CALL(gpu::set_max_dynamic_shared_bytes(kernel, static_cast<int>(kSmem)), "attention",
+                     "tensor-core decode shared memory " + std::to_string(kSmem) + " B");
+    if (kBlocksPerSm > 0) set_decode_carveout(kernel, kBlocksPerSm, kSmem);
     return true;
   }();
   (void)raised;
-  launch_chained(attention_decode_mma_kernel<T, kHeadDim, kMmaWarps, kStages>, decode_grid(batch, args),
-                 kMmaWarps * 32, kSmem, stream, args, q.as<const T>(), static_cast<const T*>(cache.k),
-                 static_cast<const T*>(cache.v), out.as<T>(), next_grid_point());
+  launch_chained(kernel, decode_grid(batch, args), kMmaWarps * 32, kSmem, stream, args, q.as<const T>(),
+                 static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>(), next_grid_point());
   launch_combine<T>(batch, args, kHeadDim, out, stream);
 }
 
@@ -593,7 +611,13 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
 // 256.5 tok/s, after 2,048 266.0 -> 271.0 with four, the 0.5B after 8,192 1,325 -> 1,419.
 // More stages where two blocks a multiprocessor run (the 7B after 32,768 tokens: 64 splits,
 // 256 blocks) lost: three stages 231.4 -> 227.0 tok/s; so did 33 splits of four stages
-// there (231.0).
+// there (231.0). What does pay there is the carve-out: up to one block a multiprocessor
+// and up to two, each shape asks for the shared memory its blocks take (the driver's
+// 164 KiB step on an H200) instead of the driver's choice, which for two-stage blocks is
+// the largest (228 KiB, as it is for six stages): after 32,768 tokens 231.5 -> 235.5
+// (229.4 -> 233.3 on another machine); asking for the largest after 8,192 tokens lost
+// 2.6% (260.6 -> 253.8). After 512 and 8,192 tokens and for Qwen3-8B no change (four
+// stages take that step anyway).
 template <typename T, int kHeadDim>
 void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q, KvLayer cache, Tensor out,
                 int multiprocessors, size_t max_shared_bytes, Stream stream) {
@@ -602,11 +626,13 @@ void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q,
   // give a block (99 KiB); those keep two.
   const bool deep_fits = decode_mma_smem_bytes<T, kHeadDim, 4, 4>() <= max_shared_bytes;
   if (blocks > int64_t{kMmaBlocksPerSm} * multiprocessors) {
-    launch_mma_shape<T, kHeadDim, 2, 3>(batch, args, q, cache, out, stream);
-  } else if (blocks > multiprocessors || !deep_fits) {
-    launch_mma_shape<T, kHeadDim, 4, 2>(batch, args, q, cache, out, stream);
+    launch_mma_shape<T, kHeadDim, 2, 3, 0>(batch, args, q, cache, out, stream);
+  } else if (blocks > 2 * int64_t{multiprocessors} || !deep_fits) {
+    launch_mma_shape<T, kHeadDim, 4, 2, 0>(batch, args, q, cache, out, stream);
+  } else if (blocks > multiprocessors) {
+    launch_mma_shape<T, kHeadDim, 4, 2, 2>(batch, args, q, cache, out, stream);
   } else {
-    launch_mma_shape<T, kHeadDim, 4, 4>(batch, args, q, cache, out, stream);
+    launch_mma_shape<T, kHeadDim, 4, 4, 1>(batch, args, q, cache, out, stream);
   }
 }
 #endif
