@@ -369,8 +369,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   };
   // Before the wait, what no kernel writes (compat.h): the split's keys from the batch
   // arrays, the block tables and, in a split that ends before the new token, its keys'
-  // K/V (a decode pass writes only its new tokens' slots). Such a split starts its first
-  // tiles before the wait; the one holding the new token only brings its first block-table
+  // K/V (a pass writes only positions at or past each sequence's cached length). Such a
+  // split starts its first tiles before the wait; the one holding the new token only brings its first block-table
   // entries into L1, so that after the wait its first loads need no other round trip. q is
   // the kernels' before.
   const bool early = has_token && end <= range.last;
@@ -601,8 +601,8 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
 
 // The block shape by the number of blocks. Up to one a multiprocessor (a few sequences cut
 // into splits to fill the device): four warps four stages deep, so that three tiles of a
-// split are in flight from its start (the whole split of a 7B step after 8,192 tokens,
-// 250 keys). Up to three a multiprocessor: four warps two stages deep. Past that, blocks of
+// split are in flight from its start (three of the four of a 7B step after 8,192 tokens,
+// 249 keys a split). Up to three a multiprocessor: four warps two stages deep. Past that, blocks of
 // two warps with three stages, which keep more loads in flight a block over several waves.
 // Measured per 7B layer (bf16, H200): 256 sequences at 192 / 256 tokens 42.9 / 50.8 us ->
 // 39.1 / 46.5, 128 at 2,048 170.5 -> 142.1; below a wave the small blocks lose (one
@@ -642,7 +642,7 @@ void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q,
 bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                              Tensor out, float* workspace, size_t workspace_bytes,
-                             int multiprocessors, size_t max_shared_bytes, Stream stream) {
+                             int multiprocessors, [[maybe_unused]] size_t max_shared_bytes, Stream stream) {
   const int group = attn.n_heads / attn.n_kv_heads;
   if (batch.max_new_tokens != 1 || (attn.head_dim != 64 && attn.head_dim != 128)) return false;
 #if defined(QWENRT_GPU_HIP)

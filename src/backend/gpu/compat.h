@@ -122,10 +122,12 @@ static_assert(kWarpSize == 64, "gfx9 (GCN, CDNA) runs wave64 only");
 // a draw may leave) are uploaded before a pass's first kernel and no kernel writes them, nor
 // the RoPE frequency table (uploaded at load), so, like weights, they may be read before the
 // wait (QwenModel::stage_batch keeps it so). So may the K/V cache at a sequence's positions
-// before its new tokens in a pass of one new token a sequence (decode attention): such a
-// pass writes only its new tokens' slots (no block a sequence reads is another's being
-// written), and the passes that wrote the rest ended before its batch upload, a copy on
-// the stream that no launch is chained across.
+// before its new tokens (decode attention, also on a mixed pass's leading one-token
+// sequences): a pass writes only positions at or past each sequence's cached length, in
+// blocks that sequence alone holds (shared blocks are full and never written again; the
+// padding rows write a scratch block no real sequence reads), and the passes that wrote
+// the rest ended before its batch upload, a copy on the stream that no launch is chained
+// across.
 //
 // The next chained kernel is placed once every block of this one has let it (or ended).
 // Where that happens is the launch's NextGrid (common.h's next_grid_point picks it):
