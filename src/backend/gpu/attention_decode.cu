@@ -370,9 +370,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   // Before the wait, what no kernel writes (compat.h): the split's keys from the batch
   // arrays, the block tables and, in a split that ends before the new token, its keys'
   // K/V (a pass writes only positions at or past each sequence's cached length). Such a
-  // split starts its first tiles before the wait; the one holding the new token only brings its first block-table
-  // entries into L1, so that after the wait its first loads need no other round trip. q is
-  // the kernels' before.
+  // split starts its first tiles before the wait; the one holding the new token only
+  // brings its first block-table entries into L1, so that after the wait its first loads
+  // need no other round trip. q is the kernels' before.
   const bool early = has_token && end <= range.last;
   if (early) {
     load_first_tiles();
@@ -602,8 +602,9 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
 // The block shape by the number of blocks. Up to one a multiprocessor (a few sequences cut
 // into splits to fill the device): four warps four stages deep, so that three tiles of a
 // split are in flight from its start (three of the four of a 7B step after 8,192 tokens,
-// 249 keys a split). Up to three a multiprocessor: four warps two stages deep. Past that, blocks of
-// two warps with three stages, which keep more loads in flight a block over several waves.
+// 249 keys a split). Up to three a multiprocessor: four warps two stages deep. Past that,
+// blocks of two warps with three stages, which keep more loads in flight a block over
+// several waves.
 // Measured per 7B layer (bf16, H200): 256 sequences at 192 / 256 tokens 42.9 / 50.8 us ->
 // 39.1 / 46.5, 128 at 2,048 170.5 -> 142.1; below a wave the small blocks lose (one
 // sequence at 512: 9.5 -> 10.4 us, 64 at 512: 24.9 -> 26.9). The 7B after 8,192 tokens
