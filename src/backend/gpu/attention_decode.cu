@@ -22,13 +22,12 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kUnroll = 4;
-constexpr int kMaxSplits = 64;  // the combine kernel's one warp holds them, several per lane
+constexpr int kMaxSplits = 64;  // each warp of the combine holds their (max, sum), several a lane
 // A split reads at least this many K elements (8 KiB in bf16: 32 keys at d = 128, 64 at
 // d = 64); below it a split's fixed costs and the combine dominate. Measured at a 512-token
 // prompt: the 7B (d = 128) 242.0 → 248.1 tok/s going from 64 to 32 keys, 244.1 at 16; the
 // 0.5B (d = 64) 1,169 at 64 keys, 1,116 at 32, 1,094 at 16.
 constexpr int kMinSplitElements = 4096;
-constexpr int kCombineThreads = 512;  // groups of head_dim threads, each merging some splits
 
 struct DecodeArgs {
   const int32_t* positions;
@@ -213,14 +212,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges the split-K partials: out = Σ_s O_s·2^(m_s − M) / Σ_s l_s·2^(m_s − M). The split
-// weights are computed once per (sequence, head) in shared memory, so the per-dim loop has
-// only independent loads.
-template <typename T>
-__global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __restrict__ out, gpu::NextGrid next) {
-  __shared__ float weight_s[kMaxSplits];
-  __shared__ float inv_sum_s;
-  __shared__ float group_sum_s[kCombineThreads];  // groups 1.. of the split merge
+// Merges the split-K partials: out = Σ_s O_s·2^(m_s − M) / Σ_s l_s·2^(m_s − M). Every
+// thread holds four dims of up to kCombinePerThread splits (s = group, group + groups, …)
+// and issues those 16-byte loads together with its lane's (max, sum) pairs right after the
+// wait, so the merge costs one round trip to memory; each warp finds M and the sum from the
+// pairs itself, so no barrier stands between the loads and the weighted sums.
+constexpr int kCombineGroups = 16;
+constexpr int kCombinePerThread = kMaxSplits / kCombineGroups;
+
+template <int kHeadDim>
+constexpr int combine_threads() {
+  return kCombineGroups * kHeadDim / 4;
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(combine_threads<kHeadDim>())
+    attention_combine_kernel(DecodeArgs args, T* __restrict__ out, gpu::NextGrid next) {
+  constexpr int kChunks = kHeadDim / 4;  // four dims a thread
+  constexpr int kPerLane = kMaxSplits / gpu::kWarpSize;
+  __shared__ float4 group_sum_s[kCombineGroups - 1][kChunks];  // groups 1.. of the merge
   gpu::allow_next_grid(next);
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
@@ -229,51 +239,69 @@ __global__ void attention_combine_kernel(DecodeArgs args, int head_dim, T* __res
   const bool has_token = args.seq_starts[seq + 1] > token;
   gpu::wait_for_prior_grid(next);
   if (!has_token) return;
-  const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * args.n_splits;
-  if (threadIdx.x < gpu::kWarpSize) {
-    // One warp: kMaxSplits partials, kPerLane per lane (two on NVIDIA).
-    constexpr int kPerLane = kMaxSplits / gpu::kWarpSize;
-    float m[kPerLane], l[kPerLane];
-    float local_max = -FLT_MAX;
+  const int n_splits = args.n_splits;
+  const int chunk = static_cast<int>(threadIdx.x) % kChunks;
+  const int group = static_cast<int>(threadIdx.x) / kChunks;
+  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarpSize;
+  const int64_t part0 = (static_cast<int64_t>(seq) * args.n_heads + head) * n_splits;
+  const auto* ml_in = reinterpret_cast<const float2*>(args.partial_ml) + part0;
+  const auto* o_in = reinterpret_cast<const float4*>(args.partial_out) + part0 * kChunks + chunk;
+  float2 ml[kPerLane];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int s = threadIdx.x + j * gpu::kWarpSize;
-      m[j] = -FLT_MAX;
-      l[j] = 0.f;
-      if (s < args.n_splits) {
-        l[j] = args.partial_ml[(part0 + s) * 2 + 1];
-        m[j] = l[j] > 0.f ? args.partial_ml[(part0 + s) * 2] : -FLT_MAX;
-      }
-      local_max = fmaxf(local_max, m[j]);
-    }
-    const float global_max = gpu::warp_max(local_max);
-    float local_sum = 0.f;
+  for (int j = 0; j < kPerLane; ++j) {
+    const int s = lane + j * gpu::kWarpSize;
+    ml[j] = s < n_splits ? ml_in[s] : make_float2(-FLT_MAX, 0.f);
+  }
+  float4 po[kCombinePerThread];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int s = threadIdx.x + j * gpu::kWarpSize;
-      const float w = l[j] > 0.f ? exp2f(m[j] - global_max) : 0.f;  // empty split: 0
-      if (s < args.n_splits) weight_s[s] = w;
-      local_sum += l[j] * w;
+  for (int j = 0; j < kCombinePerThread; ++j) {
+    const int s = group + j * kCombineGroups;
+    po[j] = s < n_splits ? o_in[static_cast<int64_t>(s) * kChunks] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float local_max = -FLT_MAX;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) local_max = fmaxf(local_max, ml[j].y > 0.f ? ml[j].x : -FLT_MAX);
+  const float global_max = gpu::warp_max(local_max);
+  float w[kPerLane];
+  float local_sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    w[j] = ml[j].y > 0.f ? exp2f(ml[j].x - global_max) : 0.f;  // an empty split weighs 0
+    local_sum += ml[j].y * w[j];
+  }
+  const float inv_sum = 1.f / gpu::warp_sum(local_sum);
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int j = 0; j < kCombinePerThread; ++j) {
+    // Split s's weight is its lane's (s / warp width)-th.
+    const int s = group + j * kCombineGroups;
+    float ws = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const float v = gpu::shfl(w[k], s % gpu::kWarpSize);
+      if (s / gpu::kWarpSize == k) ws = v;
     }
-    const float sum = gpu::warp_sum(local_sum);
-    if (threadIdx.x == 0) inv_sum_s = 1.f / sum;
+    o.x += po[j].x * ws;
+    o.y += po[j].y * ws;
+    o.z += po[j].z * ws;
+    o.w += po[j].w * ws;
   }
+  if (group > 0) group_sum_s[group - 1][chunk] = o;
   __syncthreads();
-  // Thread groups of head_dim threads each merge every groups-th split; group 0 adds theirs.
-  const int groups = static_cast<int>(blockDim.x) / head_dim;
-  const int group = static_cast<int>(threadIdx.x) / head_dim;
-  const int dim = static_cast<int>(threadIdx.x) % head_dim;
-  float o = 0.f;
-  if (group < groups) {
-#pragma unroll 8
-    for (int s = group; s < args.n_splits; s += groups) o += args.partial_out[(part0 + s) * head_dim + dim] * weight_s[s];
+  if (group != 0) return;
+#pragma unroll
+  for (int g = 0; g < kCombineGroups - 1; ++g) {
+    const float4 other = group_sum_s[g][chunk];
+    o.x += other.x;
+    o.y += other.y;
+    o.z += other.z;
+    o.w += other.w;
   }
-  if (group > 0 && group < groups) group_sum_s[(group - 1) * head_dim + dim] = o;
-  __syncthreads();
-  if (group == 0) {
-    for (int g = 1; g < groups; ++g) o += group_sum_s[(g - 1) * head_dim + dim];
-    out[static_cast<int64_t>(token) * args.n_heads * head_dim + head * head_dim + dim] = gpu::from_f32<T>(o * inv_sum_s);
-  }
+  T* dst = out + (static_cast<int64_t>(token) * args.n_heads + head) * kHeadDim + chunk * 4;
+  dst[0] = gpu::from_f32<T>(o.x * inv_sum);
+  dst[1] = gpu::from_f32<T>(o.y * inv_sum);
+  dst[2] = gpu::from_f32<T>(o.z * inv_sum);
+  dst[3] = gpu::from_f32<T>(o.w * inv_sum);
 }
 
 // The same split on tensor cores (CUDA sm_80 and later): the block's 16 query rows are the
@@ -532,8 +560,13 @@ template <typename T>
 void launch_combine(const BatchView& batch, const DecodeArgs& args, int head_dim, Tensor out, Stream stream) {
   if (args.n_splits <= 1) return;
   const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-  launch_chained(attention_combine_kernel<T>, combine_grid, kCombineThreads, 0, stream, args, head_dim, out.as<T>(),
-                 next_grid_point());
+  if (head_dim == 64) {
+    launch_chained(attention_combine_kernel<T, 64>, combine_grid, combine_threads<64>(), 0, stream, args, out.as<T>(),
+                   next_grid_point());
+  } else {
+    launch_chained(attention_combine_kernel<T, 128>, combine_grid, combine_threads<128>(), 0, stream, args,
+                   out.as<T>(), next_grid_point());
+  }
 }
 
 dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
