@@ -674,7 +674,8 @@ TEST_P(CudaOps, AttentionDecodeManySequences) {
   run_attention_case(gpu(), dtype(), rng_, {heads[0], {5000, 2049}, {1, 1}, 32, 0});
   run_attention_case(gpu(), dtype(), rng_, {{32, 2, 128, false, false}, {4097, 3}, {1, 1}, 16, 0});
   run_attention_case(gpu(), dtype(), rng_, {heads[4], {6000}, {1}, 16, 1000});
-  // The combine at and near its most splits (64 at 32,768 keys and beyond; 40 at d = 64).
+  // The combine at its most splits (64: 32,768 keys and more at d = 128; a few kv heads at
+  // d = 64 reach it sooner).
   run_attention_case(gpu(), dtype(), rng_, {heads[1], {33001}, {1}, 16, 0});
   run_attention_case(gpu(), dtype(), rng_, {heads[0], {20000}, {1}, 16, 0});
   // Sliding window on the decode path.
