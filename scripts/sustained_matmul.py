@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The bf16 matrix rate a card sustains on the products of a Qwen layer, second by second.
+"""The bf16 (or fp16) matrix rate a card sustains on the products of a Qwen layer, second by second.
 
 Runs the products of one transformer layer (q|k|v, o, gate, up, down) for M rows over and
 over for --seconds, times each second with device events, and samples the card's SM clock,
@@ -26,15 +26,18 @@ def main():
     ap.add_argument("--layers", type=int, default=28, help="distinct weight sets (keeps L2 honest)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--std", type=float, default=0.02, help="weights ~ N(0, std) as transformers initialises")
+    ap.add_argument("--dtype", choices=["bf16", "f16"], default="bf16",
+                    help="operand type (f16 keeps ten random mantissa bits a value, bf16 seven)")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     torch.manual_seed(0)
     h, m = args.hidden, args.rows
     shapes = [(args.qkv, h), (h, h), (args.intermediate, h), (args.intermediate, h), (h, args.intermediate)]
-    weights = [[(torch.randn(n, k, device=dev) * args.std).to(torch.bfloat16) for n, k in shapes]
+    weights = [[(torch.randn(n, k, device=dev) * args.std).to(dtype) for n, k in shapes]
                for _ in range(args.layers)]
-    x = {k: torch.randn(m, k, device=dev).to(torch.bfloat16) for k in {h, args.intermediate}}
+    x = {k: torch.randn(m, k, device=dev).to(dtype) for k in {h, args.intermediate}}
     flops_layer = sum(2 * m * n * k for n, k in shapes)
 
     samples = []
@@ -77,9 +80,12 @@ def main():
             s["sm_mhz"], s["power_w"], s["temp_c"], s["throttle"] = near[-1]
         print(json.dumps(s))
     idle = samples[0][1] if samples else None
-    rates = sorted(s["tflops"] for s in seconds[len(seconds) // 2:])
-    print(json.dumps({"rows": m, "idle": idle, "first_second_tflops": seconds[0]["tflops"],
-                      "second_half_median_tflops": rates[len(rates) // 2]}))
+    half = seconds[len(seconds) // 2:]
+    rates = sorted(s["tflops"] for s in half)
+    clocks = sorted(float(s["sm_mhz"]) for s in half if "sm_mhz" in s)
+    print(json.dumps({"rows": m, "dtype": args.dtype, "idle": idle, "first_second_tflops": seconds[0]["tflops"],
+                      "second_half_median_tflops": rates[len(rates) // 2],
+                      "second_half_median_sm_mhz": clocks[len(clocks) // 2] if clocks else None}))
 
 
 if __name__ == "__main__":
