@@ -556,17 +556,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 }
 #endif
 
-template <typename T>
-void launch_combine(const BatchView& batch, const DecodeArgs& args, int head_dim, Tensor out, Stream stream) {
+template <typename T, int kHeadDim>
+void launch_combine(const BatchView& batch, const DecodeArgs& args, Tensor out, Stream stream) {
   if (args.n_splits <= 1) return;
   const dim3 combine_grid(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(batch.n_seqs));
-  if (head_dim == 64) {
-    launch_chained(attention_combine_kernel<T, 64>, combine_grid, combine_threads<64>(), 0, stream, args, out.as<T>(),
-                   next_grid_point());
-  } else {
-    launch_chained(attention_combine_kernel<T, 128>, combine_grid, combine_threads<128>(), 0, stream, args,
-                   out.as<T>(), next_grid_point());
-  }
+  launch_chained(attention_combine_kernel<T, kHeadDim>, combine_grid, combine_threads<kHeadDim>(), 0, stream, args,
+                 out.as<T>(), next_grid_point());
 }
 
 dim3 decode_grid(const BatchView& batch, const DecodeArgs& args) {
@@ -580,7 +575,7 @@ void launch_typed(const BatchView& batch, const DecodeArgs& args, const Tensor& 
   launch_chained(attention_decode_kernel<T, kHeadDim, kMaxGroup>, decode_grid(batch, args), kThreads, 0, stream, args,
                  q.as<const T>(), static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>(),
                  next_grid_point());
-  launch_combine<T>(batch, args, kHeadDim, out, stream);
+  launch_combine<T, kHeadDim>(batch, args, out, stream);
 }
 
 template <typename T, int kHeadDim>
@@ -629,7 +624,7 @@ void launch_mma_shape(const BatchView& batch, const DecodeArgs& args, const Tens
   (void)raised;
   launch_chained(kernel, decode_grid(batch, args), kMmaWarps * 32, kSmem, stream, args, q.as<const T>(),
                  static_cast<const T*>(cache.k), static_cast<const T*>(cache.v), out.as<T>(), next_grid_point());
-  launch_combine<T>(batch, args, kHeadDim, out, stream);
+  launch_combine<T, kHeadDim>(batch, args, out, stream);
 }
 
 // The block shape by the number of blocks. Up to one a multiprocessor (a few sequences cut
