@@ -2,9 +2,9 @@
 // fp32 accumulation and scale, output in the activation dtype or fp32 (logits).
 // Layout: in cuBLASLt's column-major terms outᵀ (m×n, ld m) = Wᵀ · Xᵀ with W stored k×m
 // (ld k, transposed: the "TN" case every GPU generation has fast kernels for) and X
-// stored k×n (ld k). Descriptors are cached per (m, n, k, dtypes, pointer alignments), the
-// heuristic's first algorithm per power-of-two bucket of n; the workspace is allocated once
-// by the backend.
+// stored k×n (ld k). Descriptors are cached per (m, n, k, dtypes, pointer alignments), one
+// of the heuristic's candidates (`pick`: its first but for one measured case) per
+// power-of-two bucket of n; the workspace is allocated once by the backend.
 // Bound: weight bytes at small n (decode GEMV), tensor-core throughput at large n.
 #include <cublasLt.h>
 
@@ -52,6 +52,7 @@ struct Matmul::Impl {
   };
 
   cublasLtHandle_t handle = nullptr;
+  int sms = 0;  // multiprocessors of the device the handle was made on
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;                   // per exact shape: descriptors and algorithm
@@ -112,14 +113,56 @@ struct Matmul::Impl {
                                          &align_d, sizeof(align_d));
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                          &align_d, sizeof(align_d));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
-    status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1,
-                                            &result, &found);
+    status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference,
+                                            kCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-    algo = result.algo;
+    algo = results[pick(results, found, std::get<0>(key), std::get<1>(key))].algo;
     return true;
+  }
+
+  static constexpr int kCandidates = 8;
+
+  static int config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+    int value = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+    return value;
+  }
+
+  // The share of its waves' slots a launch of m/tile_m x n/tile_n blocks fills on `sms`
+  // multiprocessors (one block each); 0 below one wave.
+  static double wave_fill(int64_t m, int64_t n, int tile_m, int tile_n, int sms) {
+    const int64_t blocks = ((m + tile_m - 1) / tile_m) * ((n + tile_n - 1) / tile_n);
+    if (sms <= 0 || blocks < sms) return 0;
+    return static_cast<double>(blocks) / static_cast<double>((blocks + sms - 1) / sms * sms);
+  }
+
+  // Which of the heuristic's candidates to take for outputs of m features by n rows. A
+  // server under steady load runs the card at its power cap, where a product's rate follows
+  // its work per joule rather than its burst speed. There the heuristic's first choice for
+  // the 7B's gate and up products at 512 and 1,024 rows, a 192x128 tile, is the slower:
+  // 598 -> 632 and 638 -> 671 TFLOP/s with a 144x128 tile it also lists (both fill whole
+  // waves), 256 streams through the server +1.3 to +3.2%, 512-token prompts +1.2%
+  // (scripts/sustained_algos.cu and docs/PERFORMANCE.md, H200). Where 144x128 fills its
+  // waves less well (Qwen3-8B's 12,288 features: 2.6 waves against 1.94) it lost 4% on
+  // prompts, so it is taken only at a wave fill no worse than the first's and both without
+  // split-K; otherwise the first.
+  int pick(const cublasLtMatmulHeuristicResult_t* results, int found, int64_t m, int64_t n) const {
+    const cublasLtMatmulAlgo_t& first = results[0].algo;
+    if (config_of(first, CUBLASLT_ALGO_CONFIG_TILE_ID) != CUBLASLT_MATMUL_TILE_192x128 ||
+        config_of(first, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1)
+      return 0;
+    const double first_fill = wave_fill(m, n, 192, 128, sms);
+    for (int i = 1; i < found; ++i) {
+      const cublasLtMatmulAlgo_t& algo = results[i].algo;
+      if (config_of(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_144x128 &&
+          config_of(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1)
+        return first_fill > 0 && wave_fill(m, n, 144, 128, sms) >= first_fill ? i : 0;
+    }
+    return 0;
   }
 
   bool runs(const Plan& plan, const cublasLtMatmulAlgo_t& algo) {
@@ -171,6 +214,12 @@ Matmul::Matmul(void* workspace, size_t workspace_bytes)
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace_bytes;
   QWENRT_CUBLAS_CALL(cublasLtCreate(&impl_->handle), std::string("handle creation"));
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&impl_->sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // not an error of a later launch
+    impl_->sms = 0;      // the heuristic's first candidate everywhere
+  }
 }
 
 Matmul::~Matmul() = default;
