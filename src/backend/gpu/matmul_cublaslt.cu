@@ -124,6 +124,10 @@ struct Matmul::Impl {
   }
 
   static constexpr int kCandidates = 8;
+  // cublasLtMatmulTile_t values (fixed by the library's ABI). CUDA 12.4's header lacks the
+  // name of the second, though its library can return that tile.
+  static constexpr int kTile192x128 = 31;   // CUBLASLT_MATMUL_TILE_192x128
+  static constexpr int kTile144x128 = 184;  // CUBLASLT_MATMUL_TILE_144x128
 
   static int config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
     int value = 0;
@@ -152,13 +156,13 @@ struct Matmul::Impl {
   // split-K; otherwise the first.
   int pick(const cublasLtMatmulHeuristicResult_t* results, int found, int64_t m, int64_t n) const {
     const cublasLtMatmulAlgo_t& first = results[0].algo;
-    if (config_of(first, CUBLASLT_ALGO_CONFIG_TILE_ID) != CUBLASLT_MATMUL_TILE_192x128 ||
+    if (config_of(first, CUBLASLT_ALGO_CONFIG_TILE_ID) != kTile192x128 ||
         config_of(first, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1)
       return 0;
     const double first_fill = wave_fill(m, n, 192, 128, sms);
     for (int i = 1; i < found; ++i) {
       const cublasLtMatmulAlgo_t& algo = results[i].algo;
-      if (config_of(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_144x128 &&
+      if (config_of(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == kTile144x128 &&
           config_of(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1)
         return first_fill > 0 && wave_fill(m, n, 144, 128, sms) >= first_fill ? i : 0;
     }
