@@ -124,8 +124,8 @@ struct Matmul::Impl {
   }
 
   static constexpr int kCandidates = 8;
-  // cublasLtMatmulTile_t values (fixed by the library's ABI). CUDA 12.4's header lacks the
-  // name of the second, though its library can return that tile.
+  // cublasLtMatmulTile_t values, fixed by the library's ABI; CUDA 12.4's header has no name
+  // for the second.
   static constexpr int kTile192x128 = 31;   // CUBLASLT_MATMUL_TILE_192x128
   static constexpr int kTile144x128 = 184;  // CUBLASLT_MATMUL_TILE_144x128
 
