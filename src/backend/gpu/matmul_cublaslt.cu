@@ -124,10 +124,13 @@ struct Matmul::Impl {
   }
 
   static constexpr int kCandidates = 8;
-  // cublasLtMatmulTile_t values, fixed by the library's ABI; CUDA 12.4's header has no name
-  // for the second.
-  static constexpr int kTile192x128 = 31;   // CUBLASLT_MATMUL_TILE_192x128
-  static constexpr int kTile144x128 = 184;  // CUBLASLT_MATMUL_TILE_144x128
+  // A tile: its cublasLtMatmulTile_t value (fixed by the library's ABI; CUDA 12.4's header
+  // has no name for 144x128) and its extent in output features (m) and rows (n).
+  struct Tile {
+    int id, m, n;
+  };
+  static constexpr Tile kTile192x128{31, 192, 128};   // CUBLASLT_MATMUL_TILE_192x128
+  static constexpr Tile kTile144x128{184, 144, 128};  // CUBLASLT_MATMUL_TILE_144x128
 
   static int config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
     int value = 0;
@@ -136,10 +139,10 @@ struct Matmul::Impl {
     return value;
   }
 
-  // The share of its waves' slots a launch of m/tile_m x n/tile_n blocks fills on `sms`
+  // The share of its waves' slots a launch of m/tile.m x n/tile.n blocks fills on `sms`
   // multiprocessors (one block each); 0 below one wave.
-  static double wave_fill(int64_t m, int64_t n, int tile_m, int tile_n, int sms) {
-    const int64_t blocks = ((m + tile_m - 1) / tile_m) * ((n + tile_n - 1) / tile_n);
+  static double wave_fill(int64_t m, int64_t n, const Tile& tile, int sms) {
+    const int64_t blocks = ((m + tile.m - 1) / tile.m) * ((n + tile.n - 1) / tile.n);
     if (sms <= 0 || blocks < sms) return 0;
     return static_cast<double>(blocks) / static_cast<double>((blocks + sms - 1) / sms * sms);
   }
@@ -156,15 +159,15 @@ struct Matmul::Impl {
   // split-K; otherwise the first.
   int pick(const cublasLtMatmulHeuristicResult_t* results, int found, int64_t m, int64_t n) const {
     const cublasLtMatmulAlgo_t& first = results[0].algo;
-    if (config_of(first, CUBLASLT_ALGO_CONFIG_TILE_ID) != kTile192x128 ||
+    if (config_of(first, CUBLASLT_ALGO_CONFIG_TILE_ID) != kTile192x128.id ||
         config_of(first, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1)
       return 0;
-    const double first_fill = wave_fill(m, n, 192, 128, sms);
+    const double first_fill = wave_fill(m, n, kTile192x128, sms);
     for (int i = 1; i < found; ++i) {
       const cublasLtMatmulAlgo_t& algo = results[i].algo;
-      if (config_of(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == kTile144x128 &&
+      if (config_of(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == kTile144x128.id &&
           config_of(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1)
-        return first_fill > 0 && wave_fill(m, n, 144, 128, sms) >= first_fill ? i : 0;
+        return first_fill > 0 && wave_fill(m, n, kTile144x128, sms) >= first_fill ? i : 0;
     }
     return 0;
   }
