@@ -194,11 +194,15 @@ void matmul(const Problem& p, const cublasLtMatmulAlgo_t& algo, const __nv_bfloa
                           kWorkspace, 0));
 }
 
+// Comma-separated positive integers; empty on anything else.
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
   for (const char* p = s; *p;) {
-    v.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
-    if (*p == ',') ++p;
+    char* end = nullptr;
+    const long long value = std::strtoll(p, &end, 10);
+    if (end == p || value <= 0 || (*end != ',' && *end != '\0')) return {};
+    v.push_back(value);
+    p = *end == ',' ? end + 1 : end;
   }
   return v;
 }
@@ -209,8 +213,12 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows = {256, 1024};
   double seconds = 3, layer_seconds = 8;
   int want = 8, copies = 4, rounds = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "%s needs a value\n", argv[i]);
+      return 2;
+    }
     if (flag == "--rows") rows = parse_list(argv[i + 1]);
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--layer-seconds") layer_seconds = std::atof(argv[i + 1]);
@@ -221,6 +229,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
     }
+  }
+  if (rows.empty() || seconds <= 0 || layer_seconds <= 0 || want <= 0 || copies <= 0 || rounds <= 0) {
+    std::fprintf(stderr, "--rows takes positive integers separated by commas; --seconds, --layer-seconds, "
+                         "--candidates, --copies and --rounds positive numbers\n");
+    return 2;
   }
   if (!nvml.open()) {
     std::fprintf(stderr, "NVML unavailable\n");
