@@ -115,7 +115,8 @@ inline bool check_matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
 // (matmul_tiled.cu). One implementation is compiled into a build.
 class Matmul {
  public:
-  Matmul(void* workspace, size_t workspace_bytes);
+  // multiprocessors: the device's, for implementations that weigh a launch's waves.
+  Matmul(void* workspace, size_t workspace_bytes, int multiprocessors);
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;

@@ -195,7 +195,7 @@ class CudaBackend final : public Backend {
     cublas_workspace_ = allocate(kCublasWorkspaceBytes, "matmul workspace");
     attention_workspace_ = allocate(kAttentionWorkspaceBytes, "attention workspace");
     status_buffer_ = allocate(sizeof(int32_t), "sampling status");
-    matmul_ = std::make_unique<Matmul>(cublas_workspace_.data(), kCublasWorkspaceBytes);
+    matmul_ = std::make_unique<Matmul>(cublas_workspace_.data(), kCublasWorkspaceBytes, multiprocessors_);
   }
 
   ~CudaBackend() override {

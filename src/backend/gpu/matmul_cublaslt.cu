@@ -52,7 +52,7 @@ struct Matmul::Impl {
   };
 
   cublasLtHandle_t handle = nullptr;
-  int sms = 0;  // multiprocessors of the device the handle was made on
+  int sms = 0;  // the device's multiprocessors (0: unknown, the heuristic's first candidate everywhere)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;                   // per exact shape: descriptors and algorithm
@@ -216,17 +216,12 @@ struct Matmul::Impl {
   }
 };
 
-Matmul::Matmul(void* workspace, size_t workspace_bytes)
+Matmul::Matmul(void* workspace, size_t workspace_bytes, int multiprocessors)
     : impl_(std::make_unique<Impl>()) {
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace_bytes;
+  impl_->sms = multiprocessors;
   QWENRT_CUBLAS_CALL(cublasLtCreate(&impl_->handle), std::string("handle creation"));
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&impl_->sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();  // not an error of a later launch
-    impl_->sms = 0;      // the heuristic's first candidate everywhere
-  }
 }
 
 Matmul::~Matmul() = default;

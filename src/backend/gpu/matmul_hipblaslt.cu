@@ -102,7 +102,7 @@ struct Matmul::Impl {
   }
 };
 
-Matmul::Matmul(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+Matmul::Matmul(void* workspace, size_t workspace_bytes, int /*multiprocessors*/) : impl_(std::make_unique<Impl>()) {
   impl_->workspace = workspace;
   impl_->workspace_bytes = workspace_bytes;
   QWENRT_HIPBLAS_CALL(hipblasLtCreate(&impl_->handle), std::string("handle creation"));

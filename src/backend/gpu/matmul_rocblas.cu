@@ -48,7 +48,7 @@ struct Matmul::Impl {
   }
 };
 
-Matmul::Matmul(void* /*workspace*/, size_t /*workspace_bytes*/) : impl_(std::make_unique<Impl>()) {
+Matmul::Matmul(void* /*workspace*/, size_t /*workspace_bytes*/, int /*multiprocessors*/) : impl_(std::make_unique<Impl>()) {
   // rocBLAS manages its own workspace; the backend's is for the Lt libraries.
   check_rocblas(rocblas_create_handle(&impl_->handle), "rocblas_create_handle", "handle creation");
 }

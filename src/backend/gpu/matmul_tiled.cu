@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kTile * kTile)
 
 struct Matmul::Impl {};
 
-Matmul::Matmul(void* /*workspace*/, size_t /*workspace_bytes*/) : impl_(std::make_unique<Impl>()) {}
+Matmul::Matmul(void* /*workspace*/, size_t /*workspace_bytes*/, int /*multiprocessors*/) : impl_(std::make_unique<Impl>()) {}
 
 Matmul::~Matmul() = default;
 
