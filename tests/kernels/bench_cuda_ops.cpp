@@ -198,7 +198,7 @@ TEST_F(CudaBench, DISABLED_AttentionForProfiler) {
 
 TEST_F(CudaBench, DISABLED_Sampling) {
   const int vocab = 152064;
-  for (int rows : {1, 32}) {
+  for (int rows : {1, 32, 256}) {
     auto logits = DeviceTensor::from(gpu(), DType::kF32, rows, vocab,
                                      random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32));
     auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, 0));
