@@ -27,7 +27,9 @@ std::string error_body(const ApiError& error) {
                  {"type", error.type},
                  {"param", error.param.empty() ? json(nullptr) : json(error.param)},
                  {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
-  return body.dump();
+  // Messages may quote the request (a JSON parse error cut inside a UTF-8 sequence): such
+  // bytes become U+FFFD rather than a failed answer.
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 uint64_t process_unique_bits() {
@@ -78,7 +80,11 @@ double number_field(const json& body, const char* name, double fallback, double 
   if (value == nullptr) return fallback;
   if (!value->is_number()) throw invalid_request(std::string("'") + name + "' must be a number", name);
   const double number = value->get<double>();
-  if (!std::isfinite(number) || number < low || (low_open && number == low) || number > high) {
+  // The sampler takes floats: a value the float cannot hold (1e300, or 1e-300 against an
+  // open bound at 0) is out of range here, by name, not later.
+  const float narrowed = static_cast<float>(number);
+  if (!std::isfinite(number) || !std::isfinite(narrowed) || number < low ||
+      (low_open && (number == low || narrowed == static_cast<float>(low))) || number > high) {
     throw invalid_request(std::string("'") + name + "' must be " + range_text + " (got " + value->dump() + ")", name);
   }
   return number;

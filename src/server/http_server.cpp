@@ -30,6 +30,10 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
+ApiError body_too_large() {
+  return ApiError(413, "invalid_request_error", "the request body is over the size limit", "", "request_too_large");
+}
+
 std::string new_id(const char* prefix) {
   char text[48];
   std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
@@ -100,16 +104,23 @@ void HttpServer::add_routes() {
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
-      send_error(res, ApiError(413, "invalid_request_error", "the request body is over the size limit", "",
-                               "request_too_large"));
+      send_error(res, body_too_large());
     } else if (res.status == 404) {
       send_error(res, ApiError(404, "not_found_error", "no route " + req.method + " " + req.path));
     } else {
       send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
     }
   });
+  // Counted by route: any other path is "other" (a path is the client's text; as a label
+  // it could add lines to /metrics and grow its label set without bound).
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.count_request(req.path, res.status);
+    static const char* const kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                          "/metrics"};
+    const char* route = "other";
+    for (const char* known : kRoutes) {
+      if (req.path == known) route = known;
+    }
+    metrics_.count_request(route, res.status);
   });
 
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -135,7 +146,36 @@ void HttpServer::add_routes() {
                     "text/plain; version=0.0.4");
   });
   auto generation = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read_body) {
+      // The body is read here, counted as it arrives: httplib's own limit sees only a
+      // Content-Length, not a chunked body or what a compressed one unpacks to.
+      // Past the limit the rest is read and dropped (up to kDrainBytes), so that the client,
+      // still sending, gets the 413 rather than a reset connection.
+      constexpr size_t kDrainBytes = size_t{64} << 20;
+      std::string body_text;
+      size_t received = 0;
+      // A Content-Length over the limit is refused unread, as httplib's own check does.
+      bool too_large = req.get_header_value<uint64_t>("Content-Length") > options_.max_body_bytes;
+      const bool read = too_large || read_body([&](const char* data, size_t length) {
+        received += length;
+        if (received > options_.max_body_bytes) {
+          if (!too_large) std::string().swap(body_text);
+          too_large = true;
+          return received - options_.max_body_bytes <= kDrainBytes;
+        }
+        body_text.append(data, length);
+        return true;
+      });
+      if (too_large) {
+        send_error(res, body_too_large());
+        res.set_header("Connection", "close");  // the rest of the body is never read
+        return;
+      }
+      if (!read) {
+        send_error(res, invalid_request("the request body could not be read"));
+        res.set_header("Connection", "close");
+        return;
+      }
       if (draining_ || !ready_) {
         send_error(res, ApiError(503, "server_error",
                                  draining_ ? "the server is shutting down" : "the model is still loading", "",
@@ -145,7 +185,7 @@ void HttpServer::add_routes() {
       std::shared_ptr<GenerationRequest> request;
       std::shared_ptr<RequestStream> stream;
       try {
-        const nlohmann::ordered_json body = parse_json_body(req.body);
+        const nlohmann::ordered_json body = parse_json_body(body_text);
         request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, model_, options_.limits)
                                                            : parse_completion_request(body, model_, options_.limits));
         stream = service_.start(*request);

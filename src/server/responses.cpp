@@ -102,8 +102,9 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   choice.completion_tokens += event.tokens;
   const bool logprobs = request_.top_logprobs >= 0;
   if (event.finish_reason == "error") {
-    if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
     choice.finish = "error";
+    if (error_) return;  // one error event for the request, not one for each of its choices
+    error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
     out += "data: " + error_body(*error_) + "\n\n";
     return;
   }

@@ -238,6 +238,8 @@ const good = { model, messages: hello, max_tokens: 2 };
 const badCases = [
   ['body not UTF-8', Uint8Array.from([0x7b, 0x22, 0xff, 0x22, 0x7d]), 400, 'invalid_request_error'],
   ['body not JSON', '{"messages": [', 400, 'invalid_request_error'],
+  ['body not JSON at a non-ASCII character', '{"messages": é}', 400, 'invalid_request_error'],
+  ['body not JSON with curly quotes', '{\u201cmessages\u201d: []}', 400, 'invalid_request_error'],
   ['body not an object', '[1, 2]', 400, 'invalid_request_error'],
   ['body over the size limit', JSON.stringify({ ...good, filler: 'x'.repeat(100000) }), 413, 'invalid_request_error'],
   ['missing messages', { model, max_tokens: 2 }, 400, 'invalid_request_error', 'messages'],
@@ -249,6 +251,8 @@ const badCases = [
   ['max_tokens beyond the context', { ...good, max_tokens: 100000 }, 400, 'invalid_request_error', 'max_tokens'],
   ['n over the cap', { ...good, n: 5 }, 400, 'invalid_request_error', 'n'],
   ['temperature below 0', { ...good, temperature: -0.5 }, 400, 'invalid_request_error', 'temperature'],
+  ['temperature beyond a float', { ...good, temperature: 1e300 }, 400, 'invalid_request_error', 'temperature'],
+  ['top_p 0 once a float', { ...good, top_p: 1e-300 }, 400, 'invalid_request_error', 'top_p'],
   ['top_p 0', { ...good, top_p: 0 }, 400, 'invalid_request_error', 'top_p'],
   ['top_p above 1', { ...good, top_p: 1.5 }, 400, 'invalid_request_error', 'top_p'],
   ['top_k below 0', { ...good, top_k: -3 }, 400, 'invalid_request_error', 'top_k'],
@@ -278,6 +282,39 @@ for (const [name, body, status, type, param] of badCases) {
     assert.equal(next.status, 200, 'the next good request succeeds');
   });
 }
+// httplib's own limit reads a Content-Length only: a chunked body, or a small compressed one
+// that unpacks past the limit, is counted as it is read.
+await test('bad input: a chunked body over the size limit -> 413', async () => {
+  const big = new TextEncoder().encode(JSON.stringify({ ...good, filler: 'x'.repeat(200000) }));
+  const body = new ReadableStream({
+    start(controller) {
+      for (let i = 0; i < big.length; i += 8192) controller.enqueue(big.subarray(i, i + 8192));
+      controller.close();
+    },
+  });
+  const response = await fetch(main.url + '/v1/chat/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body, duplex: 'half' });
+  assert.equal(response.status, 413);
+  assert.equal((await response.json()).error.code, 'request_too_large');
+  assert.equal((await post(main.url, '/v1/chat/completions', good)).status, 200, 'the next good request succeeds');
+});
+await test('bad input: a gzip body that unpacks over the size limit -> 413', async () => {
+  const { gzipSync } = await import('node:zlib');
+  const packed = gzipSync(Buffer.from(JSON.stringify({ ...good, filler: 'x'.repeat(2000000) })));
+  assert.ok(packed.length < 52428);
+  const reply = await post(main.url, '/v1/chat/completions', new Uint8Array(packed), { 'content-encoding': 'gzip' });
+  assert.equal(reply.status, 413, reply.text);
+  assert.equal(reply.json.error.code, 'request_too_large');
+  assert.equal((await post(main.url, '/v1/chat/completions', good)).status, 200, 'the next good request succeeds');
+});
+await test('a path is no label: /metrics counts unknown routes as "other"', async () => {
+  const injected = '/a%22%7D%201%0Aqwenrt_injected_total%20999%0A%23';
+  assert.equal((await fetch(main.url + injected)).status, 404);
+  const text = await (await fetch(main.url + '/metrics')).text();
+  assert.ok(!text.includes('qwenrt_injected_total'), 'no line from the path');
+  assert.match(text, /qwenrt_requests_total\{route="other",status="404"\} [1-9]/);
+});
+
 const completionCases = [
   ['a prompt at the context', { model, prompt: new Array(512).fill(65), max_tokens: 1 }, 'prompt'],
   ['a token id outside the vocabulary', { model, prompt: [1, 2, 99999] }, 'prompt'],
@@ -424,7 +461,7 @@ await test('SIGTERM past the drain timeout ends the rest with an error event', a
   const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '0']));
   const response = await fetch(draining.url + '/v1/completions', {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt: 'x', max_tokens: 480, ignore_eos: true, stream: true }) });
+    body: JSON.stringify({ model, prompt: 'x', max_tokens: 480, ignore_eos: true, stream: true, n: 3 }) });
   const reader = response.body.getReader();
   await reader.read();
   draining.kill('SIGTERM');
@@ -436,6 +473,7 @@ await test('SIGTERM past the drain timeout ends the rest with an error event', a
   }
   assert.match(text, /"error":\{/);
   assert.match(text, /shutting down/);
+  assert.equal(text.split('"error":{').length - 1, 1, 'one error event for the request, not one a choice');
 });
 
 // Tool calls and reasoning: the scripted engine "generates" the last user message.
