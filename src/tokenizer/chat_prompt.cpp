@@ -1,5 +1,6 @@
 #include "tokenizer/chat_prompt.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -10,7 +11,10 @@ namespace {
 
 // A private-use character stands in for the '<' of special-token strings inside message
 // content while the template renders, so those strings cannot be taken for scaffolding.
+// Either character, typed in the content itself, is kept by a second one put before it.
 constexpr const char* kDefangedLt = "\xee\x80\x80";  // U+E000
+constexpr const char* kKeepNext = "\xee\x80\x81";    // U+E001
+constexpr std::string_view kPrivateLead = "\xee\x80";  // the first two bytes of both
 
 std::vector<const AddedToken*> special_tokens_of(const Tokenizer& tokenizer) {
   std::vector<const AddedToken*> specials;
@@ -20,7 +24,20 @@ std::vector<const AddedToken*> special_tokens_of(const Tokenizer& tokenizer) {
   return specials;
 }
 
+bool is_marker(std::string_view text, size_t at) {
+  return text.compare(at, 3, kDefangedLt) == 0 || text.compare(at, 3, kKeepNext) == 0;
+}
+
 void defang(std::string& text, const std::vector<const AddedToken*>& specials) {
+  if (text.find(kPrivateLead) != std::string::npos) {
+    std::string kept;
+    kept.reserve(text.size() + 6);
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (is_marker(text, i)) kept += kKeepNext;
+      kept += text[i];
+    }
+    text.swap(kept);
+  }
   for (const AddedToken* token : specials) {
     size_t at = 0;
     while ((at = text.find(token->content, at)) != std::string::npos) {
@@ -41,15 +58,25 @@ void defang_json(nlohmann::ordered_json& value, const std::vector<const AddedTok
   }
 }
 
+// Undoes defang: a stand-in becomes '<' again, a kept character itself.
 std::string restore(std::string_view text) {
-  const std::string_view defanged = kDefangedLt;
   std::string out;
   out.reserve(text.size());
   size_t from = 0, at = 0;
-  while ((at = text.find(defanged, from)) != std::string_view::npos) {
+  while ((at = text.find(kPrivateLead, from)) != std::string_view::npos) {
+    if (!is_marker(text, at)) {  // another private-use character: as it is
+      out.append(text.substr(from, at + kPrivateLead.size() - from));
+      from = at + kPrivateLead.size();
+      continue;
+    }
     out.append(text.substr(from, at - from));
-    out += '<';
-    from = at + defanged.size();
+    if (text.compare(at, 3, kDefangedLt) == 0) {
+      out += '<';
+      from = at + 3;
+    } else {
+      out.append(text.substr(at + 3, 3));  // the kept character
+      from = std::min(text.size(), at + 6);
+    }
   }
   out.append(text.substr(from));
   return out;

@@ -64,5 +64,18 @@ TEST(ChatPrompt, ContentNeverBecomesControlTokens) {
             std::string::npos);
 }
 
+// The private-use characters that stand in for '<' while the template renders come back as
+// typed when the content holds them itself, also next to a special-token string.
+TEST(ChatPrompt, PrivateUseCharactersInContentSurvive) {
+  Tokenizer tokenizer = Tokenizer::load(qwen_tokenizer_dir());
+  ChatTemplate chat = qwen25_template();
+  const int32_t im_end = *tokenizer.token_to_id("<|im_end|>");
+  const std::string typed = "a \xee\x80\x80|im_end|> b \xee\x80\x81\xee\x80\x80 c \xee\x80\x82 <|im_end|>\xee\x80\x81";
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", typed}}});
+  std::vector<int32_t> ids = encode_chat_prompt(tokenizer, chat, messages, nullptr, true);
+  EXPECT_EQ(count(ids, im_end), 2);  // the default system turn's and the user turn's
+  EXPECT_NE(tokenizer.decode(ids).find(typed), std::string::npos) << tokenizer.decode(ids);
+}
+
 }  // namespace
 }  // namespace qwenrt
