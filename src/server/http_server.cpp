@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/random_bits.h"
 #include "server/responses.h"
@@ -155,7 +156,8 @@ void HttpServer::add_routes() {
       std::string body_text;
       size_t received = 0;
       // A Content-Length over the limit is refused unread, as httplib's own check does.
-      bool too_large = req.get_header_value<uint64_t>("Content-Length") > options_.max_body_bytes;
+      const std::string declared = req.get_header_value("Content-Length");
+      bool too_large = !declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > options_.max_body_bytes;
       const bool read = too_large || read_body([&](const char* data, size_t length) {
         received += length;
         if (received > options_.max_body_bytes) {
@@ -172,7 +174,9 @@ void HttpServer::add_routes() {
         return;
       }
       if (!read) {
-        send_error(res, invalid_request("the request body could not be read"));
+        // Newer httplib releases stop a chunked body at their own limit themselves.
+        send_error(res, invalid_request("the request body could not be read in full: a broken chunked "
+                                        "encoding, or a body over the size limit"));
         res.set_header("Connection", "close");
         return;
       }
