@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "core/random_bits.h"
 #include "server/responses.h"
@@ -15,6 +16,14 @@ namespace qwenrt::server {
 namespace {
 
 constexpr int kListenBacklog = 4096;
+
+// The routes, named once: registered under these and counted by them in /metrics.
+constexpr const char* kChatRoute = "/v1/chat/completions";
+constexpr const char* kCompletionsRoute = "/v1/completions";
+constexpr const char* kModelsRoute = "/v1/models";
+constexpr const char* kHealthRoute = "/health";
+constexpr const char* kMetricsRoute = "/metrics";
+constexpr const char* kRoutes[] = {kChatRoute, kCompletionsRoute, kModelsRoute, kHealthRoute, kMetricsRoute};
 
 // Compares in time that depends only on the lengths, not on where the texts differ.
 bool same_secret(const std::string& given, const std::string& expected) {
@@ -33,6 +42,35 @@ void send_error(httplib::Response& res, const ApiError& error) {
 
 ApiError body_too_large() {
   return ApiError(413, "invalid_request_error", "the request body is over the size limit", "", "request_too_large");
+}
+
+// Reads a request body into `body`, counted as it arrives: httplib's own limit sees only a
+// Content-Length, not a chunked body or what a compressed one unpacks to. Past the limit the
+// rest is read and dropped (up to kDrainBytes), so that a client still sending gets the 413
+// rather than a reset connection. The error to answer with, if any.
+std::optional<ApiError> read_body_within(const httplib::Request& req, const httplib::ContentReader& read_body,
+                                         size_t limit, std::string& body) {
+  constexpr size_t kDrainBytes = size_t{64} << 20;
+  // A Content-Length over the limit is refused unread, as httplib's own check does.
+  const std::string declared = req.get_header_value("Content-Length");
+  if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
+  size_t received = 0;
+  const bool read = read_body([&](const char* data, size_t length) {
+    received += length;
+    if (received > limit) {
+      std::string().swap(body);
+      return received - limit <= kDrainBytes;
+    }
+    body.append(data, length);
+    return true;
+  });
+  if (received > limit) return body_too_large();
+  // Newer httplib releases stop a chunked body at their own limit themselves.
+  if (!read) {
+    return invalid_request("the request body could not be read in full: a broken chunked encoding, or a body over "
+                           "the size limit");
+  }
+  return std::nullopt;
 }
 
 std::string new_id(const char* prefix) {
@@ -91,7 +129,7 @@ void HttpServer::stop() {
 
 void HttpServer::add_routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.api_key.empty() || req.path == kHealthRoute) return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     const bool ok = header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options_.api_key);
@@ -115,8 +153,6 @@ void HttpServer::add_routes() {
   // Counted by route: any other path is "other" (a path is the client's text; as a label
   // it could add lines to /metrics and grow its label set without bound).
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    static const char* const kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                          "/metrics"};
     const char* route = "other";
     for (const char* known : kRoutes) {
       if (req.path == known) route = known;
@@ -124,7 +160,7 @@ void HttpServer::add_routes() {
     metrics_.count_request(route, res.status);
   });
 
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get(kHealthRoute, [this](const httplib::Request&, httplib::Response& res) {
     if (ready_ && !draining_) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     } else {
@@ -132,7 +168,7 @@ void HttpServer::add_routes() {
       res.set_content(draining_ ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}", "application/json");
     }
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get(kModelsRoute, [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json body = {{"object", "list"},
                            {"data",
                             {{{"id", options_.limits.served_model_name},
@@ -142,42 +178,16 @@ void HttpServer::add_routes() {
                               {"max_model_len", options_.limits.max_context}}}}};
     res.set_content(body.dump(), "application/json");
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get(kMetricsRoute, [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(service_.scheduler_stats(), service_.active_requests()),
                     "text/plain; version=0.0.4");
   });
   auto generation = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read_body) {
-      // The body is read here, counted as it arrives: httplib's own limit sees only a
-      // Content-Length, not a chunked body or what a compressed one unpacks to.
-      // Past the limit the rest is read and dropped (up to kDrainBytes), so that the client,
-      // still sending, gets the 413 rather than a reset connection.
-      constexpr size_t kDrainBytes = size_t{64} << 20;
       std::string body_text;
-      size_t received = 0;
-      // A Content-Length over the limit is refused unread, as httplib's own check does.
-      const std::string declared = req.get_header_value("Content-Length");
-      bool too_large = !declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > options_.max_body_bytes;
-      const bool read = too_large || read_body([&](const char* data, size_t length) {
-        received += length;
-        if (received > options_.max_body_bytes) {
-          if (!too_large) std::string().swap(body_text);
-          too_large = true;
-          return received - options_.max_body_bytes <= kDrainBytes;
-        }
-        body_text.append(data, length);
-        return true;
-      });
-      if (too_large) {
-        send_error(res, body_too_large());
-        res.set_header("Connection", "close");  // the rest of the body is never read
-        return;
-      }
-      if (!read) {
-        // Newer httplib releases stop a chunked body at their own limit themselves.
-        send_error(res, invalid_request("the request body could not be read in full: a broken chunked "
-                                        "encoding, or a body over the size limit"));
-        res.set_header("Connection", "close");
+      if (const std::optional<ApiError> error = read_body_within(req, read_body, options_.max_body_bytes, body_text)) {
+        send_error(res, *error);
+        res.set_header("Connection", "close");  // what is left of the body is never read
         return;
       }
       if (draining_ || !ready_) {
@@ -248,8 +258,8 @@ void HttpServer::add_routes() {
       }
     };
   };
-  http_->Post("/v1/chat/completions", generation(true));
-  http_->Post("/v1/completions", generation(false));
+  http_->Post(kChatRoute, generation(true));
+  http_->Post(kCompletionsRoute, generation(false));
 }
 
 }  // namespace qwenrt::server
