@@ -13,6 +13,14 @@ run from /metrics: their mean wall time, their time on the device and the engine
 time between passes. With --soak it also checks that the server's memory stays flat and
 exits non-zero on any failure.
 
+With --duration the run also reports a steady window apart: from the end of --warmup to the
+end of --duration, while every finished stream is still replaced at once. The whole-run
+figure includes the start (every stream's prompt at once) and the drain (the last streams
+finishing without replacements); the window has neither. Its generated tok/s is the
+engine's own count (/metrics), its latencies those of the tokens that arrive in it, and with
+--gpu-energy it reads the card's energy counter over it (joules per generated token, mean
+power, SM clock).
+
 The streams are spread over several client processes (--processes; by default one per 32
 streams, up to the machine's cores): one Python process cannot read 10,000+ stream chunks a
 second, and its global interpreter lock would delay each thread's timestamps by whole
@@ -61,6 +69,9 @@ class Stats:
         self.disconnects = 0
         self.bad_ok = 0
         self.errors = {}
+        # The steady window's share (see --warmup): by the arrival time of the token
+        self.window_ttft, self.window_itl = [], []
+        self.window_chunks = 0
 
     def error(self, kind):
         with self.lock:
@@ -68,7 +79,8 @@ class Stats:
 
     def export(self):
         return {"ttft": self.ttft, "itl": self.itl, "decode_rates": self.decode_rates, "generated": self.generated, "completed": self.completed,
-                "disconnects": self.disconnects, "bad_ok": self.bad_ok, "errors": self.errors}
+                "disconnects": self.disconnects, "bad_ok": self.bad_ok, "errors": self.errors,
+                "window_ttft": self.window_ttft, "window_itl": self.window_itl, "window_chunks": self.window_chunks}
 
     def merge(self, part):
         self.ttft.extend(part["ttft"])
@@ -80,6 +92,9 @@ class Stats:
         self.bad_ok += part["bad_ok"]
         for kind, count in part["errors"].items():
             self.errors[kind] = self.errors.get(kind, 0) + count
+        self.window_ttft.extend(part["window_ttft"])
+        self.window_itl.extend(part["window_itl"])
+        self.window_chunks += part["window_chunks"]
 
 
 BAD_REQUESTS = [
@@ -96,8 +111,11 @@ BAD_REQUESTS = [
 
 
 class Client:
-    def __init__(self, args, stats, prefix):
+    def __init__(self, args, stats, prefix, window=None):
         url = urllib.parse.urlparse(args.url)
+        # (start, end) on time.perf_counter's clock, CLOCK_MONOTONIC on Linux and so the
+        # same in every client process
+        self.window = window
         self.host, self.port = url.hostname, url.port or 80
         self.args, self.stats, self.prefix = args, stats, prefix
         self.headers = {"Content-Type": "application/json"}
@@ -147,6 +165,8 @@ class Client:
                 response.read()
                 return
             ttft, gaps = None, []
+            window_ttft, window_gaps, window_chunks = None, [], 0
+            in_window = (lambda t: self.window[0] <= t < self.window[1]) if self.window else (lambda t: False)
             while True:
                 line = response.readline()
                 if not line:
@@ -168,8 +188,14 @@ class Client:
                     now = time.perf_counter()
                     if ttft is None:
                         ttft = now - start
+                        if in_window(now):
+                            window_ttft = ttft
                     elif last is not None:
                         gaps.append(now - last)
+                        if in_window(now):
+                            window_gaps.append(now - last)
+                    if in_window(now):
+                        window_chunks += 1
                     last = now
                     tokens_seen += 1
                     if disconnect_after is not None and tokens_seen >= disconnect_after:
@@ -184,17 +210,21 @@ class Client:
                 if len(gaps) > 0 and sum(gaps) > 0:
                     self.stats.decode_rates.append(len(gaps) / sum(gaps))
                 self.stats.generated += usage["completion_tokens"] if usage else 0
+                if window_ttft is not None:
+                    self.stats.window_ttft.append(window_ttft)
+                self.stats.window_itl.extend(window_gaps)
+                self.stats.window_chunks += window_chunks
         except Exception as error:
             self.stats.error(f"{type(error).__name__} while {phase}")
         finally:
             conn.close()
 
 
-def client_process(args, prefix, deadline, budget, indexes, results):
+def client_process(args, prefix, deadline, window, budget, indexes, results):
     """One client process: a thread per stream index, each starting streams until the
     deadline passes or the shared budget of requests runs out; sends its Stats back."""
     stats = Stats()
-    client = Client(args, stats, prefix)
+    client = Client(args, stats, prefix, window)
 
     def take():
         if deadline is not None:
@@ -286,6 +316,61 @@ def rss_kib(pid):
     return 0
 
 
+class GpuMeter:
+    """The card's energy counter, power and clock through NVML (ctypes: the driver's own
+    library, nothing to install), for --gpu-energy."""
+
+    def __init__(self, index):
+        import ctypes
+        self.ctypes = ctypes
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as error:
+            raise RuntimeError(f"cannot load NVML (libnvidia-ml.so.1): {error}") from None
+        self.check(self.lib.nvmlInit_v2(), "nvmlInit")
+        self.handle = ctypes.c_void_p()
+        self.check(self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self.handle)),
+                   f"no GPU {index}")
+        self.energy_mj()  # cards without an energy counter fail here, not mid-run
+
+    def check(self, code, what):
+        if code != 0:
+            raise RuntimeError(f"NVML: {what} (error {code})")
+
+    def energy_mj(self):
+        value = self.ctypes.c_ulonglong()
+        self.check(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, self.ctypes.byref(value)),
+                   "total energy counter")
+        return value.value
+
+    def power_w_and_sm_mhz(self):
+        power, clock = self.ctypes.c_uint(), self.ctypes.c_uint()
+        self.check(self.lib.nvmlDeviceGetPowerUsage(self.handle, self.ctypes.byref(power)), "power")
+        self.check(self.lib.nvmlDeviceGetClockInfo(self.handle, 1, self.ctypes.byref(clock)), "SM clock")  # NVML_CLOCK_SM
+        return power.value / 1e3, clock.value
+
+
+def sleep_until(moment):
+    delay = moment - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def window_sample(args, gpu):
+    """What the steady window's ends record: the engine's counters and the card's energy."""
+    sample = {"time": time.perf_counter(), "generated": None, "steps": None, "energy_mj": None}
+    try:
+        status, text = get(args, "/metrics")
+        if status == 200:
+            sample["generated"] = metric(text, "qwenrt_generation_tokens_total")
+            sample["steps"] = metric(text, "qwenrt_engine_step_seconds_count")
+    except OSError:
+        pass
+    if gpu:
+        sample["energy_mj"] = gpu.energy_mj()
+    return sample
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8080")
@@ -310,6 +395,12 @@ def main():
     parser.add_argument("--processes", type=int, default=0,
                         help="client processes the streams are spread over (default: one per 32 streams, "
                              "at most the number of cores)")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="with --duration: seconds before the steady window, which runs to the end of "
+                             "--duration and is reported apart (default: a quarter of --duration, at most 5)")
+    parser.add_argument("--gpu-energy", type=int, nargs="?", const=0, default=None, metavar="INDEX",
+                        help="read this GPU's energy counter, power and SM clock (NVML; index as nvidia-smi "
+                             "numbers them, default 0) over the steady window: joules per generated token")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--soak", action="store_true", help="fail on any error, leaked block or memory growth")
     parser.add_argument("--seed", type=int, default=1)
@@ -317,6 +408,18 @@ def main():
     args = parser.parse_args()
     if not args.duration and not args.requests:
         args.requests = args.concurrency
+    if args.warmup is None:
+        args.warmup = min(5.0, args.duration / 4)
+    if args.duration and not 0 <= args.warmup < args.duration:
+        parser.error(f"--warmup {args.warmup} must be at least 0 and below --duration {args.duration}")
+    gpu = None
+    if args.gpu_energy is not None:
+        if not args.duration:
+            parser.error("--gpu-energy measures the steady window: it needs --duration")
+        try:
+            gpu = GpuMeter(args.gpu_energy)
+        except RuntimeError as error:
+            parser.error(f"--gpu-energy: {error}")
 
     server = None
     if args.spawn:
@@ -357,16 +460,30 @@ def main():
     steps_before = step_sums(args)
     started = time.perf_counter()
     deadline = started + args.duration if args.duration else None
+    # The steady window: from the warm-up's end (every stream started, the first prompts
+    # prefilled) to the deadline, before the streams still running drain without
+    # replacements. Its counts come from the server (/metrics) and the card, and the
+    # latencies of the tokens that arrive inside it.
+    window = (started + args.warmup, deadline) if deadline else None
     workers = [list(range(p, args.concurrency, processes)) for p in range(processes)]
-    children = [context.Process(target=client_process, args=(args, prefix, deadline, budget, indexes, results))
+    children = [context.Process(target=client_process, args=(args, prefix, deadline, window, budget, indexes, results))
                 for indexes in workers]
     for child in children:
         child.start()
-    if server and args.soak and args.duration:
-        # The baseline after a short warm-up: allocations that grow once (thread stacks,
-        # staging buffers) are not a leak.
-        time.sleep(min(5.0, args.duration / 4))
-        rss_start = rss_kib(server.pid)
+    window_start = window_end = None
+    gpu_samples = []
+    if window:
+        sleep_until(window[0])
+        window_start = window_sample(args, gpu)
+        if server and args.soak:
+            # The baseline after the warm-up: allocations that grow once (thread stacks,
+            # staging buffers) are not a leak.
+            rss_start = rss_kib(server.pid)
+        while time.perf_counter() < window[1]:
+            if gpu:
+                gpu_samples.append(gpu.power_w_and_sm_mhz())
+            sleep_until(min(window[1], time.perf_counter() + 0.2))
+        window_end = window_sample(args, gpu)
     # One report per child; a child that died without sending one (killed) is an error,
     # not a wait forever.
     reports = 0
@@ -410,6 +527,34 @@ def main():
         # time on the device, and the engine thread's time between consecutive passes.
         "engine_step_ms": steps,
     }
+    if window_start and window_end:
+        seconds = window_end["time"] - window_start["time"]
+        delta = lambda key: (window_end[key] - window_start[key]
+                             if window_end[key] is not None and window_start[key] is not None else None)
+        generated, step_count, energy = delta("generated"), delta("steps"), delta("energy_mj")
+        ms = lambda values: {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(values).items()}
+        steady = {
+            "window_s": round(seconds, 3),
+            # the engine's generated tokens (/metrics) over the window: every stream's, the
+            # disconnected ones' too
+            "generated_tok_per_s": round(generated / seconds, 1) if generated is not None else None,
+            # stream chunks the completed streams received in the window (a chunk is a token
+            # unless text was held back for an incomplete character or a stop string)
+            "chunks_per_s": round(stats.window_chunks / seconds, 1),
+            "engine_steps": int(step_count) if step_count is not None else None,
+            "ttft_ms": ms(stats.window_ttft), "itl_ms": ms(stats.window_itl),
+        }
+        if gpu:
+            powers = [p for p, _ in gpu_samples]
+            clocks = [c for _, c in gpu_samples]
+            steady["gpu"] = {
+                "energy_j": round(energy / 1e3, 1),
+                "mean_power_w": round(energy / 1e3 / seconds, 1),
+                "mj_per_generated_token": round(energy / generated, 3) if generated else None,
+                "power_w": {k: round(v, 1) if v is not None else None for k, v in percentiles(powers).items()},
+                "sm_clock_mhz": percentiles(clocks), "samples": len(gpu_samples),
+            }
+        report["steady"] = steady
     if first_ttft is not None:
         report["first_request_ttft_ms"] = round(first_ttft * 1e3, 2)
     if rss_start is not None:
@@ -431,6 +576,17 @@ def main():
         if steps is not None:
             print(f"  engine steps   {steps['steps']} that sampled: {steps['wall']} ms mean wall, "
                   f"{steps['device']} ms on the device, {steps['gap']} ms between passes")
+        if "steady" in report:
+            steady = report["steady"]
+            print(f"  steady window  {steady['window_s']} s after a {args.warmup} s warm-up, to the end of "
+                  f"--duration: {steady['generated_tok_per_s']} generated tok/s (engine), "
+                  f"{steady['chunks_per_s']} stream chunks/s received")
+            print(f"                 TTFT ms p50 {steady['ttft_ms']['p50']}  p99 {steady['ttft_ms']['p99']}, "
+                  f"inter-token ms p50 {steady['itl_ms']['p50']}  p99 {steady['itl_ms']['p99']}")
+            if "gpu" in steady:
+                g = steady["gpu"]
+                print(f"  GPU            {g['mean_power_w']} W mean, {g['mj_per_generated_token']} mJ a generated "
+                      f"token; SM clock p50 {g['sm_clock_mhz']['p50']} MHz")
         if rss_start is not None:
             print(f"  server RSS     {report['server_rss_mib']['after_warmup']} MiB after warm-up, "
                   f"{report['server_rss_mib']['end']} MiB at the end")
