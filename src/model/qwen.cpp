@@ -39,7 +39,9 @@ size_t batch_ints(const ForwardLimits& limits) {
   return static_cast<size_t>(limits.max_batch_tokens) * 4 +  // ids, positions, slots, seq
          // seq_starts (+1), context_lens, rope_rows, logit rows and the block tables
          static_cast<size_t>(limits.max_seqs) * (3 + limits.max_blocks_per_seq) + 1 +
-         static_cast<size_t>(limits.max_logit_rows);
+         static_cast<size_t>(limits.max_logit_rows) +
+         // the last layer's tail: sequence starts (+1), positions
+         static_cast<size_t>(limits.max_seqs) * 2 + 1;
 }
 
 }  // namespace
@@ -153,7 +155,9 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   int32_t* context_lens = seq_starts + s_cap + 1;
   int32_t* rope_rows = context_lens + s_cap;
   int32_t* rows = rope_rows + s_cap;
-  int32_t* block_tables = rows + limits_.max_logit_rows;
+  int32_t* tail_starts = rows + limits_.max_logit_rows;
+  int32_t* tail_positions = tail_starts + s_cap + 1;
+  int32_t* block_tables = tail_positions + s_cap;
 
   BatchView view;
   view.n_tokens = n_tokens;
@@ -221,6 +225,19 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   }
   seq_starts[n_seqs] = t;
   if (pad_seqs > 0) view.max_context_len = context_bucket;
+  // The last layer's tail: worth it when some chunk has more tokens than its last, and
+  // taken when logit row r is the last token of sequence r (the scheduler leads with the
+  // sequences that sample; a prompt's chunk that ends mid-prompt has no logit row).
+  const int n_tail = static_cast<int>(logit_rows.size());
+  bool tail = pad_seqs == 0 && n_tokens > n_seqs && n_tail <= n_seqs;
+  int tail_context = 1;
+  for (int r = 0; tail && r < n_tail; ++r) {
+    tail = rows[r] == seq_starts[r + 1] - 1;
+    tail_positions[r] = positions[rows[r]];
+    tail_starts[r] = r;
+    tail_context = std::max(tail_context, context_lens[r]);
+  }
+  if (tail) tail_starts[n_tail] = n_tail;
   const size_t used = static_cast<size_t>(block_tables - host) + static_cast<size_t>(n_seqs) * stride;
   // Fed ids (one token, no padding) stay as the draw left them: the upload starts after them.
   const size_t skipped = ids_fed ? t_cap : 0;
@@ -235,6 +252,23 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
   view.block_tables = device + (block_tables - host);
   view.rope_rows = device + (rope_rows - host);
   logit_rows_device_ = device + (rows - host);
+  tail_ = {};
+  if (tail) {
+    // Sequences 0 .. n_tail - 1, one token each: their arrays are the batch's, cut short.
+    BatchView& last = tail_.view;
+    last = view;
+    last.n_seqs = n_tail;
+    last.n_tokens = n_tail;
+    last.max_new_tokens = 1;
+    last.max_context_len = tail_context;
+    last.positions = device + (tail_positions - host);
+    last.slot_mapping = nullptr;  // the K/V are written by then
+    last.token_seq = device + (tail_starts - host);
+    last.seq_starts = device + (tail_starts - host);
+    last.leading_decode_seqs = n_tail;
+    last.leading_decode_max_context = tail_context;
+    tail_.active = true;
+  }
   return view;
 }
 
@@ -312,6 +346,9 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   // the gate buffer holds it.
   const bool fuse_qkv_rows = n > 1 && backend_.fuses_qkv_epilogue() &&
                              config_.q_dim() + 2 * config_.kv_dim() <= int64_t{config_.intermediate_size};
+  const int last_layer = config_.num_layers - 1;
+  const bool tail = tail_.active && tail_.view.n_tokens == n_rows &&
+                    n_rows * config_.q_dim() <= n * int64_t{config_.intermediate_size};
   backend_.embed(batch, weights_.embed_tokens, x);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
@@ -352,29 +389,33 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       backend_.matmul(h, w.v_proj, v_rows);
       backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k_rows, v_rows, kv_geometry_, kv_layers_[layer]);
     }
+    if (layer == last_layer && tail) {
+      // Past the K/V write only the logit rows go on (LastLayerTail): each one's q as a
+      // decode row over its sequence's context, its residual row, then o, the MLP, the
+      // final norm and the lm_head over those rows alone.
+      Tensor logits = ws_.logits.row_slice(0, n_rows);
+      if (n_rows == 0) return logits;  // chunks that all end mid-prompt
+      const Tensor q_last{ws_.up.data, q.dtype, n_rows, q.cols};  // up is free until the MLP
+      const Tensor x_last = ws_.gathered.row_slice(0, n_rows);
+      const Tensor attn_last = ws_.attn.row_slice(0, n_rows), o_last = ws_.o.row_slice(0, n_rows),
+                   h_last = ws_.h.row_slice(0, n_rows);
+      backend_.gather_rows(q, logit_rows_device_, q_last);
+      backend_.gather_rows(x, logit_rows_device_, x_last);
+      backend_.attention(tail_.view, attention, q_last, kv_geometry_, kv_layers_[layer], attn_last);
+      backend_.matmul(attn_last, w.o_proj, o_last);
+      if (w.o_bias.data != nullptr) backend_.add_bias(o_last, w.o_bias);
+      backend_.add_rmsnorm(x_last, o_last, w.post_attention_norm, eps, h_last);
+      mlp(w, fused, h_last, ws_.gate.row_slice(0, n_rows), ws_.up.row_slice(0, n_rows), o_last);
+      backend_.add_rmsnorm(x_last, o_last, weights_.final_norm, eps, h_last);
+      backend_.matmul(h_last, weights_.lm_head, logits);
+      return logits;
+    }
     backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
     backend_.matmul(attn, w.o_proj, o);
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
-    if (n == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
-      if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
-        Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
-        backend_.matmul(h, fused.gate_up, gate_up);
-        char* base = static_cast<char*>(gate_up.data);
-        const int64_t inter = config_.intermediate_size;
-        backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
-                          Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
-      }
-    } else {
-      backend_.matmul(h, w.gate_proj, gate);
-      backend_.matmul(h, w.up_proj, up);
-      if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);
-      if (w.up_bias.data != nullptr) backend_.add_bias(up, w.up_bias);
-      backend_.silu_mul(gate, up, gate);
-    }
-    backend_.matmul(gate, w.down_proj, o);
-    if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
+    mlp(w, fused, h, gate, up, o);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
   Tensor gathered = ws_.gathered.row_slice(0, n_rows);
@@ -382,6 +423,28 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   backend_.gather_rows(h, logit_rows_device_, gathered);
   backend_.matmul(gathered, weights_.lm_head, logits);
   return logits;
+}
+
+void QwenModel::mlp(const LayerWeights& w, const FusedProjections& fused, const Tensor& h, Tensor gate, Tensor up,
+                    Tensor o) {
+  if (h.rows == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
+    if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
+      Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
+      backend_.matmul(h, fused.gate_up, gate_up);
+      char* base = static_cast<char*>(gate_up.data);
+      const int64_t inter = config_.intermediate_size;
+      backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
+                        Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
+    }
+  } else {
+    backend_.matmul(h, w.gate_proj, gate);
+    backend_.matmul(h, w.up_proj, up);
+    if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);
+    if (w.up_bias.data != nullptr) backend_.add_bias(up, w.up_bias);
+    backend_.silu_mul(gate, up, gate);
+  }
+  backend_.matmul(gate, w.down_proj, o);
+  if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
 }
 
 }  // namespace qwenrt

@@ -179,6 +179,45 @@ TEST_F(SchedulerTest, PipelinedStepsGiveTheSameTokens) {
   }
 }
 
+// A prompt's last layer runs past its K/V write for the last token of each chunk alone
+// (QwenModel's last-layer tail), while Engine::score takes every token through every
+// layer: the log-probabilities of the tokens a batch generates must equal the score of the
+// same text. Batched, with chunks of 16 tokens that end mid-prompt beside the others'
+// decode rows, and with a batch of whole prompts (each sequence's last token a logit row).
+TEST_F(SchedulerTest, GeneratedLogprobsEqualTheScoreOfTheirText) {
+  auto requests = mixed_requests(6, false, vocab());
+  for (auto& request : requests) {
+    request.max_new_tokens = 3;
+    request.top_logprobs = 0;
+  }
+  Engine scorer(model_dir(), engine_options(1));
+  for (const int batch_tokens : {16, 512}) {
+    Engine engine(model_dir(), engine_options(4, batch_tokens));
+    Scheduler scheduler(engine, false);
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < requests.size(); ++i) index[scheduler.submit(requests[i])] = i;
+    std::vector<std::vector<int32_t>> tokens(requests.size());
+    std::vector<std::vector<float>> logprobs(requests.size());
+    for (int step = 0; step < 1000 && !scheduler.idle(); ++step) {
+      for (const SequenceEvent& event : scheduler.step()) {
+        if (event.token < 0) continue;
+        tokens[index.at(event.id)].push_back(event.token);
+        logprobs[index.at(event.id)].push_back(event.logprobs.sampled);
+      }
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(tokens[i].size(), 3u) << "request " << i;
+      std::vector<int32_t> text = requests[i].prompt;
+      text.insert(text.end(), tokens[i].begin(), tokens[i].end());
+      const ScoreResult score = scorer.score(text);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_NEAR(logprobs[i][k], score.logprobs[requests[i].prompt.size() - 1 + k], 1e-4)
+            << "request " << i << ", token " << k << ", " << batch_tokens << " tokens a pass";
+      }
+    }
+  }
+}
+
 TEST_F(SchedulerTest, ChunkedPrefillMixedWithDecodes) {
   auto requests = mixed_requests(6, true, vocab());
   for (auto& request : requests) request.prompt = random_ids(request.sampling.seed, 37, vocab());
