@@ -358,14 +358,14 @@ def sleep_until(moment):
 
 def window_sample(args, gpu):
     """What the steady window's ends record: the engine's counters and the card's energy."""
-    sample = {"time": time.perf_counter(), "generated": None, "steps": None, "energy_mj": None}
+    sample = {"time": time.perf_counter(), "generated": None, "energy_mj": None}
     try:
         status, text = get(args, "/metrics")
         if status == 200:
             sample["generated"] = metric(text, "qwenrt_generation_tokens_total")
-            sample["steps"] = metric(text, "qwenrt_engine_step_seconds_count")
     except OSError:
         pass
+    sample["step_sums"] = step_sums(args)
     if gpu:
         sample["energy_mj"] = gpu.energy_mj()
     return sample
@@ -531,7 +531,7 @@ def main():
         seconds = window_end["time"] - window_start["time"]
         delta = lambda key: (window_end[key] - window_start[key]
                              if window_end[key] is not None and window_start[key] is not None else None)
-        generated, step_count, energy = delta("generated"), delta("steps"), delta("energy_mj")
+        generated, energy = delta("generated"), delta("energy_mj")
         ms = lambda values: {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(values).items()}
         steady = {
             "window_s": round(seconds, 3),
@@ -541,7 +541,8 @@ def main():
             # stream chunks the completed streams received in the window (a chunk is a token
             # unless text was held back for an incomplete character or a stop string)
             "chunks_per_s": round(stats.window_chunks / seconds, 1),
-            "engine_steps": int(step_count) if step_count is not None else None,
+            # the window's passes that sampled: mean wall, device and between-pass times
+            "engine_step_ms": step_means_ms(window_start["step_sums"], window_end["step_sums"]),
             "ttft_ms": ms(stats.window_ttft), "itl_ms": ms(stats.window_itl),
         }
         if gpu:
@@ -583,6 +584,10 @@ def main():
                   f"{steady['chunks_per_s']} stream chunks/s received")
             print(f"                 TTFT ms p50 {steady['ttft_ms']['p50']}  p99 {steady['ttft_ms']['p99']}, "
                   f"inter-token ms p50 {steady['itl_ms']['p50']}  p99 {steady['itl_ms']['p99']}")
+            window_steps = steady["engine_step_ms"]
+            if window_steps is not None:
+                print(f"                 {window_steps['steps']} engine steps that sampled: {window_steps['wall']} ms "
+                      f"mean wall, {window_steps['device']} ms on the device, {window_steps['gap']} ms between passes")
             if "gpu" in steady:
                 g = steady["gpu"]
                 print(f"  GPU            {g['mean_power_w']} W mean, {g['mj_per_generated_token']} mJ a generated "
