@@ -122,11 +122,6 @@ int run_serve(const ServeArgs& args) {
   }
   if (args.model.memory_report) print_memory_report(engine);
   http.set_ready(true);
-  std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequences per step, %d KV blocks of %d tokens)%s\n",
-               limits.served_model_name.c_str(), args.host.c_str(), http.bound_port(), engine.max_seqs(),
-               engine.memory_plan().kv_blocks, engine.memory_plan().kv_block_size,
-               api_key.empty() ? "" : ", API key required");
-  std::fflush(stderr);
 
   std::thread waiter([&] {
     int signal_number = 0;
@@ -141,7 +136,14 @@ int run_serve(const ServeArgs& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last events reach their clients
     http.stop();
   });
-  http.serve();
+  // The line that says the server is up comes once its connection threads exist.
+  http.serve([&] {
+    std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequences per step, %d KV blocks of %d tokens)%s\n",
+                 limits.served_model_name.c_str(), args.host.c_str(), http.bound_port(), engine.max_seqs(),
+                 engine.memory_plan().kv_blocks, engine.memory_plan().kv_block_size,
+                 api_key.empty() ? "" : ", API key required");
+    std::fflush(stderr);
+  });
   // serve() also returns when listening fails; wake the waiter so it can finish.
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();

@@ -89,7 +89,11 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<httplib::Server>()), created_(unix_time()) {
   const int threads = std::max(options_.max_connections, 4);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->new_task_queue = [this, threads] {
+    auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
+    if (accepting_) accepting_();
+    return pool;
+  };
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_read_timeout(options_.read_timeout_s, 0);
   http_->set_write_timeout(options_.write_timeout_s, 0);
@@ -121,7 +125,10 @@ bool HttpServer::bind() {
   return bound;
 }
 
-void HttpServer::serve() { http_->listen_after_bind(); }
+void HttpServer::serve(std::function<void()> accepting) {
+  accepting_ = std::move(accepting);
+  http_->listen_after_bind();
+}
 
 void HttpServer::stop() {
   if (http_->is_running()) http_->stop();

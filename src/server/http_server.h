@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,8 +37,10 @@ class HttpServer {
   // Binds; returns false (with errno set) when the address cannot be had.
   bool bind();
   int bound_port() const { return port_; }
-  // Serves until stop(); call bind() first.
-  void serve();
+  // Serves until stop(); call bind() first. `accepting` runs once the connection threads
+  // exist, just before the first accept: a client that connects after it is served at
+  // once (starting the threads takes tens of milliseconds with a thousand of them).
+  void serve(std::function<void()> accepting = {});
   void set_ready(bool ready) { ready_ = ready; }
   // New generation requests get 503 from now on; running ones continue.
   void begin_drain() { draining_ = true; }
@@ -54,6 +57,7 @@ class HttpServer {
   std::atomic<bool> ready_{false}, draining_{false};
   int port_ = 0;
   int64_t created_ = 0;
+  std::function<void()> accepting_;
 };
 
 }  // namespace qwenrt::server

@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
   server::HttpServer http(service, server::ModelText{&tokenizer, &chat_template, nullptr}, options, metrics);
   if (!http.bind()) return 1;
   http.set_ready(true);
-  std::fprintf(stderr, "serving 'scripted' on http://127.0.0.1:%d\n", http.bound_port());
-  std::fflush(stderr);
-  http.serve();
+  http.serve([&] {
+    std::fprintf(stderr, "serving 'scripted' on http://127.0.0.1:%d\n", http.bound_port());
+    std::fflush(stderr);
+  });
   return 0;
 }
