@@ -80,6 +80,10 @@ struct BatchView {
   // sequence has more. Lets a backend take those rows through its decode attention.
   int leading_decode_seqs = 0;
   int leading_decode_max_context = 0;
+  // The keys before a sequence's new token may have been written earlier in this same pass
+  // (QwenModel's last-layer tail: a chunk's last token as a decode row): a kernel must not
+  // read them before it waits on the kernels before it (backend/gpu/compat.h).
+  bool keys_in_pass = false;
 };
 
 // Shape of the paged KV cache. Each layer has a K pool and a V pool of

@@ -267,6 +267,7 @@ BatchView QwenModel::stage_batch(std::span<const SequenceChunk> chunks,
     last.seq_starts = device + (tail_starts - host);
     last.leading_decode_seqs = n_tail;
     last.leading_decode_max_context = tail_context;
+    last.keys_in_pass = true;  // the chunks' keys are this pass's: no early K/V loads
     tail_.active = true;
   }
   return view;

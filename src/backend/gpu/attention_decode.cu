@@ -40,6 +40,7 @@ struct DecodeArgs {
   int group;
   int n_splits;
   int sliding_window;
+  int early_keys;  // 0: the keys may be this pass's (BatchView::keys_in_pass), read after the wait
   float scale_log2;
   float* partial_out;  // [n_seqs, n_heads, n_splits, d]   (n_splits > 1)
   float* partial_ml;   // [n_seqs, n_heads, n_splits, 2]   max (log2 domain), sum
@@ -401,7 +402,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   // split starts its first tiles before the wait; the one holding the new token only
   // brings its first block-table entries into L1, so that after the wait its first loads
   // need no other round trip. q is the kernels' before.
-  const bool early = has_token && end <= range.last;
+  const bool early = args.early_keys && has_token && end <= range.last;
   if (early) {
     load_first_tiles();
   } else if (has_token && end > begin) {
@@ -719,6 +720,7 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
   args.group = group;
   args.n_splits = n_splits;
   args.sliding_window = attn.sliding_window;
+  args.early_keys = batch.keys_in_pass ? 0 : 1;
   args.scale_log2 = attn.scale * kLog2e;
   args.partial_out = workspace;
   args.partial_ml = workspace + static_cast<size_t>(batch.n_seqs) * attn.n_heads * n_splits *

@@ -127,7 +127,8 @@ static_assert(kWarpSize == 64, "gfx9 (GCN, CDNA) runs wave64 only");
 // blocks that sequence alone holds (shared blocks are full and never written again; the
 // padding rows write a scratch block no real sequence reads), and the passes that wrote
 // the rest ended before its batch upload, a copy on the stream that no launch is chained
-// across.
+// across. Not so in the last layer's tail (BatchView::keys_in_pass): there a chunk's last
+// token is a decode row whose earlier keys the same pass wrote, so those loads wait.
 //
 // The next chained kernel is placed once every block of this one has let it (or ended).
 // Where that happens is the launch's NextGrid (common.h's next_grid_point picks it):
