@@ -473,17 +473,26 @@ def main():
     window_start = window_end = None
     gpu_samples = []
     if window:
-        sleep_until(window[0])
-        window_start = window_sample(args, gpu)
-        if server and args.soak:
-            # The baseline after the warm-up: allocations that grow once (thread stacks,
-            # staging buffers) are not a leak.
-            rss_start = rss_kib(server.pid)
-        while time.perf_counter() < window[1]:
-            if gpu:
-                gpu_samples.append(gpu.power_w_and_sm_mhz())
-            sleep_until(min(window[1], time.perf_counter() + 0.2))
-        window_end = window_sample(args, gpu)
+        # The soak's memory baseline after a warm-up of its own (min(5 s, D/4), whatever
+        # --warmup says): allocations that grow once (thread stacks, staging buffers) are
+        # not a leak.
+        rss_at = started + min(5.0, args.duration / 4) if server and args.soak else None
+        sleep_until(min(window[0], rss_at or window[0]))
+        try:
+            while time.perf_counter() < window[1]:
+                now = time.perf_counter()
+                if rss_at is not None and rss_start is None and now >= rss_at:
+                    rss_start = rss_kib(server.pid)
+                if window_start is None and now >= window[0]:
+                    window_start = window_sample(args, gpu)
+                elif window_start is not None and gpu:
+                    gpu_samples.append(gpu.power_w_and_sm_mhz())
+                wake = min(window[1], now + 0.2, *(t for t in (window[0], rss_at) if t is not None and t > now))
+                sleep_until(wake)
+            window_end = window_sample(args, gpu)
+        except RuntimeError as error:  # NVML failing mid-run: the run goes on without the window
+            stats.error(f"steady window: {error}")
+            window_start = window_end = None
     # One report per child; a child that died without sending one (killed) is an error,
     # not a wait forever.
     reports = 0
