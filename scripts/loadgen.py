@@ -51,6 +51,11 @@ def parse_range(text):
     return int(low), int(high or low)
 
 
+def percentiles_ms(values):
+    """percentiles() of seconds, in milliseconds rounded to 0.01."""
+    return {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(values).items()}
+
+
 def percentiles(values):
     if not values:
         return {"p50": None, "p90": None, "p99": None}
@@ -279,13 +284,18 @@ STEP_HISTOGRAMS = {"wall": "qwenrt_engine_step_seconds", "device": "qwenrt_engin
                    "gap": "qwenrt_engine_step_gap_seconds"}
 
 
-def step_sums(args):
-    """The server's step histograms' (sum, count) now; None where /metrics lacks them."""
+def metrics_text(args):
+    """The server's /metrics text now; None where it cannot be had."""
     try:
         status, text = get(args, "/metrics")
     except OSError:
         return None
-    if status != 200:
+    return text if status == 200 else None
+
+
+def step_sums(text):
+    """The step histograms' (sum, count) in a /metrics text; None where it lacks them."""
+    if text is None:
         return None
     sums = {}
     for key, name in STEP_HISTOGRAMS.items():
@@ -357,15 +367,12 @@ def sleep_until(moment):
 
 
 def window_sample(args, gpu):
-    """What the steady window's ends record: the engine's counters and the card's energy."""
-    sample = {"time": time.perf_counter(), "generated": None, "energy_mj": None}
-    try:
-        status, text = get(args, "/metrics")
-        if status == 200:
-            sample["generated"] = metric(text, "qwenrt_generation_tokens_total")
-    except OSError:
-        pass
-    sample["step_sums"] = step_sums(args)
+    """What the steady window's ends record: the engine's counters (one /metrics read) and
+    the card's energy."""
+    sample = {"time": time.perf_counter(), "energy_mj": None}
+    text = metrics_text(args)
+    sample["generated"] = metric(text, "qwenrt_generation_tokens_total") if text is not None else None
+    sample["step_sums"] = step_sums(text)
     if gpu:
         sample["energy_mj"] = gpu.energy_mj()
     return sample
@@ -457,7 +464,7 @@ def main():
     budget = context.Value("q", args.requests)  # streams left to start (--requests)
     results = context.Queue()
     rss_start = None
-    steps_before = step_sums(args)
+    steps_before = step_sums(metrics_text(args))
     started = time.perf_counter()
     deadline = started + args.duration if args.duration else None
     # The steady window: from the warm-up's end (every stream started, the first prompts
@@ -477,7 +484,6 @@ def main():
         # --warmup says): allocations that grow once (thread stacks, staging buffers) are
         # not a leak.
         rss_at = started + min(5.0, args.duration / 4) if server and args.soak else None
-        sleep_until(min(window[0], rss_at or window[0]))
         try:
             while time.perf_counter() < window[1]:
                 now = time.perf_counter()
@@ -509,7 +515,7 @@ def main():
         if child.exitcode != 0:
             stats.error(f"client process exited with {child.exitcode}")
     wall = time.perf_counter() - started
-    steps = step_means_ms(steps_before, step_sums(args))
+    steps = step_means_ms(steps_before, step_sums(metrics_text(args)))
 
     # Idle: every sequence ends within a step of its stream ending or being dropped.
     leaked = None
@@ -527,8 +533,8 @@ def main():
     report = {
         "concurrency": args.concurrency, "wall_s": round(wall, 3), "completed_streams": stats.completed,
         "generated_tokens": stats.generated, "generated_tok_per_s": round(stats.generated / wall, 1),
-        "ttft_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.ttft).items()},
-        "itl_ms": {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(stats.itl).items()},
+        "ttft_ms": percentiles_ms(stats.ttft),
+        "itl_ms": percentiles_ms(stats.itl),
         "stream_decode_tok_per_s": (round(percentiles(stats.decode_rates)["p50"], 1) if stats.decode_rates else None),
         "disconnects": stats.disconnects, "bad_requests_answered": stats.bad_ok, "errors": stats.errors,
         "kv_blocks_held_when_idle": leaked, "kv_blocks_cached_when_idle": cached,
@@ -541,7 +547,6 @@ def main():
         delta = lambda key: (window_end[key] - window_start[key]
                              if window_end[key] is not None and window_start[key] is not None else None)
         generated, energy = delta("generated"), delta("energy_mj")
-        ms = lambda values: {k: (round(v * 1e3, 2) if v is not None else None) for k, v in percentiles(values).items()}
         steady = {
             "window_s": round(seconds, 3),
             # the engine's generated tokens (/metrics) over the window: every stream's, the
@@ -552,7 +557,7 @@ def main():
             "chunks_per_s": round(stats.window_chunks / seconds, 1),
             # the window's passes that sampled: mean wall, device and between-pass times
             "engine_step_ms": step_means_ms(window_start["step_sums"], window_end["step_sums"]),
-            "ttft_ms": ms(stats.window_ttft), "itl_ms": ms(stats.window_itl),
+            "ttft_ms": percentiles_ms(stats.window_ttft), "itl_ms": percentiles_ms(stats.window_itl),
         }
         if gpu:
             powers = [p for p, _ in gpu_samples]

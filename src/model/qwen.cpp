@@ -390,62 +390,59 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       backend_.matmul(h, w.v_proj, v_rows);
       backend_.qkv_rope_kvwrite(batch, attention, epilogue, q, k_rows, v_rows, kv_geometry_, kv_layers_[layer]);
     }
+    const BatchView* view = &batch;
     if (layer == last_layer && tail) {
-      // Past the K/V write only the logit rows go on (LastLayerTail): each one's q as a
-      // decode row over its sequence's context, its residual row, then o, the MLP, the
-      // final norm and the lm_head over those rows alone.
-      Tensor logits = ws_.logits.row_slice(0, n_rows);
-      if (n_rows == 0) return logits;  // chunks that all end mid-prompt
+      // Past the K/V write only the logit rows go on (LastLayerTail): their q as decode rows
+      // over their sequences' contexts and their residual rows, gathered in order, so the
+      // rest of the layer, the final norm and the lm_head work on those rows alone.
+      if (n_rows == 0) return ws_.logits.row_slice(0, 0);  // chunks that all end mid-prompt
       const Tensor q_last{ws_.up.data, q.dtype, n_rows, q.cols};  // up is free until the MLP
       const Tensor x_last = ws_.gathered.row_slice(0, n_rows);
-      const Tensor attn_last = ws_.attn.row_slice(0, n_rows), o_last = ws_.o.row_slice(0, n_rows),
-                   h_last = ws_.h.row_slice(0, n_rows);
       backend_.gather_rows(q, logit_rows_device_, q_last);
       backend_.gather_rows(x, logit_rows_device_, x_last);
-      backend_.attention(tail_.view, attention, q_last, kv_geometry_, kv_layers_[layer], attn_last);
-      backend_.matmul(attn_last, w.o_proj, o_last);
-      if (w.o_bias.data != nullptr) backend_.add_bias(o_last, w.o_bias);
-      backend_.add_rmsnorm(x_last, o_last, w.post_attention_norm, eps, h_last);
-      mlp(w, fused, h_last, ws_.gate.row_slice(0, n_rows), ws_.up.row_slice(0, n_rows), o_last);
-      backend_.add_rmsnorm(x_last, o_last, weights_.final_norm, eps, h_last);
-      backend_.matmul(h_last, weights_.lm_head, logits);
-      return logits;
+      q = q_last;
+      x = x_last;
+      h = h.row_slice(0, n_rows);
+      o = o.row_slice(0, n_rows);
+      attn = attn.row_slice(0, n_rows);
+      gate = gate.row_slice(0, n_rows);
+      up = up.row_slice(0, n_rows);
+      view = &tail_.view;
     }
-    backend_.attention(batch, attention, q, kv_geometry_, kv_layers_[layer], attn);
+    backend_.attention(*view, attention, q, kv_geometry_, kv_layers_[layer], attn);
     backend_.matmul(attn, w.o_proj, o);
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
-    mlp(w, fused, h, gate, up, o);
+    if (h.rows == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
+      if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
+        Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
+        backend_.matmul(h, fused.gate_up, gate_up);
+        char* base = static_cast<char*>(gate_up.data);
+        const int64_t inter = config_.intermediate_size;
+        backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
+                          Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
+      }
+    } else {
+      backend_.matmul(h, w.gate_proj, gate);
+      backend_.matmul(h, w.up_proj, up);
+      if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);
+      if (w.up_bias.data != nullptr) backend_.add_bias(up, w.up_bias);
+      backend_.silu_mul(gate, up, gate);
+    }
+    backend_.matmul(gate, w.down_proj, o);
+    if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
-  Tensor gathered = ws_.gathered.row_slice(0, n_rows);
   Tensor logits = ws_.logits.row_slice(0, n_rows);
+  if (tail) {  // h holds the logit rows, in order
+    backend_.matmul(h, weights_.lm_head, logits);
+    return logits;
+  }
+  Tensor gathered = ws_.gathered.row_slice(0, n_rows);
   backend_.gather_rows(h, logit_rows_device_, gathered);
   backend_.matmul(gathered, weights_.lm_head, logits);
   return logits;
-}
-
-void QwenModel::mlp(const LayerWeights& w, const FusedProjections& fused, const Tensor& h, Tensor gate, Tensor up,
-                    Tensor o) {
-  if (h.rows == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
-    if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
-      Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
-      backend_.matmul(h, fused.gate_up, gate_up);
-      char* base = static_cast<char*>(gate_up.data);
-      const int64_t inter = config_.intermediate_size;
-      backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
-                        Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
-    }
-  } else {
-    backend_.matmul(h, w.gate_proj, gate);
-    backend_.matmul(h, w.up_proj, up);
-    if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);
-    if (w.up_bias.data != nullptr) backend_.add_bias(up, w.up_bias);
-    backend_.silu_mul(gate, up, gate);
-  }
-  backend_.matmul(gate, w.down_proj, o);
-  if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
 }
 
 }  // namespace qwenrt

@@ -66,12 +66,6 @@ class QwenModel {
   const Weights& weights() const { return weights_; }
 
  private:
-  // Per layer, q|k|v and gate|up as one matrix each where the weights lie back to back in
-  // memory (GPU uploads do): a single-token pass then reads each with one launch.
-  struct FusedProjections {
-    Tensor qkv;      // [q_dim + 2 kv_dim, hidden] or empty
-    Tensor gate_up;  // [2 intermediate, hidden] or empty
-  };
   // Activation buffers carved from the workspace ([max_batch_tokens, width] unless noted),
   // then the staging area for the batch arrays.
   struct Workspace {
@@ -91,8 +85,6 @@ class QwenModel {
   Tensor forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows, bool ids_fed);
   // The ops of one forward pass over a staged batch; logits for its first n_rows rows.
   Tensor run_layers(const BatchView& batch, int64_t n_rows);
-  // A layer's MLP: o = down(silu(gate(h)) * up(h)) over h's rows.
-  void mlp(const LayerWeights& w, const FusedProjections& fused, const Tensor& h, Tensor gate, Tensor up, Tensor o);
   // The sequence count a decode batch is recorded at (0: run it without recording).
   int decode_bucket(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) const;
   // The context a recorded step is made for: a power of two (at least 64) covering
@@ -124,6 +116,12 @@ class QwenModel {
   LastLayerTail tail_;
   std::vector<int32_t> batch_host_;
   int scratch_block_ = 0;  // KV block that padding sequences write to
+  // Per layer, q|k|v and gate|up as one matrix each where the weights lie back to back in
+  // memory (GPU uploads do): a single-token pass then reads each with one launch.
+  struct FusedProjections {
+    Tensor qkv;      // [q_dim + 2 kv_dim, hidden] or empty
+    Tensor gate_up;  // [2 intermediate, hidden] or empty
+  };
   std::vector<FusedProjections> fused_;
   // Recorded decode steps by (padded sequence count, context bucket).
   std::map<std::pair<int, int>, std::unique_ptr<RecordedOps>> decode_steps_;
