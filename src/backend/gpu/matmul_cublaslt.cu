@@ -4,8 +4,8 @@
 // (ld k, transposed: the "TN" case every GPU generation has fast kernels for) and X
 // stored k×n (ld k). Descriptors are cached per (m, n, k, dtypes, pointer alignments), one
 // of the heuristic's candidates (`pick`: its first but for one measured case) per bucket of
-// n (powers of two to 512, then multiples of 128); the workspace is allocated once by the
-// backend.
+// n (powers of two to 128, then multiples of 64 to 256 and of 128 above); the workspace is
+// allocated once by the backend.
 // Bound: weight bytes at small n (decode GEMV), tensor-core throughput at large n.
 #include <cublasLt.h>
 
@@ -74,13 +74,15 @@ struct Matmul::Impl {
   // The heuristic costs about a millisecond per shape, and a prompt of a new length has
   // seven shapes: one query per bucket of rows (n), reused for every n in it once cuBLASLt
   // confirms the algorithm runs at that n, keeps it off the first token. Buckets are powers
-  // of two up to 512 rows, then multiples of 128 (a tile's rows): an algorithm chosen for
-  // the top of a power-of-two bucket fills its waves badly well below it (the 7B's gate at
-  // 1,152 rows in 2,048's 256x128 tiles: 5.05 waves in 6), and prompts of 640 or 1,152
-  // tokens ran 20-30% slower than those of 1,024 (docs/PERFORMANCE.md).
+  // of two up to 128 rows, multiples of 64 up to 256, then multiples of 128 (a tile's rows):
+  // an algorithm chosen for the top of a power-of-two bucket fills its waves badly well
+  // below it (the 7B's gate at 1,152 rows in 2,048's 256x128 tiles: 5.05 waves in 6), and
+  // prompts of 320, 640 or 1,152 tokens and decode batches of 160 or 320 ran 12-36% slower
+  // (docs/PERFORMANCE.md).
   static int64_t bucket(int64_t n) {
-    constexpr int64_t kStep = 128;
-    if (n > 4 * kStep) return (n + kStep - 1) / kStep * kStep;
+    constexpr int64_t kTileRows = 128;
+    if (n > 2 * kTileRows) return (n + kTileRows - 1) / kTileRows * kTileRows;
+    if (n > kTileRows) return (n + kTileRows / 2 - 1) / (kTileRows / 2) * (kTileRows / 2);
     int64_t b = 1;
     while (b < n) b *= 2;
     return b;
