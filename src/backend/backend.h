@@ -231,6 +231,13 @@ class RecordedOps {
   virtual void replay() = 0;
 };
 
+// The row counts the GPU backend's matrix library (cuBLASLt) chooses one algorithm for: the
+// smallest bucket top at or above `rows`. Powers of two up to 128, then multiples of 64 up
+// to 256 and of 128 above (a tile's rows); an algorithm chosen for a power of two's top
+// fills its waves badly well below it (docs/PERFORMANCE.md). The engine's warm-up runs one
+// pass per bucket so that the choice is not paid by a request.
+int64_t matmul_row_bucket(int64_t rows);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -200,14 +200,17 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
 // (the penalised one allocates its small per-row buffer now rather than while generating).
 void Engine::warm_up() {
   SequenceBlocks sequence(*blocks_, plan_.kv_block_size);
-  // Prompt passes of 2, 4, 8, ... rows up to the batch limit: the matrix library picks its
-  // kernels by row count, and each kernel loads on its first launch.
+  // A prompt pass in each of the matrix library's row buckets (matmul_row_bucket: 2, 4, ...,
+  // 128, 192, 256, 384, 512, ...) up to the batch limit, the last one at the limit itself:
+  // the library picks its kernels by bucket, and each kernel loads on its first launch.
   const int max_rows = std::min(model_->limits().max_batch_tokens, plan_.max_context - 1);
   const std::vector<int32_t> zeros(static_cast<size_t>(std::max(max_rows, 0)), 0);
-  for (int rows = 2; rows <= max_rows; rows *= 2) {
+  for (int rows = 2; rows <= max_rows;) {
     sequence.clear();
     if (!sequence.reserve(rows + 1)) break;
     prefill(sequence, std::span<const int32_t>(zeros).first(static_cast<size_t>(rows)), 0);
+    if (rows == max_rows) break;
+    rows = static_cast<int>(std::min<int64_t>(matmul_row_bucket(rows + 1), max_rows));
   }
   sequence.clear();
   if (max_rows < 2 || !sequence.reserve(3)) return;

@@ -45,7 +45,8 @@ ApiError body_too_large() {
 }
 
 // What of an over-limit body is still read and dropped, so that a client still sending gets
-// the 413 rather than a reset connection.
+// the 413 rather than a reset connection. httplib 0.18 stops a chunked body at its limit
+// itself: there the rest is not drained, and such a client may see the connection reset.
 constexpr size_t kDrainBytes = size_t{64} << 20;
 
 // Reads a request body into `body`, counted as it arrives: httplib 0.11's own limit sees only

@@ -84,6 +84,15 @@ void Backend::qkv_fused_rope_kvwrite(const BatchView&, const AttentionParams&, c
   throw Error(ErrorCategory::kUnsupported, "qkv_fused_rope_kvwrite: this backend reads q, k and v separately");
 }
 
+int64_t matmul_row_bucket(int64_t rows) {
+  constexpr int64_t kTileRows = 128;
+  if (rows > 2 * kTileRows) return (rows + kTileRows - 1) / kTileRows * kTileRows;
+  if (rows > kTileRows) return (rows + kTileRows / 2 - 1) / (kTileRows / 2) * (kTileRows / 2);
+  int64_t bucket = 1;
+  while (bucket < rows) bucket *= 2;
+  return bucket;
+}
+
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 
 }  // namespace qwenrt

@@ -72,21 +72,10 @@ struct Matmul::Impl {
   }
 
   // The heuristic costs about a millisecond per shape, and a prompt of a new length has
-  // seven shapes: one query per bucket of rows (n), reused for every n in it once cuBLASLt
-  // confirms the algorithm runs at that n, keeps it off the first token. Buckets are powers
-  // of two up to 128 rows, multiples of 64 up to 256, then multiples of 128 (a tile's rows):
-  // an algorithm chosen for the top of a power-of-two bucket fills its waves badly well
-  // below it (the 7B's gate at 1,152 rows in 2,048's 256x128 tiles: 5.05 waves in 6), and
-  // prompts of 320, 640 or 1,152 tokens and decode batches of 160 or 320 ran 12-36% slower
-  // (docs/PERFORMANCE.md).
-  static int64_t bucket(int64_t n) {
-    constexpr int64_t kTileRows = 128;
-    if (n > 2 * kTileRows) return (n + kTileRows - 1) / kTileRows * kTileRows;
-    if (n > kTileRows) return (n + kTileRows / 2 - 1) / (kTileRows / 2) * (kTileRows / 2);
-    int64_t b = 1;
-    while (b < n) b *= 2;
-    return b;
-  }
+  // seven shapes: one query per bucket of rows (n, matmul_row_bucket: 64 or 128 rows wide
+  // above 128), reused for every n in it once cuBLASLt confirms the algorithm runs at that
+  // n, keeps it off the first token.
+  static int64_t bucket(int64_t n) { return matmul_row_bucket(n); }
 
   // Descriptors for the shape `key` names.
   Plan describe(const Key& key, const std::string& sizes) {
