@@ -52,11 +52,12 @@ constexpr size_t kDrainBytes = size_t{64} << 20;
 // Reads a request body into `body`, counted as it arrives: httplib 0.11's own limit sees only
 // a Content-Length, not a chunked body or what a compressed one unpacks to. Past the limit the
 // rest is read and dropped (up to kDrainBytes). Later releases (0.18) stop a chunked body at
-// their limit themselves, before the chunk that crosses it reaches this count, and set the
-// response's `status` to 413: that is answered as the limit too, not as a broken body. The
-// error to answer with, if any.
-std::optional<ApiError> read_body_within(const httplib::Request& req, const httplib::ContentReader& read_body,
-                                         const int& status, size_t limit, std::string& body) {
+// their limit themselves, before the chunk that crosses it reaches this count, and set
+// `res.status` to 413: that is answered as the limit too, not as a broken body. The error to
+// answer with, if any.
+std::optional<ApiError> read_body_within(const httplib::Request& req, const httplib::Response& res,
+                                         const httplib::ContentReader& read_body, size_t limit,
+                                         std::string& body) {
   // A Content-Length over the limit is refused unread, as httplib's own check does.
   const std::string declared = req.get_header_value("Content-Length");
   if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
@@ -70,7 +71,7 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
     body.append(data, length);
     return true;
   });
-  if (received > limit || (!read && status == 413)) return body_too_large();
+  if (received > limit || (!read && res.status == 413)) return body_too_large();
   if (!read) {
     return invalid_request("the request body could not be read in full: a broken chunked encoding or compression");
   }
@@ -196,7 +197,8 @@ void HttpServer::add_routes() {
   auto generation = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read_body) {
       std::string body_text;
-      if (const std::optional<ApiError> error = read_body_within(req, read_body, res.status, options_.max_body_bytes, body_text)) {
+      if (const std::optional<ApiError> error =
+              read_body_within(req, res, read_body, options_.max_body_bytes, body_text)) {
         send_error(res, *error);
         res.set_header("Connection", "close");  // what is left of the body is never read
         return;

@@ -1,5 +1,8 @@
 // Default implementations of the optional Backend services.
+#include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -88,9 +91,7 @@ int64_t matmul_row_bucket(int64_t rows) {
   constexpr int64_t kTileRows = 128;
   if (rows > 2 * kTileRows) return (rows + kTileRows - 1) / kTileRows * kTileRows;
   if (rows > kTileRows) return (rows + kTileRows / 2 - 1) / (kTileRows / 2) * (kTileRows / 2);
-  int64_t bucket = 1;
-  while (bucket < rows) bucket *= 2;
-  return bucket;
+  return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(rows, 1))));
 }
 
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }

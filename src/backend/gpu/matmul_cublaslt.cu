@@ -71,12 +71,6 @@ struct Matmul::Impl {
     cublasLtMatmulDescDestroy(plan.desc);
   }
 
-  // The heuristic costs about a millisecond per shape, and a prompt of a new length has
-  // seven shapes: one query per bucket of rows (n, matmul_row_bucket: 64 or 128 rows wide
-  // above 128), reused for every n in it once cuBLASLt confirms the algorithm runs at that
-  // n, keeps it off the first token.
-  static int64_t bucket(int64_t n) { return matmul_row_bucket(n); }
-
   // Descriptors for the shape `key` names.
   Plan describe(const Key& key, const std::string& sizes) {
     const int64_t m = std::get<0>(key), n = std::get<1>(key), k = std::get<2>(key);
@@ -184,12 +178,16 @@ struct Matmul::Impl {
     const std::string sizes = describe_sizes();
     const int64_t n = std::get<1>(key);
     Plan plan = describe(key, sizes);
+    // The heuristic costs about a millisecond per shape, and a prompt of a new length has
+    // seven shapes: one query per bucket of rows (matmul_row_bucket: 64 or 128 rows wide
+    // above 128), reused for every n in it once cuBLASLt confirms the algorithm runs at that
+    // n, keeps it off the first token.
     Key bucket_key = key;
-    std::get<1>(bucket_key) = bucket(n);
+    std::get<1>(bucket_key) = matmul_row_bucket(n);
     auto found = algos.find(bucket_key);
     if (found == algos.end()) {
       // The bucket's algorithm, chosen for its largest row count.
-      const bool exact = bucket(n) == n;
+      const bool exact = std::get<1>(bucket_key) == n;
       Plan largest = exact ? plan : describe(bucket_key, sizes);
       cublasLtMatmulAlgo_t algo{};
       cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
