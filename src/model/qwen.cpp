@@ -289,9 +289,9 @@ int QwenModel::decode_bucket(std::span<const SequenceChunk> chunks,
   }
   const int cap = std::min({limits_.max_seqs, limits_.max_batch_tokens, limits_.max_logit_rows});
   if (n > cap) return 0;
-  int bucket = 1;
-  while (bucket < n) bucket *= 2;
-  return std::min(bucket, cap);
+  // The matrix library's own row buckets (powers of two up to 128 rows, then 64 or 128 rows
+  // wide), so that a step of 160 sequences runs 192 rows, not 256.
+  return static_cast<int>(std::min<int64_t>(matmul_row_bucket(n), cap));
 }
 
 Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) {
