@@ -250,6 +250,9 @@ class Engine {
   int max_seqs() const;
   int max_batch_tokens() const;
   int max_context() const { return plan_.max_context; }
+  // Passes whose last layer ran past its K/V write for the logit rows alone (a prompt
+  // chunk's other tokens skip its attention output, MLP and final norm): for tests.
+  uint64_t last_layer_tail_passes() const;
   // Throws kInvalidArgument when `ids` is empty, has an id outside the vocabulary or does
   // not fit the context.
   void check_prompt(const std::vector<int32_t>& ids, const char* what) const;

@@ -317,6 +317,7 @@ Tensor Engine::decode_step(SequenceBlocks& sequence, int32_t token, int ntk_alph
 }
 
 int Engine::max_seqs() const { return model_->limits().max_seqs; }
+uint64_t Engine::last_layer_tail_passes() const { return model_->last_layer_tail_passes(); }
 int Engine::max_batch_tokens() const { return model_->limits().max_batch_tokens; }
 
 std::unique_ptr<SequenceBlocks> Engine::new_sequence() {

@@ -395,6 +395,7 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
       // Past the K/V write only the logit rows go on (LastLayerTail): their q as decode rows
       // over their sequences' contexts and their residual rows, gathered in order, so the
       // rest of the layer, the final norm and the lm_head work on those rows alone.
+      ++tail_passes_;
       if (n_rows == 0) return ws_.logits.row_slice(0, 0);  // chunks that all end mid-prompt
       const Tensor q_last{ws_.up.data, q.dtype, n_rows, q.cols};  // up is free until the MLP
       const Tensor x_last = ws_.gathered.row_slice(0, n_rows);

@@ -64,6 +64,9 @@ class QwenModel {
   const ModelConfig& config() const { return config_; }
   const ForwardLimits& limits() const { return limits_; }
   const Weights& weights() const { return weights_; }
+  // Passes whose last layer ran for the logit rows alone (LastLayerTail), counted when the
+  // pass runs (a recorded decode step never takes the tail).
+  uint64_t last_layer_tail_passes() const { return tail_passes_; }
 
  private:
   // Activation buffers carved from the workspace ([max_batch_tokens, width] unless noted),
@@ -114,6 +117,7 @@ class QwenModel {
     BatchView view;
   };
   LastLayerTail tail_;
+  uint64_t tail_passes_ = 0;
   std::vector<int32_t> batch_host_;
   int scratch_block_ = 0;  // KV block that padding sequences write to
   // Per layer, q|k|v and gate|up as one matrix each where the weights lie back to back in

@@ -4,6 +4,7 @@
 // scheduler test asserts that everything completes and returns its blocks, and reports how
 // many greedy tokens agree before the first divergence.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -198,6 +199,69 @@ TEST(CudaBatchedEngine, SchedulerCompletesAndReportsAgreementWithOneAtATime) {
               identical, requests.size(), agreeing, total);
   RecordProperty("identical_sequences", identical);
   RecordProperty("agreeing_tokens", agreeing);
+}
+
+// The last layer's tail on the device (QwenModel's LastLayerTail: a chunk's other tokens
+// skip the last layer's attention output, MLP and final norm; the logit rows' q and
+// residual rows are gathered): the log-probability of each generated token must match the
+// score of the same text, which takes every token through every layer, to bf16 noise. A
+// wrong gather or a wrong row's attention would be off by nats. Chunks of 16 tokens (ending
+// mid-prompt beside other sequences' decode rows) and whole prompts.
+TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
+  QWENRT_REQUIRE_GPU();
+  const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / "qwen2_gqa";
+  EngineOptions options;
+  options.device = "cuda";
+  options.max_context = 256;
+  options.max_seqs = 4;
+  options.kv_cache_tokens = 8 * 256;
+  Engine scorer(dir, options);
+  std::vector<SequenceRequest> requests;
+  uint64_t state = 11;
+  for (int i = 0; i < 6; ++i) {
+    SequenceRequest request;
+    for (int t = 0; t < 5 + 13 * i; ++t) {
+      state = splitmix64(state);
+      request.prompt.push_back(static_cast<int32_t>(state % static_cast<uint64_t>(scorer.config().vocab_size)));
+    }
+    request.max_new_tokens = 3;
+    request.ignore_eos = true;
+    request.top_logprobs = 0;
+    requests.push_back(request);
+  }
+  for (const int batch_tokens : {16, 512}) {
+    options.max_batch_tokens = batch_tokens;
+    Engine engine(dir, options);
+    Scheduler scheduler(engine);
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < requests.size(); ++i) index[scheduler.submit(requests[i])] = i;
+    std::vector<std::vector<int32_t>> tokens(requests.size());
+    std::vector<std::vector<float>> logprobs(requests.size());
+    const uint64_t tails_before = engine.last_layer_tail_passes();
+    for (int step = 0; step < 1000 && !scheduler.idle(); ++step) {
+      for (const auto& event : scheduler.step()) {
+        if (event.token < 0) continue;
+        tokens[index.at(event.id)].push_back(event.token);
+        logprobs[index.at(event.id)].push_back(event.logprobs.sampled);
+      }
+    }
+    ASSERT_TRUE(scheduler.idle());
+    EXPECT_GT(engine.last_layer_tail_passes(), tails_before) << batch_tokens << " tokens a pass";
+    double worst = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(tokens[i].size(), 3u) << "request " << i;
+      std::vector<int32_t> text = requests[i].prompt;
+      text.insert(text.end(), tokens[i].begin(), tokens[i].end());
+      const ScoreResult score = scorer.score(text);
+      for (size_t k = 0; k < 3; ++k) {
+        const float expected = score.logprobs[requests[i].prompt.size() - 1 + k];
+        worst = std::max(worst, static_cast<double>(std::fabs(logprobs[i][k] - expected)));
+        EXPECT_NEAR(logprobs[i][k], expected, 0.1) << "request " << i << ", token " << k << ", " << batch_tokens
+                                                   << " tokens a pass";
+      }
+    }
+    std::printf("%d tokens a pass: largest log-prob difference from the score %.4f\n", batch_tokens, worst);
+  }
 }
 
 }  // namespace

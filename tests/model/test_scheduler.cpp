@@ -198,6 +198,7 @@ TEST_F(SchedulerTest, GeneratedLogprobsEqualTheScoreOfTheirText) {
     for (size_t i = 0; i < requests.size(); ++i) index[scheduler.submit(requests[i])] = i;
     std::vector<std::vector<int32_t>> tokens(requests.size());
     std::vector<std::vector<float>> logprobs(requests.size());
+    const uint64_t tails_before = engine.last_layer_tail_passes();
     for (int step = 0; step < 1000 && !scheduler.idle(); ++step) {
       for (const SequenceEvent& event : scheduler.step()) {
         if (event.token < 0) continue;
@@ -205,6 +206,8 @@ TEST_F(SchedulerTest, GeneratedLogprobsEqualTheScoreOfTheirText) {
         logprobs[index.at(event.id)].push_back(event.logprobs.sampled);
       }
     }
+    // The prompt passes took the tail (decode-only passes need not: every row is a logit row).
+    EXPECT_GT(engine.last_layer_tail_passes(), tails_before) << batch_tokens << " tokens a pass";
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_EQ(tokens[i].size(), 3u) << "request " << i;
       std::vector<int32_t> text = requests[i].prompt;
