@@ -206,7 +206,8 @@ TEST(CudaBatchedEngine, SchedulerCompletesAndReportsAgreementWithOneAtATime) {
 // residual rows are gathered): the log-probability of each generated token must match the
 // score of the same text, which takes every token through every layer, to bf16 noise. A
 // wrong gather or a wrong row's attention would be off by nats. Chunks of 16 tokens (ending
-// mid-prompt beside other sequences' decode rows) and whole prompts.
+// mid-prompt beside other sequences' decode rows) and whole prompts; and 136 sequences at
+// once, whose decode steps are recorded padded to the 192-row bucket (decode_bucket).
 TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
   QWENRT_REQUIRE_GPU();
   const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / "qwen2_gqa";
@@ -216,21 +217,27 @@ TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
   options.max_seqs = 4;
   options.kv_cache_tokens = 8 * 256;
   Engine scorer(dir, options);
-  std::vector<SequenceRequest> requests;
-  uint64_t state = 11;
-  for (int i = 0; i < 6; ++i) {
-    SequenceRequest request;
-    for (int t = 0; t < 5 + 13 * i; ++t) {
-      state = splitmix64(state);
-      request.prompt.push_back(static_cast<int32_t>(state % static_cast<uint64_t>(scorer.config().vocab_size)));
+  struct Case {
+    int batch_tokens, max_seqs, requests;
+  };
+  for (const Case& c : {Case{16, 4, 6}, Case{512, 4, 6}, Case{4096, 256, 136}}) {
+    const int batch_tokens = c.batch_tokens;
+    std::vector<SequenceRequest> requests;
+    uint64_t state = 11;
+    for (int i = 0; i < c.requests; ++i) {
+      SequenceRequest request;
+      for (int t = 0; t < 5 + 13 * i % 80; ++t) {
+        state = splitmix64(state);
+        request.prompt.push_back(static_cast<int32_t>(state % static_cast<uint64_t>(scorer.config().vocab_size)));
+      }
+      request.max_new_tokens = 3;
+      request.ignore_eos = true;
+      request.top_logprobs = 0;
+      requests.push_back(request);
     }
-    request.max_new_tokens = 3;
-    request.ignore_eos = true;
-    request.top_logprobs = 0;
-    requests.push_back(request);
-  }
-  for (const int batch_tokens : {16, 512}) {
     options.max_batch_tokens = batch_tokens;
+    options.max_seqs = c.max_seqs;
+    options.kv_cache_tokens = int64_t{c.max_seqs} * 128;
     Engine engine(dir, options);
     Scheduler scheduler(engine);
     std::map<uint64_t, size_t> index;
@@ -247,20 +254,30 @@ TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
     }
     ASSERT_TRUE(scheduler.idle());
     EXPECT_GT(engine.last_layer_tail_passes(), tails_before) << batch_tokens << " tokens a pass";
-    double worst = 0;
+    // `worst`: the largest difference from the score of the sequence's own text;
+    // `other_context`: from the score of its text with its first token changed, what a row
+    // read from the wrong sequence would look like (it must exceed the tolerance, or the
+    // comparison could not tell).
+    double worst = 0, other_context = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_EQ(tokens[i].size(), 3u) << "request " << i;
       std::vector<int32_t> text = requests[i].prompt;
       text.insert(text.end(), tokens[i].begin(), tokens[i].end());
       const ScoreResult score = scorer.score(text);
+      text[0] = (text[0] + 1) % scorer.config().vocab_size;
+      const ScoreResult changed = scorer.score(text);
       for (size_t k = 0; k < 3; ++k) {
-        const float expected = score.logprobs[requests[i].prompt.size() - 1 + k];
-        worst = std::max(worst, static_cast<double>(std::fabs(logprobs[i][k] - expected)));
-        EXPECT_NEAR(logprobs[i][k], expected, 0.1) << "request " << i << ", token " << k << ", " << batch_tokens
-                                                   << " tokens a pass";
+        const size_t at = requests[i].prompt.size() - 1 + k;
+        worst = std::max(worst, static_cast<double>(std::fabs(logprobs[i][k] - score.logprobs[at])));
+        other_context = std::max(other_context, static_cast<double>(std::fabs(logprobs[i][k] - changed.logprobs[at])));
+        EXPECT_NEAR(logprobs[i][k], score.logprobs[at], 0.1)
+            << "request " << i << ", token " << k << ", " << batch_tokens << " tokens a pass";
       }
     }
-    std::printf("%d tokens a pass: largest log-prob difference from the score %.4f\n", batch_tokens, worst);
+    EXPECT_GT(other_context, 0.1) << "the tolerance does not tell one context from another";
+    std::printf("%d sequences, %d tokens a pass: largest log-prob difference from the score %.4f (from another "
+                "context's %.4f)\n",
+                c.requests, batch_tokens, worst, other_context);
   }
 }
 
