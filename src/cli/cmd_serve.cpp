@@ -37,6 +37,7 @@ struct ServeArgs {
   double max_body_mb = 4;
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
+  int heartbeat_ms = 500;
 };
 
 std::string read_key_file(const std::string& path) {
@@ -103,6 +104,7 @@ int run_serve(const ServeArgs& args) {
   server_options.max_connections = args.max_connections;
   server_options.read_timeout_s = args.read_timeout;
   server_options.write_timeout_s = args.write_timeout;
+  server_options.heartbeat_ms = args.heartbeat_ms;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_stop = args.max_stop;
@@ -194,6 +196,12 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--write-timeout", args->write_timeout,
                   "seconds a write may block on a client that stops reading; then its request is cancelled")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
+                  "a non-streamed response that takes longer than this is sent as blank keep-alive bytes this "
+                  "often, then its body; they notice a client that has gone. One ready sooner is sent at once with "
+                  "its own status; a later error can only come as the body of a 200")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,

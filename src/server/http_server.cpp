@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -227,13 +228,39 @@ void HttpServer::add_routes() {
                                                        stream->prompt_tokens());
       const bool streaming = request->stream;
       const auto heartbeat = std::chrono::milliseconds(options_.heartbeat_ms);
-      // Both kinds are sent chunked: the stream as SSE; the whole response after blank
-      // heartbeats (JSON allows leading whitespace), whose failing write shows that the
-      // client has gone, so its generation is cancelled rather than run to the end.
+      if (!streaming) {
+        // A result that is ready within one heartbeat period is sent whole, with its own
+        // status (an engine failure or the drain's end is a 500). Until then nothing is
+        // written, as before the first heartbeat below.
+        const auto deadline = std::chrono::steady_clock::now() + heartbeat;
+        while (!stream->finished()) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= deadline) break;
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+          for (const ChoiceEvent& event : stream->wait(std::min(left + std::chrono::milliseconds(1),
+                                                                std::chrono::milliseconds(50)))) {
+            builder->collect(event);
+          }
+        }
+        if (stream->finished()) {
+          if (builder->error()) {
+            send_error(res, *builder->error());
+          } else {
+            res.set_content(builder->body(), "application/json");
+          }
+          return;
+        }
+      }
+      // Streams are sent chunked as SSE; a longer non-streamed response as blank heartbeats
+      // (JSON allows leading whitespace) and then the whole body, with status 200 already
+      // sent. A failing write shows that the client has gone, so its generation is
+      // cancelled rather than run to the end.
       res.set_chunked_content_provider(
           streaming ? "text/event-stream" : "application/json",
           [request, stream, builder, streaming, heartbeat](size_t, httplib::DataSink& sink) {
-            auto last_write = std::chrono::steady_clock::now();
+            // A non-streamed response has waited one heartbeat period already: its first
+            // heartbeat goes now.
+            auto last_write = streaming ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
             for (;;) {
               std::vector<ChoiceEvent> events = stream->wait(std::chrono::milliseconds(50));
               std::string out;

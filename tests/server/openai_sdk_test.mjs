@@ -479,6 +479,21 @@ await test('SIGTERM past the drain timeout ends the rest with an error event', a
   assert.equal(text.split('"error":{').length - 1, 1, 'one error event for the request, not one a choice');
 });
 
+await test('a non-streamed request ended within its heartbeat period gets its own status: 500', async () => {
+  // --heartbeat-ms 10000: the response is held back until its result, so the drain's error
+  // is sent as the status, not inside a 200 that blank keep-alive bytes have started.
+  const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '0', '--heartbeat-ms', '10000']));
+  const running = post(draining.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 3 });
+  await waitFor(async () => (await metric(draining.url, 'qwenrt_requests_active')) > 0);
+  const exited = new Promise((resolve) => draining.on('exit', resolve));
+  draining.kill('SIGTERM');
+  const reply = await running;
+  assert.equal(reply.status, 500);
+  assert.equal(reply.json.error.type, 'server_error');
+  assert.match(reply.json.error.message, /shutting down/);
+  assert.equal(await exited, 0);
+});
+
 // Tool calls and reasoning: the scripted engine "generates" the last user message.
 const scripted = await startServer(scriptedServer, [tokenizerDir]);
 const scriptedClient = new OpenAI({ baseURL: scripted.url + '/v1', apiKey: 'unused' });
