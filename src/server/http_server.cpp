@@ -236,9 +236,8 @@ void HttpServer::add_routes() {
         while (!stream->finished()) {
           const auto now = std::chrono::steady_clock::now();
           if (now >= deadline) break;
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-          for (const ChoiceEvent& event : stream->wait(std::min(left + std::chrono::milliseconds(1),
-                                                                std::chrono::milliseconds(50)))) {
+          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+          for (const ChoiceEvent& event : stream->wait(std::min(left, std::chrono::milliseconds(50)))) {
             builder->collect(event);
           }
         }
@@ -260,7 +259,8 @@ void HttpServer::add_routes() {
           [request, stream, builder, streaming, heartbeat](size_t, httplib::DataSink& sink) {
             // A non-streamed response has waited one heartbeat period already: its first
             // heartbeat goes now.
-            auto last_write = streaming ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+            auto last_write =
+                streaming ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
             for (;;) {
               std::vector<ChoiceEvent> events = stream->wait(std::chrono::milliseconds(50));
               std::string out;

@@ -26,7 +26,8 @@ struct ServerOptions {
   int max_connections = 1024;        // connection threads
   int read_timeout_s = 60;           // a client that stops sending its request
   int write_timeout_s = 30;          // a client that stops reading: then its request is cancelled
-  int heartbeat_ms = 500;            // non-streamed responses: sent whole if ready within it, else probe the client this often
+  int heartbeat_ms = 500;            // non-streamed: sent whole if ready within it, else
+                                     // blank bytes this often probe the client
   RequestLimits limits;
 };
 
