@@ -37,7 +37,7 @@ struct ServeArgs {
   double max_body_mb = 4;
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
-  int heartbeat_ms = 500;
+  int heartbeat_ms = 0;
 };
 
 std::string read_key_file(const std::string& path) {
@@ -199,10 +199,12 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
-                  "a non-streamed response that takes longer than this is sent as blank keep-alive bytes this "
-                  "often, then its body; they notice a client that has gone. One ready sooner is sent at once with "
-                  "its own status; a later error can only come as the body of a 200")
-      ->check(CLI::PositiveNumber)
+                  "0: a non-streamed response is sent whole once ready, with its own status, and streams get no "
+                  "keep-alive comments; a client that goes is noticed from its socket either way. N > 0, for "
+                  "proxies that cut idle connections: streams get a keep-alive comment after N ms without "
+                  "tokens, and a non-streamed response not ready within N ms is sent as blank bytes every N ms, "
+                  "then its body (an error after that can only come as the body of a 200)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM, seconds running requests may take to finish before they are ended with an error")

@@ -11,12 +11,18 @@
 #include <optional>
 
 #include "core/random_bits.h"
+#include "server/peer_probe.h"
 #include "server/responses.h"
 
 namespace qwenrt::server {
 namespace {
 
 constexpr int kListenBacklog = 4096;
+// How long a connection's thread waits for its request's events before it looks at the
+// client again (events come every engine step while the request runs).
+constexpr std::chrono::milliseconds kWaitSlice{50};
+// Heartbeats when the connection's socket is not found (PeerProbe) and none are asked for.
+constexpr int kFallbackHeartbeatMs = 500;
 
 // The routes, named once: registered under these and counted by them in /metrics.
 constexpr const char* kChatRoute = "/v1/chat/completions";
@@ -79,6 +85,13 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
   return std::nullopt;
 }
 
+// The answer to a non-streamed request whose client has gone: nobody reads it, but /metrics
+// counts it under this status (nginx's "client closed request").
+ApiError client_gone() {
+  return ApiError(499, "invalid_request_error", "the client closed the connection before the response", "",
+                  "client_closed_request");
+}
+
 std::string new_id(const char* prefix) {
   char text[48];
   std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
@@ -104,6 +117,10 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
   http_->set_read_timeout(options_.read_timeout_s, 0);
   http_->set_write_timeout(options_.write_timeout_s, 0);
   http_->set_keep_alive_max_count(1000);
+  // A response goes out in several writes (headers, body; SSE events): with Nagle's
+  // algorithm a write waits for the ACK of the one before, which a client on a kept-alive
+  // connection delays by up to 40 ms.
+  http_->set_tcp_nodelay(true);
   add_routes();
 }
 
@@ -227,18 +244,29 @@ void HttpServer::add_routes() {
       auto builder = std::make_shared<ResponseBuilder>(*request, new_id(chat ? "chatcmpl" : "cmpl"), unix_time(),
                                                        stream->prompt_tokens());
       const bool streaming = request->stream;
-      const auto heartbeat = std::chrono::milliseconds(options_.heartbeat_ms);
+      // The connection's socket, to notice a client that has gone between writes (each
+      // engine step). Should it not be found, blank heartbeats every half second notice it.
+      const PeerProbe peer = PeerProbe::find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+      const auto heartbeat = std::chrono::milliseconds(
+          options_.heartbeat_ms > 0 ? options_.heartbeat_ms : (peer.found() ? 0 : kFallbackHeartbeatMs));
+      const bool beats = heartbeat.count() > 0;
       if (!streaming) {
-        // A result that is ready within one heartbeat period is sent whole, with its own
-        // status (an engine failure or the drain's end is a 500). Until then nothing is
-        // written, as before the first heartbeat below.
+        // A non-streamed response is sent whole, with its own status (an engine failure or
+        // the drain's end is a 500), once its result is ready; with heartbeats, only if it is
+        // ready within one heartbeat period. Until then nothing is written.
         const auto deadline = std::chrono::steady_clock::now() + heartbeat;
         while (!stream->finished()) {
-          const auto now = std::chrono::steady_clock::now();
-          if (now >= deadline) break;
-          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
-          for (const ChoiceEvent& event : stream->wait(std::min(left, std::chrono::milliseconds(50)))) {
-            builder->collect(event);
+          auto slice = kWaitSlice;
+          if (beats) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= deadline) break;
+            slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+          }
+          for (const ChoiceEvent& event : stream->wait(slice)) builder->collect(event);
+          if (!stream->finished() && peer.peer_closed()) {
+            stream->cancel();
+            send_error(res, client_gone());
+            return;
           }
         }
         if (stream->finished()) {
@@ -250,19 +278,19 @@ void HttpServer::add_routes() {
           return;
         }
       }
-      // Streams are sent chunked as SSE; a longer non-streamed response as blank heartbeats
-      // (JSON allows leading whitespace) and then the whole body, with status 200 already
-      // sent. A failing write shows that the client has gone, so its generation is
-      // cancelled rather than run to the end.
+      // Streams are sent chunked as SSE; a longer non-streamed response (with heartbeats) as
+      // blank bytes (JSON allows leading whitespace) and then the whole body, with status 200
+      // already sent. A client seen gone, by its socket or by a failing write, is cancelled
+      // rather than run to the end.
       res.set_chunked_content_provider(
           streaming ? "text/event-stream" : "application/json",
-          [request, stream, builder, streaming, heartbeat](size_t, httplib::DataSink& sink) {
+          [request, stream, builder, streaming, heartbeat, beats, peer](size_t, httplib::DataSink& sink) {
             // A non-streamed response has waited one heartbeat period already: its first
             // heartbeat goes now.
             auto last_write =
                 streaming ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
             for (;;) {
-              std::vector<ChoiceEvent> events = stream->wait(std::chrono::milliseconds(50));
+              std::vector<ChoiceEvent> events = stream->wait(kWaitSlice);
               std::string out;
               for (const ChoiceEvent& event : events) {
                 if (streaming) {
@@ -272,8 +300,12 @@ void HttpServer::add_routes() {
                 }
               }
               const bool done = stream->finished();
+              if (!done && peer.peer_closed()) {
+                stream->cancel();
+                return false;
+              }
               if (done) out += streaming ? builder->stream_end() : (builder->error() ? error_body(*builder->error()) : builder->body());
-              if (out.empty() && std::chrono::steady_clock::now() - last_write >= heartbeat) {
+              if (out.empty() && beats && std::chrono::steady_clock::now() - last_write >= heartbeat) {
                 out = streaming ? ": keep-alive\n\n" : " ";
               }
               if (!out.empty()) {

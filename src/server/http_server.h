@@ -26,8 +26,8 @@ struct ServerOptions {
   int max_connections = 1024;        // connection threads
   int read_timeout_s = 60;           // a client that stops sending its request
   int write_timeout_s = 30;          // a client that stops reading: then its request is cancelled
-  int heartbeat_ms = 500;            // non-streamed: sent whole if ready within it, else
-                                     // blank bytes this often probe the client
+  int heartbeat_ms = 0;              // 0: none. N: keep-alive bytes after N ms of silence; a
+                                     // non-streamed response not ready within N ms starts as a 200
   RequestLimits limits;
 };
 

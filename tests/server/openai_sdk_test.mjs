@@ -355,16 +355,38 @@ await test('a client that disconnects mid-stream is cancelled and its blocks ret
   assert.ok(await metric(main.url, 'qwenrt_generation_tokens_total') < 1000);
 });
 
-await test('a non-streamed request whose client disconnects is cancelled too', async () => {
-  const controller = new AbortController();
-  const pending = fetch(main.url + '/v1/completions', {
-    method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
-    body: JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true }) }).catch(() => null);
-  await waitFor(async () => (await metric(main.url, 'qwenrt_kv_blocks_used')) > 0);
-  controller.abort();
-  await pending;
-  assert.ok(await waitFor(async () => (await metric(main.url, 'qwenrt_requests_active')) === 0), 'cancelled');
-  assert.equal(await metric(main.url, 'qwenrt_kv_blocks_used'), 0);
+await test('a non-streamed request whose client disconnects is cancelled within a few steps, answered 499', async () => {
+  // 64 choices of 480 tokens: ~30k tokens, about a second on this model; the client goes
+  // once the first are out. Its socket is watched each step, so a few steps (64 tokens
+  // each) follow at most; blank heartbeats, the old way to notice, were half a second apart.
+  const wide = await startServer(qwenrt, serveArgs(['--max-n', '64', '--max-seqs', '64']));
+  const url = new URL(wide.url);
+  const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 64 });
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  assert.ok(await waitFor(async () => (await metric(wide.url, 'qwenrt_generation_tokens_total')) > 0, 10000));
+  const atClose = await metric(wide.url, 'qwenrt_generation_tokens_total');
+  socket.destroy();
+  assert.ok(await waitFor(async () => (await metric(wide.url, 'qwenrt_requests_active')) === 0), 'cancelled');
+  const after = (await metric(wide.url, 'qwenrt_generation_tokens_total')) - atClose;
+  assert.ok(after <= 64 * 16, `${after} tokens generated after the client went: more than 16 steps`);
+  assert.equal(await metric(wide.url, 'qwenrt_kv_blocks_used'), 0);
+  assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 1/.test(
+    await (await fetch(wide.url + '/metrics')).text())), 'counted as 499');
+  assert.equal((await post(wide.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 1 })).status, 200);
+  wide.kill('SIGTERM');
+});
+
+await test('responses on a kept-alive connection are not held back (no Nagle delay)', async () => {
+  // Headers and body are separate writes; with Nagle's algorithm the body waited for the
+  // client's delayed ACK of the headers: ~40 ms a response.
+  await fetch(main.url + '/v1/models').then((r) => r.text());
+  const start = performance.now();
+  for (let i = 0; i < 10; i++) await fetch(main.url + '/v1/models').then((r) => r.text());
+  const ms = performance.now() - start;
+  assert.ok(ms < 200, `10 requests on one connection took ${ms.toFixed(0)} ms`);
 });
 
 await test('metrics in Prometheus text', async () => {
@@ -479,10 +501,10 @@ await test('SIGTERM past the drain timeout ends the rest with an error event', a
   assert.equal(text.split('"error":{').length - 1, 1, 'one error event for the request, not one a choice');
 });
 
-await test('a non-streamed request ended within its heartbeat period gets its own status: 500', async () => {
-  // --heartbeat-ms 10000: the response is held back until its result, so the drain's error
-  // is sent as the status, not inside a 200 that blank keep-alive bytes have started.
-  const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '0', '--heartbeat-ms', '10000']));
+await test('a non-streamed request ended by the drain gets its own status: 500', async () => {
+  // Without heartbeats (the default) the response is held back until its result, so the
+  // drain's error is sent as the status, not inside a 200 that blank bytes have started.
+  const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '0']));
   const running = post(draining.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 3 });
   await waitFor(async () => (await metric(draining.url, 'qwenrt_requests_active')) > 0);
   const exited = new Promise((resolve) => draining.on('exit', resolve));
@@ -492,6 +514,27 @@ await test('a non-streamed request ended within its heartbeat period gets its ow
   assert.equal(reply.json.error.type, 'server_error');
   assert.match(reply.json.error.message, /shutting down/);
   assert.equal(await exited, 0);
+});
+
+await test('--heartbeat-ms: blank bytes ahead of a slow non-streamed body, keep-alive comments in a quiet stream', async () => {
+  const beating = await startServer(qwenrt, serveArgs(['--heartbeat-ms', '20', '--max-n', '64', '--max-seqs', '64']));
+  const body = { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 64 };
+  const whole = await post(beating.url, '/v1/completions', body);
+  assert.equal(whole.status, 200);
+  assert.match(whole.text, /^ +\{/, 'blank heartbeats first');
+  assert.equal(whole.json.choices.length, 64);
+  // A stream queued behind two running requests (one sequence a step, ~0.3 s each) hears
+  // keep-alives before its tokens.
+  const single = await startServer(qwenrt, serveArgs(['--heartbeat-ms', '20', '--max-seqs', '1']));
+  const ahead = [0, 1].map(() => post(single.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true }));
+  await waitFor(async () => (await metric(single.url, 'qwenrt_requests_active')) === 2);
+  const queued = await post(single.url, '/v1/completions', { model, prompt: 'y', max_tokens: 2, stream: true });
+  assert.equal(queued.status, 200);
+  assert.match(queued.text, /^: keep-alive\n\n(: keep-alive\n\n)*data: /);
+  assert.match(queued.text, /data: \[DONE\]/);
+  for (const reply of await Promise.all(ahead)) assert.equal(reply.status, 200);
+  beating.kill('SIGTERM');
+  single.kill('SIGTERM');
 });
 
 // Tool calls and reasoning: the scripted engine "generates" the last user message.
