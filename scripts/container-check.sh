@@ -2,7 +2,9 @@
 # Builds the container recipes of docker/ as a user would, with podman: the ROCm image
 # (Debian trixie's ROCm: the HIP build of qwenrt for gfx1100, gfx942, gfx90a and gfx1030,
 # warnings as errors, its warp-width checks and what its files hold) and the CUDA image on
-# Debian trixie's own CUDA toolkit. It compiles and links; nothing runs on a GPU.
+# Debian trixie's own CUDA toolkit. It compiles and links; nothing runs on a GPU. In the
+# CUDA image it then runs the server's end-to-end tests on the CPU against trixie's
+# cpp-httplib (0.18; the README's test command builds with bookworm's 0.11).
 # CI runs it (.ci/run, CI=true); the README's test command does not: it needs root,
 # podman and about 12 GB of images.
 #
@@ -67,6 +69,22 @@ for name in "${images[@]}"; do
     *) echo "container-check: unknown image '$name' (rocm, cuda)" >&2; exit 2 ;;
   esac
 done
+
+# The server's end-to-end tests against trixie's cpp-httplib, in the CUDA image (on the
+# CPU), with the OpenAI SDK of the host's test cache: the README's test command fetches it.
+sdk=.cache/openai-sdk-6.30.1
+if [[ " ${images[*]} " == *" cuda "* ]]; then
+  if [ ! -f "$sdk/node_modules/openai/package.json" ]; then
+    bash scripts/fetch-openai-sdk.sh "$PWD/.cache" >/dev/null
+  fi
+  test_start=$SECONDS
+  echo "container-check: the server's tests in the CUDA image (docker/server-test.Containerfile)"
+  podman build --isolation=chroot --cgroup-manager=cgroupfs --layers \
+    --build-arg BASE=localhost/qwenrt-cuda -v "$PWD/$sdk:/sdk:ro" \
+    -f docker/server-test.Containerfile -t localhost/qwenrt-server-test . 2>&1 |
+    grep --line-buffered -vE '^(Selecting previously|Preparing to unpack|Unpacking|Setting up|Processing triggers|\(Reading database)'
+  echo "container-check: the server's tests passed in $((SECONDS - test_start)) s"
+fi
 # Old layers of earlier runs go; the current images and their cache stay.
 podman image prune -f >/dev/null || true
-echo "container-check: ${images[*]} in $((SECONDS - start)) s (compiled and linked, nothing run on a GPU)"
+echo "container-check: ${images[*]} in $((SECONDS - start)) s (compiled and linked, server tests run on the CPU, nothing on a GPU)"
