@@ -72,15 +72,12 @@ done
 
 # The server's end-to-end tests against trixie's cpp-httplib, in the CUDA image (on the
 # CPU), with the OpenAI SDK of the host's test cache: the README's test command fetches it.
-sdk=.cache/openai-sdk-6.30.1
 if [[ " ${images[*]} " == *" cuda "* ]]; then
-  if [ ! -f "$sdk/node_modules/openai/package.json" ]; then
-    bash scripts/fetch-openai-sdk.sh "$PWD/.cache" >/dev/null
-  fi
+  sdk=$(bash scripts/fetch-openai-sdk.sh "$PWD/.cache")
   test_start=$SECONDS
   echo "container-check: the server's tests in the CUDA image (docker/server-test.Containerfile)"
   podman build --isolation=chroot --cgroup-manager=cgroupfs --layers \
-    --build-arg BASE=localhost/qwenrt-cuda -v "$PWD/$sdk:/sdk:ro" \
+    --build-arg BASE=localhost/qwenrt-cuda -v "$sdk:/sdk:ro" \
     -f docker/server-test.Containerfile -t localhost/qwenrt-server-test . 2>&1 |
     grep --line-buffered -vE '^(Selecting previously|Preparing to unpack|Unpacking|Setting up|Processing triggers|\(Reading database)'
   echo "container-check: the server's tests passed in $((SECONDS - test_start)) s"

@@ -37,7 +37,7 @@ struct ServeArgs {
   double max_body_mb = 4;
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
-  int heartbeat_ms = 0;
+  int heartbeat_ms = 0, sse_keepalive_ms = 15000;
 };
 
 std::string read_key_file(const std::string& path) {
@@ -105,6 +105,7 @@ int run_serve(const ServeArgs& args) {
   server_options.read_timeout_s = args.read_timeout;
   server_options.write_timeout_s = args.write_timeout;
   server_options.heartbeat_ms = args.heartbeat_ms;
+  server_options.sse_keepalive_ms = args.sse_keepalive_ms;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_stop = args.max_stop;
@@ -199,11 +200,16 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
-                  "0: a non-streamed response is sent whole once ready, with its own status, and streams get no "
-                  "keep-alive comments; a client that goes is noticed from its socket either way. N > 0, for "
-                  "proxies that cut idle connections: streams get a keep-alive comment after N ms without "
-                  "tokens, and a non-streamed response not ready within N ms is sent as blank bytes every N ms, "
-                  "then its body (an error after that can only come as the body of a 200)")
+                  "non-streamed responses. 0: sent whole once ready, with their own status, nothing written "
+                  "before. N > 0, for proxies that cut a connection silent longer than your longest request: "
+                  "a response not ready within N ms is sent as blank bytes every N ms, then its body (an error "
+                  "after that can only come as the body of a 200). A client that goes is noticed from its "
+                  "socket either way")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--sse-keepalive-ms", args->sse_keepalive_ms,
+                  "streams: an SSE comment (': keep-alive') after this long without tokens, e.g. while queued "
+                  "or behind a long prompt, for proxies that cut idle connections; 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,

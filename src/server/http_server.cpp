@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -21,8 +22,18 @@ constexpr int kListenBacklog = 4096;
 // How long a connection's thread waits for its request's events before it looks at the
 // client again (events come every engine step while the request runs).
 constexpr std::chrono::milliseconds kWaitSlice{50};
-// Heartbeats when the connection's socket is not found (PeerProbe) and none are asked for.
+// Heartbeats when the connection's socket is not found (PeerProbe): at least this often.
 constexpr int kFallbackHeartbeatMs = 500;
+
+void warn_no_probe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "qwenrt serve: a connection's socket was not found among the process's descriptors "
+                 "(/proc/self/fd); such clients are checked by a write every %d ms instead of each step\n",
+                 kFallbackHeartbeatMs);
+  });
+}
 
 // The routes, named once: registered under these and counted by them in /metrics.
 constexpr const char* kChatRoute = "/v1/chat/completions";
@@ -119,7 +130,8 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
   http_->set_keep_alive_max_count(1000);
   // A response goes out in several writes (headers, body; SSE events): with Nagle's
   // algorithm a write waits for the ACK of the one before, which a client on a kept-alive
-  // connection delays by up to 40 ms.
+  // connection delays by up to 40 ms. httplib sets this on the listening socket; Linux
+  // hands it on to the sockets accepted from it.
   http_->set_tcp_nodelay(true);
   add_routes();
 }
@@ -245,24 +257,28 @@ void HttpServer::add_routes() {
                                                        stream->prompt_tokens());
       const bool streaming = request->stream;
       // The connection's socket, to notice a client that has gone between writes (each
-      // engine step). Should it not be found, blank heartbeats every half second notice it.
+      // engine step). Should it not be found, writes every half second notice it: blank
+      // bytes ahead of a non-streamed body, keep-alive comments in a stream.
       const PeerProbe peer = PeerProbe::find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+      if (!peer.found()) warn_no_probe();
+      const int asked = streaming ? options_.sse_keepalive_ms : options_.heartbeat_ms;
       const auto heartbeat = std::chrono::milliseconds(
-          options_.heartbeat_ms > 0 ? options_.heartbeat_ms : (peer.found() ? 0 : kFallbackHeartbeatMs));
+          peer.found() ? asked : (asked > 0 ? std::min(asked, kFallbackHeartbeatMs) : kFallbackHeartbeatMs));
       const bool beats = heartbeat.count() > 0;
+      const auto slice = beats ? std::min(kWaitSlice, heartbeat) : kWaitSlice;
       if (!streaming) {
         // A non-streamed response is sent whole, with its own status (an engine failure or
         // the drain's end is a 500), once its result is ready; with heartbeats, only if it is
         // ready within one heartbeat period. Until then nothing is written.
         const auto deadline = std::chrono::steady_clock::now() + heartbeat;
         while (!stream->finished()) {
-          auto slice = kWaitSlice;
+          auto wait = slice;
           if (beats) {
             const auto now = std::chrono::steady_clock::now();
             if (now >= deadline) break;
-            slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+            wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
           }
-          for (const ChoiceEvent& event : stream->wait(slice)) builder->collect(event);
+          for (const ChoiceEvent& event : stream->wait(wait)) builder->collect(event);
           if (!stream->finished() && peer.peer_closed()) {
             stream->cancel();
             send_error(res, client_gone());
@@ -284,13 +300,13 @@ void HttpServer::add_routes() {
       // rather than run to the end.
       res.set_chunked_content_provider(
           streaming ? "text/event-stream" : "application/json",
-          [request, stream, builder, streaming, heartbeat, beats, peer](size_t, httplib::DataSink& sink) {
+          [request, stream, builder, streaming, heartbeat, beats, slice, peer](size_t, httplib::DataSink& sink) {
             // A non-streamed response has waited one heartbeat period already: its first
             // heartbeat goes now.
             auto last_write =
                 streaming ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
             for (;;) {
-              std::vector<ChoiceEvent> events = stream->wait(kWaitSlice);
+              std::vector<ChoiceEvent> events = stream->wait(slice);
               std::string out;
               for (const ChoiceEvent& event : events) {
                 if (streaming) {

@@ -26,8 +26,9 @@ struct ServerOptions {
   int max_connections = 1024;        // connection threads
   int read_timeout_s = 60;           // a client that stops sending its request
   int write_timeout_s = 30;          // a client that stops reading: then its request is cancelled
-  int heartbeat_ms = 0;              // 0: none. N: keep-alive bytes after N ms of silence; a
-                                     // non-streamed response not ready within N ms starts as a 200
+  int heartbeat_ms = 0;              // non-streamed: 0 none; N: not ready within N ms, blank
+                                     // bytes every N ms, so its status is 200 whatever follows
+  int sse_keepalive_ms = 15000;      // streams: a keep-alive comment after this long silent (0: none)
   RequestLimits limits;
 };
 

@@ -26,6 +26,7 @@ class PeerProbe {
   // the last connection a thread found is checked first.
   static PeerProbe find(const ConnectionEnds& ends);
   bool found() const { return fd_ >= 0; }
+  int descriptor() const { return fd_; }  // -1 when not found
   // True once the peer has closed the connection (or shut down its sending side: HTTP
   // clients do not do that while they wait for a response) or the connection has failed.
   // Data the client sent ahead (a pipelined request) is left unread. False when not found.

@@ -98,6 +98,7 @@ TEST(PeerProbe, FindsTheConnectionByItsEndsAndSeesTheClientClose) {
   auto [client, accepted] = server.connect();
   const PeerProbe probe = PeerProbe::find(server.ends_of(client));
   ASSERT_TRUE(probe.found());
+  EXPECT_EQ(probe.descriptor(), accepted);
   EXPECT_FALSE(probe.peer_closed());
 
   // A request sent ahead (pipelined) is no close, and is left for the server to read.
@@ -112,6 +113,7 @@ TEST(PeerProbe, FindsTheConnectionByItsEndsAndSeesTheClientClose) {
   // The other connection is untouched.
   const PeerProbe other = PeerProbe::find(server.ends_of(other_client));
   ASSERT_TRUE(other.found());
+  EXPECT_EQ(other.descriptor(), other_accepted);
   EXPECT_FALSE(other.peer_closed());
   ::close(other_client);
   EXPECT_TRUE(becomes_closed(other));
@@ -154,6 +156,7 @@ TEST(PeerProbe, ANewConnectionOnTheSameThreadIsFoundAfresh) {
   auto [second, second_accepted] = server.connect();
   const PeerProbe probe = PeerProbe::find(server.ends_of(second));
   ASSERT_TRUE(probe.found());
+  EXPECT_EQ(probe.descriptor(), second_accepted);
   EXPECT_FALSE(probe.peer_closed());
   EXPECT_FALSE(PeerProbe::find(first_ends).found());
   ::close(second);
@@ -181,6 +184,46 @@ TEST(PeerProbe, Ipv6Loopback) {
   ::close(client);
   EXPECT_TRUE(becomes_closed(probe));
   ::close(accepted);
+}
+
+// A dual-stack listener names an IPv4 client by its mapped address, "::ffff:127.0.0.1", on
+// both ends, as the HTTP library reports them.
+TEST(PeerProbe, Ipv4ClientOfADualStackListener) {
+  const int listener = ::socket(AF_INET6, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  int no = 0;
+  ::setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_addr = in6addr_any;
+  socklen_t size = sizeof(any);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 ||
+      ::listen(listener, 4) != 0) {
+    ::close(listener);
+    GTEST_SKIP() << "no dual-stack socket here";
+  }
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &size);
+  const int port = ntohs(any.sin6_port);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  sockaddr_in from{};
+  size = sizeof(from);
+  ::getsockname(client, reinterpret_cast<sockaddr*>(&from), &size);
+  const ConnectionEnds ends{"::ffff:127.0.0.1", port, "::ffff:127.0.0.1", ntohs(from.sin_port)};
+  const PeerProbe probe = PeerProbe::find(ends);
+  ASSERT_TRUE(probe.found());
+  EXPECT_EQ(probe.descriptor(), accepted);
+  EXPECT_FALSE(PeerProbe::find({"127.0.0.1", port, "127.0.0.1", ntohs(from.sin_port)}).found());
+  ::close(client);
+  EXPECT_TRUE(becomes_closed(probe));
+  ::close(accepted);
+  ::close(listener);
 }
 
 }  // namespace
