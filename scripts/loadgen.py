@@ -123,12 +123,20 @@ class Client:
         self.window = window
         self.host, self.port = url.hostname, url.port or 80
         self.args, self.stats, self.prefix = args, stats, prefix
+        self.kept = threading.local()  # --keep-alive: each thread's open connection
         self.headers = {"Content-Type": "application/json"}
         if args.api_key:
             self.headers["Authorization"] = "Bearer " + args.api_key
 
     def connection(self):
         return http.client.HTTPConnection(self.host, self.port, timeout=self.args.timeout)
+
+    def stream_connection(self):
+        """A new connection, or with --keep-alive the one this thread's last stream left open."""
+        if self.args.keep_alive and getattr(self.kept, "conn", None) is not None:
+            conn, self.kept.conn = self.kept.conn, None
+            return conn
+        return self.connection()
 
     def bad_request(self, rng):
         body, kind = rng.choice(BAD_REQUESTS)
@@ -154,7 +162,8 @@ class Client:
                 "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": args.temperature}
         if args.model_name:
             body["model"] = args.model_name
-        conn = self.connection()
+        conn = self.stream_connection()
+        reusable = False
         start = time.perf_counter()
         last = None
         tokens_seen = 0
@@ -182,6 +191,8 @@ class Client:
                     continue
                 data = line[6:]
                 if data == b"[DONE]":
+                    response.read()  # the chunked body's end: the connection can take the next request
+                    reusable = not response.will_close
                     break
                 chunk = json.loads(data)
                 if "error" in chunk:
@@ -221,8 +232,12 @@ class Client:
                 self.stats.window_chunks += window_chunks
         except Exception as error:
             self.stats.error(f"{type(error).__name__} while {phase}")
+            reusable = False
         finally:
-            conn.close()
+            if reusable and self.args.keep_alive:
+                self.kept.conn = conn
+            else:
+                conn.close()
 
 
 def client_process(args, prefix, deadline, window, budget, indexes, results):
@@ -408,6 +423,9 @@ def main():
     parser.add_argument("--gpu-energy", type=int, nargs="?", const=0, default=None, metavar="INDEX",
                         help="read this GPU's energy counter, power and SM clock (NVML; index as nvidia-smi "
                              "numbers them, default 0) over the steady window: joules per generated token")
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="each stream's next request reuses its connection (as SDK clients do); "
+                             "by default every request opens its own")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--soak", action="store_true", help="fail on any error, leaked block or memory growth")
     parser.add_argument("--seed", type=int, default=1)
