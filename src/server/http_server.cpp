@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 
 #include "core/random_bits.h"
