@@ -53,34 +53,31 @@ fi
 # podman's chroot isolation works inside an unprivileged container or VM, where the
 # default (OCI runtime) isolation may not; package lists are long, so dpkg's progress
 # lines stay out of the log.
+# build_image NAME BASE [PODMAN ARGUMENTS...]: docker/NAME.Containerfile as qwenrt-NAME.
 build_image() {
-  local name=$1
+  local name=$1 from=$2
+  shift 2
   local image_start=$SECONDS
   echo "container-check: building docker/$name.Containerfile"
-  podman build --isolation=chroot --cgroup-manager=cgroupfs --layers \
-    --build-arg BASE="$base" -f "docker/$name.Containerfile" -t "localhost/qwenrt-$name" . 2>&1 |
+  podman build --isolation=chroot --cgroup-manager=cgroupfs --layers "$@" \
+    --build-arg BASE="$from" -f "docker/$name.Containerfile" -t "localhost/qwenrt-$name" . 2>&1 |
     grep --line-buffered -vE '^(Selecting previously|Preparing to unpack|Unpacking|Setting up|Processing triggers|\(Reading database)'
   echo "container-check: qwenrt-$name built in $((SECONDS - image_start)) s"
 }
 
 for name in "${images[@]}"; do
   case "$name" in
-    rocm | cuda) build_image "$name" ;;
+    rocm | cuda) build_image "$name" "$base" ;;
     *) echo "container-check: unknown image '$name' (rocm, cuda)" >&2; exit 2 ;;
   esac
 done
 
 # The server's end-to-end tests against trixie's cpp-httplib, in the CUDA image (on the
 # CPU), with the OpenAI SDK of the host's test cache: the README's test command fetches it.
+# The image builds only if they pass.
 if [[ " ${images[*]} " == *" cuda "* ]]; then
   sdk=$(bash scripts/fetch-openai-sdk.sh "$PWD/.cache")
-  test_start=$SECONDS
-  echo "container-check: the server's tests in the CUDA image (docker/server-test.Containerfile)"
-  podman build --isolation=chroot --cgroup-manager=cgroupfs --layers \
-    --build-arg BASE=localhost/qwenrt-cuda -v "$sdk:/sdk:ro" \
-    -f docker/server-test.Containerfile -t localhost/qwenrt-server-test . 2>&1 |
-    grep --line-buffered -vE '^(Selecting previously|Preparing to unpack|Unpacking|Setting up|Processing triggers|\(Reading database)'
-  echo "container-check: the server's tests passed in $((SECONDS - test_start)) s"
+  build_image server-test localhost/qwenrt-cuda -v "$sdk:/sdk:ro"
 fi
 # Old layers of earlier runs go; the current images and their cache stay.
 podman image prune -f >/dev/null || true
