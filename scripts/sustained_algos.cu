@@ -11,8 +11,18 @@
 // layer after layer, with the heuristic's first algorithm for each shape, then with phase 1's
 // best, alternating, and reports each run's sustained rate.
 //
+// --search K widens phase 1 past the heuristic's list: every algorithm cuBLASLt lists for bf16
+// operands with fp32 accumulation (cublasLtMatmulAlgoGetIds), each tile and stage count it
+// lists, checked with cublasLtMatmulAlgoCheck, timed in a short burst, the best 3K of those
+// then varied one setting at a time (cluster shape, CTA swizzle, custom option, split-K with
+// each reduction scheme); and, since that list leaves out Hopper's warp-specialised
+// algorithm, each family of the heuristic's candidates with every tile it lists, every
+// cluster shape and every custom option (about 10,000 bursts a family: minutes a shape).
+// The K fastest in a burst join the heuristic's candidates in phase 1. Every candidate's
+// output is compared with the heuristic's first.
+//
 //   nvcc -std=c++17 -O2 -arch=sm_90 scripts/sustained_algos.cu -lcublasLt -ldl -o /tmp/sa
-//   /tmp/sa --rows 256,1024 --seconds 3 --candidates 8
+//   /tmp/sa --rows 256,1024 --seconds 3 --candidates 8 [--search 12]
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,6 +31,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -76,7 +87,7 @@ struct Problem {
 
 cublasLtHandle_t handle;
 void* workspace;
-const size_t kWorkspace = 64ull << 20;
+const size_t kWorkspace = 32ull << 20;  // the engine's matmul workspace
 // The few NVML calls used, from the driver's libnvidia-ml (no header or stub library needed).
 struct Nvml {
   void* device = nullptr;
@@ -116,7 +127,8 @@ Problem make_problem(int64_t m, int64_t n, int64_t k, int want) {
 }
 
 std::string describe(const cublasLtMatmulAlgo_t& algo) {
-  int id = 0, tile = 0, stages = 0, splitk = 0, swizzle = 0, cluster = 0, reduction = 0;
+  int id = 0, tile = 0, stages = 0, splitk = 0, swizzle = 0, reduction = 0, custom = 0;
+  uint16_t cluster = 0;
   size_t written = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written);
@@ -128,9 +140,10 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
                                        &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction),
                                        &written);
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "id %d tile %d stages %d splitk %d swizzle %d cluster %d reduction %d", id, tile,
-                stages, splitk, swizzle, cluster, reduction);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), &written);
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "id %d tile %d stages %d splitk %d swizzle %d cluster %d reduction %d custom %d", id,
+                tile, stages, splitk, swizzle, static_cast<int>(cluster), reduction, custom);
   return buf;
 }
 
@@ -194,6 +207,254 @@ void matmul(const Problem& p, const cublasLtMatmulAlgo_t& algo, const __nv_bfloa
                           kWorkspace, 0));
 }
 
+// The exhaustive search (--search).
+
+template <typename T>
+std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS || bytes == 0)
+    return {};
+  std::vector<T> values(bytes / sizeof(T));
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, values.data(), values.size() * sizeof(T), &bytes) !=
+      CUBLAS_STATUS_SUCCESS)
+    return {};
+  values.resize(bytes / sizeof(T));
+  return values;
+}
+
+template <typename T>
+T cap_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
+  T value{};
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, &value, sizeof(value), &written) != CUBLAS_STATUS_SUCCESS)
+    return T{};
+  return value;
+}
+
+template <typename T>
+bool set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute, T value) {
+  return cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
+
+// Whether `algo` runs `p` within the workspace; its workspace size in `bytes`.
+bool accepts(const Problem& p, const cublasLtMatmulAlgo_t& algo, size_t& bytes) {
+  cublasLtMatmulHeuristicResult_t result{};
+  if (cublasLtMatmulAlgoCheck(handle, p.desc, p.a, p.b, p.d, p.d, &algo, &result) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  bytes = result.workspaceSize;
+  return bytes <= kWorkspace;
+}
+
+// Mean µs of `iters` runs back to back (rotating the weight copies, so none sits in L2),
+// after two unclocked ones; a negative number when it does not launch.
+double burst_us(const Problem& p, const cublasLtMatmulAlgo_t& algo, const Operands& ops, int shape_index,
+                int nshapes, int copies, int iters) {
+  const float alpha = 1.f, beta = 0.f;
+  int copy = 0;
+  auto run = [&] {
+    const cublasStatus_t s =
+        cublasLtMatmul(handle, p.desc, &alpha, ops.weights[copy * nshapes + shape_index], p.a, ops.x, p.b, &beta,
+                       ops.out, p.d, ops.out, p.d, &algo, workspace, kWorkspace, 0);
+    copy = (copy + 1) % copies;
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+  for (int i = 0; i < 2; ++i)
+    if (!run()) return -1;
+  static cudaEvent_t start = nullptr, stop = nullptr;
+  if (start == nullptr) {
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+  }
+  CHECK_CUDA(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) run();
+  CHECK_CUDA(cudaEventRecord(stop));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  CHECK_CUDA(cudaGetLastError());
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1000.0 / iters;
+}
+
+struct Timed {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace;
+  double us;
+};
+
+bool same_config(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
+  return std::memcmp(a.data, b.data, sizeof(a.data)) == 0;
+}
+
+int config_int(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  int value = 0;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+  return value;
+}
+
+// The `keep` fastest configurations in a burst of: every algorithm, tile and stage count
+// cuBLASLt accepts for `p`; the best 3 `keep` of those varied one setting at a time (cluster
+// shape, swizzle, custom option, split-K with each reduction scheme; the best value of each
+// setting kept before the next is tried); each family of the heuristic's candidates with
+// every tile, cluster shape and custom option. At most two per algorithm, tile and stage
+// count; none the heuristic already lists.
+std::vector<cublasLtMatmulHeuristicResult_t> search(const Problem& p, const Operands& ops, int shape_index,
+                                                    int nshapes, int copies, int keep) {
+  const cudaDataType_t bf = CUDA_R_16BF;
+  int ids[1024];
+  int count = 0;
+  CHECK_LT(cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, bf, bf, bf, bf, 1024, ids, &count));
+  const int iters = 10;
+  std::vector<Timed> base;
+  long checked = 0, timed = 0;
+  for (int a = 0; a < count; ++a) {
+    cublasLtMatmulAlgo_t algo{};
+    if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, bf, bf, bf, bf, ids[a], &algo) !=
+        CUBLAS_STATUS_SUCCESS)
+      continue;
+    std::vector<uint32_t> tiles = cap_list<uint32_t>(algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+    std::vector<uint32_t> stages = cap_list<uint32_t>(algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+    if (stages.empty()) stages.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
+    for (uint32_t tile : tiles) {
+      for (uint32_t stage : stages) {
+        cublasLtMatmulAlgo_t c = algo;
+        if (!set_config(c, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) || !set_config(c, CUBLASLT_ALGO_CONFIG_STAGES_ID, stage))
+          continue;
+        size_t bytes = 0;
+        ++checked;
+        if (!accepts(p, c, bytes)) continue;
+        ++timed;
+        const double us = burst_us(p, c, ops, shape_index, nshapes, copies, iters);
+        if (us > 0) base.push_back({c, bytes, us});
+      }
+    }
+  }
+  auto faster = [](const Timed& a, const Timed& b) { return a.us < b.us; };
+  std::sort(base.begin(), base.end(), faster);
+  if (base.size() > static_cast<size_t>(3 * keep)) base.resize(3 * keep);
+  std::vector<Timed> all = base;
+  // Tries `value` of `attribute` (and of a second one when `attribute2` is set) on `best`;
+  // keeps it there when faster.
+  auto vary = [&](Timed& best, auto attribute, auto value, int attribute2, uint32_t value2) {
+    Timed t = best;
+    if (!set_config(t.algo, attribute, value)) return;
+    if (attribute2 >= 0 &&
+        !set_config(t.algo, static_cast<cublasLtMatmulAlgoConfigAttributes_t>(attribute2), value2))
+      return;
+    if (same_config(t.algo, best.algo) || !accepts(p, t.algo, t.workspace)) return;
+    ++timed;
+    t.us = burst_us(p, t.algo, ops, shape_index, nshapes, copies, iters);
+    if (t.us <= 0) return;
+    all.push_back(t);
+    if (t.us < best.us) best = t;
+  };
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  for (const Timed& start : base) {
+    Timed best = start;
+    for (uint16_t cluster : clusters) vary(best, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster, -1, 0);
+    if (cap_value<uint32_t>(start.algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) != 0)
+      vary(best, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{1}, -1, 0);
+    const int custom_max = std::min(7, cap_value<int32_t>(start.algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
+    for (uint32_t custom = 1; static_cast<int>(custom) <= custom_max; ++custom)
+      vary(best, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom, -1, 0);
+    if (cap_value<int32_t>(start.algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) != 0) {
+      const uint32_t schemes = cap_value<uint32_t>(start.algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+      for (int32_t split : {2, 3, 4, 6})
+        for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE})
+          if ((schemes & scheme) != 0)
+            vary(best, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, split, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme);
+    }
+  }
+  // cublasLtMatmulAlgoGetIds does not list every algorithm the heuristic returns (on Hopper
+  // it leaves out the warp-specialised one), so each family of the heuristic's candidates
+  // (algorithm, stages, split-K, reduction, swizzle) is tried with every tile it lists, every
+  // cluster shape and every custom option.
+  const uint16_t all_clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                                   CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                                   CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                                   CUBLASLT_CLUSTER_SHAPE_4x2x1, CUBLASLT_CLUSTER_SHAPE_1x4x1,
+                                   CUBLASLT_CLUSTER_SHAPE_2x4x1, CUBLASLT_CLUSTER_SHAPE_8x1x1,
+                                   CUBLASLT_CLUSTER_SHAPE_1x8x1};
+  std::vector<std::vector<int>> families;
+  long family_timed = 0;
+  for (const auto& h : p.candidates) {
+    const std::vector<int> family = {config_int(h.algo, CUBLASLT_ALGO_CONFIG_ID),
+                                     config_int(h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                                     config_int(h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                                     config_int(h.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                                     config_int(h.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)};
+    if (std::find(families.begin(), families.end(), family) != families.end()) continue;
+    families.push_back(family);
+    const std::vector<uint32_t> tiles = cap_list<uint32_t>(h.algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+    const int custom_max = std::min(15, cap_value<int32_t>(h.algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
+    for (uint32_t tile : tiles) {
+      for (uint16_t cluster : all_clusters) {
+        for (uint32_t custom = 0; static_cast<int>(custom) <= custom_max; ++custom) {
+          Timed t{h.algo, 0, 0};
+          if (!set_config(t.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) ||
+              !set_config(t.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) ||
+              !set_config(t.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom))
+            continue;
+          ++checked;
+          if (!accepts(p, t.algo, t.workspace)) continue;
+          ++timed;
+          ++family_timed;
+          t.us = burst_us(p, t.algo, ops, shape_index, nshapes, copies, iters);
+          if (t.us > 0) all.push_back(t);
+        }
+      }
+    }
+  }
+  std::printf("{\"phase\":0,\"families\":%zu,\"family_configurations\":%ld}\n", families.size(), family_timed);
+  std::sort(all.begin(), all.end(), faster);
+  std::vector<cublasLtMatmulHeuristicResult_t> chosen;
+  for (const Timed& t : all) {
+    if (static_cast<int>(chosen.size()) == keep) break;
+    bool listed = false;
+    int siblings = 0;
+    for (const auto& c : p.candidates) listed = listed || same_config(c.algo, t.algo);
+    for (const auto& c : chosen) {
+      listed = listed || same_config(c.algo, t.algo);
+      siblings += config_int(c.algo, CUBLASLT_ALGO_CONFIG_ID) == config_int(t.algo, CUBLASLT_ALGO_CONFIG_ID) &&
+                  config_int(c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == config_int(t.algo, CUBLASLT_ALGO_CONFIG_TILE_ID) &&
+                  config_int(c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) ==
+                      config_int(t.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+    }
+    if (listed || siblings >= 2) continue;
+    cublasLtMatmulHeuristicResult_t r{};
+    r.algo = t.algo;
+    r.workspaceSize = t.workspace;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    chosen.push_back(r);
+    std::printf("{\"phase\":0,\"algo\":\"%s\",\"burst_us\":%.2f}\n", describe(t.algo).c_str(), t.us);
+  }
+  double heuristic_us = p.candidates.empty()
+                            ? 0
+                            : burst_us(p, p.candidates[0].algo, ops, shape_index, nshapes, copies, iters);
+  std::printf("{\"phase\":0,\"algorithms\":%d,\"checked\":%ld,\"timed\":%ld,\"heuristic_first_us\":%.2f,"
+              "\"fastest_us\":%.2f}\n",
+              count, checked, timed, heuristic_us, all.empty() ? 0.0 : all.front().us);
+  std::fflush(stdout);
+  return chosen;
+}
+
+// Largest |a - b| over the largest |b|, for n values.
+__global__ void relative_difference(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* result) {
+  float diff = 0, scale = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    diff = fmaxf(diff, fabsf(x - y));
+    scale = fmaxf(scale, fabsf(y));
+  }
+  // Non-negative floats order as their bit patterns.
+  atomicMax(reinterpret_cast<unsigned*>(result), __float_as_uint(diff));
+  atomicMax(reinterpret_cast<unsigned*>(result) + 1, __float_as_uint(scale));
+}
+
 // Comma-separated positive integers; empty on anything else.
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
@@ -212,7 +473,7 @@ std::vector<int64_t> parse_list(const char* s) {
 int main(int argc, char** argv) {
   std::vector<int64_t> rows = {256, 1024};
   double seconds = 3, layer_seconds = 8;
-  int want = 8, copies = 4, rounds = 2;
+  int want = 8, copies = 4, rounds = 2, search_keep = 0;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 == argc) {
@@ -225,14 +486,16 @@ int main(int argc, char** argv) {
     else if (flag == "--candidates") want = std::atoi(argv[i + 1]);
     else if (flag == "--copies") copies = std::atoi(argv[i + 1]);
     else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (flag == "--search") search_keep = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
     }
   }
-  if (rows.empty() || seconds <= 0 || layer_seconds <= 0 || want <= 0 || copies <= 0 || rounds <= 0) {
+  if (rows.empty() || seconds <= 0 || layer_seconds <= 0 || want <= 0 || copies <= 0 || rounds <= 0 ||
+      search_keep < 0) {
     std::fprintf(stderr, "--rows takes positive integers separated by commas; --seconds, --layer-seconds, "
-                         "--candidates, --copies and --rounds positive numbers\n");
+                         "--candidates, --copies and --rounds positive numbers; --search a count\n");
     return 2;
   }
   if (!nvml.open()) {
@@ -254,6 +517,10 @@ int main(int argc, char** argv) {
   }
   CHECK_CUDA(cudaMalloc(&ops.x, max_rows * 18944 * 2));
   CHECK_CUDA(cudaMalloc(&ops.out, max_rows * 18944 * 2));
+  __nv_bfloat16* reference = nullptr;  // the heuristic's first's output, for each shape
+  float* difference = nullptr;
+  CHECK_CUDA(cudaMalloc(&reference, max_rows * 18944 * 2));
+  CHECK_CUDA(cudaMalloc(&difference, 2 * sizeof(float)));
   fill_normal<<<1024, 256>>>(ops.x, max_rows * 18944, 1.0f, seed++);
   CHECK_CUDA(cudaDeviceSynchronize());
   const int nshapes = sizeof(kShapes) / sizeof(kShapes[0]);
@@ -265,15 +532,27 @@ int main(int argc, char** argv) {
       const Shape& shape = kShapes[s];
       problems.push_back(make_problem(shape.m, n, shape.k, want));
       if (s == 3) {  // up has gate's shape: same candidates, same pick
+        problems[3].candidates = problems[2].candidates;
         best[3] = best[2];
         continue;
       }
-      const Problem& p = problems.back();
+      Problem& searched = problems.back();
+      if (search_keep > 0) {
+        std::printf("{\"phase\":0,\"rows\":%lld,\"shape\":\"%s\"}\n", static_cast<long long>(n), shape.name);
+        const auto found = search(searched, ops, s, nshapes, copies, search_keep);
+        searched.candidates.insert(searched.candidates.end(), found.begin(), found.end());
+      }
+      const Problem& p = searched;
       const double flops = 2.0 * n * shape.m * shape.k;
       double best_rate = 0;
       for (size_t c = 0; c < p.candidates.size(); ++c) {
         int copy = 0;
         const cublasLtMatmulAlgo_t& algo = p.candidates[c].algo;
+        matmul(p, algo, ops.weights[s], ops.x, c == 0 ? reference : ops.out);
+        CHECK_CUDA(cudaMemset(difference, 0, 2 * sizeof(float)));
+        relative_difference<<<264, 256>>>(ops.out, reference, size_t(n) * shape.m, difference);
+        float diff[2] = {0, 0};
+        CHECK_CUDA(cudaMemcpy(diff, difference, sizeof(diff), cudaMemcpyDeviceToHost));
         const Reading r = sustain(
             [&] {
               matmul(p, algo, ops.weights[copy * nshapes + s], ops.x, ops.out);
@@ -281,8 +560,9 @@ int main(int argc, char** argv) {
             },
             flops, seconds);
         std::printf("{\"phase\":1,\"rows\":%lld,\"shape\":\"%s\",\"candidate\":%zu,\"algo\":\"%s\",\"tflops\":%.1f,"
-                    "\"clock_mhz\":%.0f,\"watts\":%.0f}\n",
-                    static_cast<long long>(n), shape.name, c, describe(algo).c_str(), r.tflops, r.clock_mhz, r.watts);
+                    "\"clock_mhz\":%.0f,\"watts\":%.0f,\"relative_difference\":%.2e}\n",
+                    static_cast<long long>(n), shape.name, c, describe(algo).c_str(), r.tflops, r.clock_mhz, r.watts,
+                    c == 0 ? 0.0 : diff[0] / std::max(diff[1], 1e-30f));
         std::fflush(stdout);
         if (r.tflops > best_rate) {
           best_rate = r.tflops;
