@@ -38,6 +38,7 @@ struct ServeArgs {
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
   int heartbeat_ms = 0, sse_keepalive_ms = 15000;
+  std::string client_check = "socket";
 };
 
 std::string read_key_file(const std::string& path) {
@@ -106,6 +107,7 @@ int run_serve(const ServeArgs& args) {
   server_options.write_timeout_s = args.write_timeout;
   server_options.heartbeat_ms = args.heartbeat_ms;
   server_options.sse_keepalive_ms = args.sse_keepalive_ms;
+  server_options.find_sockets = args.client_check == "socket";
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_stop = args.max_stop;
@@ -211,6 +213,13 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "streams: an SSE comment (': keep-alive') after this long without tokens, e.g. while queued "
                   "or behind a long prompt, for proxies that cut idle connections; 0: none")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--client-check", args->client_check,
+                  "how a client that has gone is noticed. socket: its connection's socket is found (in "
+                  "/proc/self/fd) and checked between engine steps, and failing writes; writes: failing writes "
+                  "alone, at least every 500 ms (blank bytes ahead of a non-streamed body, which then starts as "
+                  "200; keep-alive comments in a stream), what socket falls back to where the socket is not found")
+      ->check(CLI::IsMember({"socket", "writes"}))
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM, seconds running requests may take to finish before they are ended with an error")

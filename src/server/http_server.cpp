@@ -259,8 +259,10 @@ void HttpServer::add_routes() {
       // The connection's socket, to notice a client that has gone between writes (each
       // engine step). Should it not be found, writes every half second notice it: blank
       // bytes ahead of a non-streamed body, keep-alive comments in a stream.
-      const PeerProbe peer = PeerProbe::find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
-      if (!peer.found()) warn_no_probe();
+      const PeerProbe peer = options_.find_sockets ? PeerProbe::find({req.local_addr, req.local_port,
+                                                                      req.remote_addr, req.remote_port})
+                                                   : PeerProbe();
+      if (!peer.found() && options_.find_sockets) warn_no_probe();
       const int asked = streaming ? options_.sse_keepalive_ms : options_.heartbeat_ms;
       const auto heartbeat = std::chrono::milliseconds(
           peer.found() ? asked : (asked > 0 ? std::min(asked, kFallbackHeartbeatMs) : kFallbackHeartbeatMs));

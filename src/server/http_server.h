@@ -29,6 +29,9 @@ struct ServerOptions {
   int heartbeat_ms = 0;              // non-streamed: 0 none; N: not ready within N ms, blank
                                      // bytes every N ms, so its status is 200 whatever follows
   int sse_keepalive_ms = 15000;      // streams: a keep-alive comment after this long silent (0: none)
+  bool find_sockets = true;          // check each connection's socket between steps (PeerProbe);
+                                     // false: failing writes alone show a client gone, as where
+                                     // the socket cannot be found
   RequestLimits limits;
 };
 

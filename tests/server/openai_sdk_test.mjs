@@ -380,6 +380,30 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   wide.kill('SIGTERM');
 });
 
+await test('--client-check writes: a non-streamed request whose client disconnects is cancelled by a failing write', async () => {
+  // What the server falls back to where a connection's socket cannot be found: blank bytes
+  // ahead of the body every 500 ms, the first write after the client has gone failing. 128
+  // choices of 480 tokens (~2 s on this model) must not run to the end.
+  const writes = await startServer(qwenrt, serveArgs(['--client-check', 'writes', '--max-n', '128', '--max-seqs', '128']));
+  const url = new URL(writes.url);
+  const total = 128 * 480;
+  const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 128 });
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  assert.ok(await waitFor(async () => (await metric(writes.url, 'qwenrt_generation_tokens_total')) > 0, 10000));
+  socket.destroy();
+  assert.ok(await waitFor(async () => (await metric(writes.url, 'qwenrt_requests_active')) === 0), 'cancelled');
+  const generated = await metric(writes.url, 'qwenrt_generation_tokens_total');
+  assert.ok(generated < total, `${generated} of ${total} tokens: the request ran to its end`);
+  assert.equal(await metric(writes.url, 'qwenrt_kv_blocks_used'), 0);
+  assert.equal((await post(writes.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 1 })).status, 200);
+  assert.doesNotMatch(writes.log, /socket was not found/, 'no warning when asked for');
+  console.log(`      ${generated} of ${total} tokens generated before the failing write`);
+  writes.kill('SIGTERM');
+});
+
 await test('responses on a kept-alive connection are not held back (no Nagle delay)', async () => {
   // Headers and body are separate writes; with Nagle's algorithm the body waited for the
   // client's delayed ACK of the headers: ~40 ms a response.
