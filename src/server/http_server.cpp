@@ -257,8 +257,9 @@ void HttpServer::add_routes() {
                                                        stream->prompt_tokens());
       const bool streaming = request->stream;
       // The connection's socket, to notice a client that has gone between writes (each
-      // engine step). Should it not be found, writes every half second notice it: blank
-      // bytes ahead of a non-streamed body, keep-alive comments in a stream.
+      // engine step). Should it not be found (or not be looked for: --client-check writes),
+      // writes every half second notice it: blank bytes ahead of a non-streamed body,
+      // keep-alive comments in a stream.
       const PeerProbe peer = options_.find_sockets ? PeerProbe::find({req.local_addr, req.local_port,
                                                                       req.remote_addr, req.remote_port})
                                                    : PeerProbe();
