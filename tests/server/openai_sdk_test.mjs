@@ -380,27 +380,35 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   wide.kill('SIGTERM');
 });
 
-await test('--client-check writes: a non-streamed request whose client disconnects is cancelled by a failing write', async () => {
-  // What the server falls back to where a connection's socket cannot be found: blank bytes
-  // ahead of the body every 500 ms, the first write after the client has gone failing. 128
-  // choices of 480 tokens (~2 s on this model) must not run to the end.
-  const writes = await startServer(qwenrt, serveArgs(['--client-check', 'writes', '--max-n', '128', '--max-seqs', '128']));
+await test('--client-check writes: a non-streamed response starts with blank bytes; a client gone is cancelled by a failing write', async () => {
+  // What the server falls back to where a connection's socket cannot be found: the response
+  // starts (200, then a blank byte every 500 ms; by default nothing is written before the
+  // result) and a client that has gone is seen by a write failing, a second or so later.
+  // 256 choices of 480 tokens (several seconds on this model) must not run to the end.
+  const writes = await startServer(qwenrt, serveArgs(['--client-check', 'writes', '--max-n', '256', '--max-seqs', '256',
+                                                      '--kv-cache-gb', '0.1']));
   const url = new URL(writes.url);
-  const total = 128 * 480;
-  const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 128 });
+  const total = 256 * 480;
+  const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 256 });
   const socket = net.connect(Number(url.port), url.hostname);
   await new Promise((resolve) => socket.once('connect', resolve));
+  let received = '';
+  socket.on('data', (data) => { received += data.toString(); });
   socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
                `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-  assert.ok(await waitFor(async () => (await metric(writes.url, 'qwenrt_generation_tokens_total')) > 0, 10000));
+  assert.ok(await waitFor(async () => /^HTTP\/1\.1 200 [^]*\r\n\r\n1\r\n \r\n/.test(received), 5000),
+            `no blank byte ahead of the body: ${JSON.stringify(received.slice(0, 200))}`);
+  const closed = performance.now();
   socket.destroy();
-  assert.ok(await waitFor(async () => (await metric(writes.url, 'qwenrt_requests_active')) === 0), 'cancelled');
+  assert.ok(await waitFor(async () => (await metric(writes.url, 'qwenrt_requests_active')) === 0, 10000), 'cancelled');
+  const ms = performance.now() - closed;
   const generated = await metric(writes.url, 'qwenrt_generation_tokens_total');
   assert.ok(generated < total, `${generated} of ${total} tokens: the request ran to its end`);
+  assert.ok(ms < 3000, `cancelled ${ms.toFixed(0)} ms after the client went`);
   assert.equal(await metric(writes.url, 'qwenrt_kv_blocks_used'), 0);
   assert.equal((await post(writes.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 1 })).status, 200);
   assert.doesNotMatch(writes.log, /socket was not found/, 'no warning when asked for');
-  console.log(`      ${generated} of ${total} tokens generated before the failing write`);
+  console.log(`      cancelled ${ms.toFixed(0)} ms after the client went, ${generated} of ${total} tokens generated`);
   writes.kill('SIGTERM');
 });
 
