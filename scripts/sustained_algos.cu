@@ -547,32 +547,28 @@ int main(int argc, char** argv) {
       }
       const Problem& p = searched;
       const double flops = 2.0 * n * shape.m * shape.k;
-      // The card to its cap first: after the start, or the search's short bursts, it draws
-      // less for a while, and the first candidate measured would be flattered.
-      {
+      // `algo` back to back over the weight copies, at the cap.
+      auto sustain_algo = [&](const cublasLtMatmulAlgo_t& algo) {
         int copy = 0;
-        sustain(
+        return sustain(
             [&] {
-              matmul(p, p.candidates[0].algo, ops.weights[copy * nshapes + s], ops.x, ops.out);
+              matmul(p, algo, ops.weights[copy * nshapes + s], ops.x, ops.out);
               copy = (copy + 1) % copies;
             },
             flops, seconds);
-      }
+      };
+      // The card to its cap first: after the start, or the search's short bursts, it draws
+      // less for a while, and the first candidate measured would be flattered.
+      sustain_algo(p.candidates[0].algo);
       double best_rate = 0;
       for (size_t c = 0; c < p.candidates.size(); ++c) {
-        int copy = 0;
         const cublasLtMatmulAlgo_t& algo = p.candidates[c].algo;
         matmul(p, algo, ops.weights[s], ops.x, c == 0 ? reference : ops.out);
         CHECK_CUDA(cudaMemset(difference, 0, 2 * sizeof(float)));
         relative_difference<<<264, 256>>>(ops.out, reference, size_t(n) * shape.m, difference);
         float diff[2] = {0, 0};
         CHECK_CUDA(cudaMemcpy(diff, difference, sizeof(diff), cudaMemcpyDeviceToHost));
-        const Reading r = sustain(
-            [&] {
-              matmul(p, algo, ops.weights[copy * nshapes + s], ops.x, ops.out);
-              copy = (copy + 1) % copies;
-            },
-            flops, seconds);
+        const Reading r = sustain_algo(algo);
         std::printf("{\"phase\":1,\"rows\":%lld,\"shape\":\"%s\",\"candidate\":%zu,\"algo\":\"%s\",\"tflops\":%.1f,"
                     "\"clock_mhz\":%.0f,\"watts\":%.0f,\"relative_difference\":%.2e}\n",
                     static_cast<long long>(n), shape.name, c, describe(algo).c_str(), r.tflops, r.clock_mhz, r.watts,

@@ -60,6 +60,17 @@ async function post(url, route, body, headers = {}) {
   return { status: response.status, headers: response.headers, text, json };
 }
 
+// POST /v1/completions with `body` (JSON text) over a raw socket, which the caller then
+// reads, stops reading or closes as a misbehaving client would.
+async function rawCompletion(serverUrl, body) {
+  const url = new URL(serverUrl);
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  return socket;
+}
+
 async function metric(url, name, headers = {}) {
   const text = await (await fetch(url + '/metrics', { headers })).text();
   const line = text.split('\n').find((l) => l.startsWith(name + ' '));
@@ -360,12 +371,8 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   // once the first are out. Its socket is watched each step, so a few steps (64 tokens
   // each) follow; blank heartbeats, the old way to notice, were half a second apart.
   const wide = await startServer(qwenrt, serveArgs(['--max-n', '64', '--max-seqs', '64']));
-  const url = new URL(wide.url);
   const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 64 });
-  const socket = net.connect(Number(url.port), url.hostname);
-  await new Promise((resolve) => socket.once('connect', resolve));
-  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
-               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  const socket = await rawCompletion(wide.url, body);
   assert.ok(await waitFor(async () => (await metric(wide.url, 'qwenrt_generation_tokens_total')) > 0, 10000));
   const atClose = await metric(wide.url, 'qwenrt_generation_tokens_total');
   socket.destroy();
@@ -387,15 +394,11 @@ await test('--client-check writes: a non-streamed response starts with blank byt
   // 256 choices of 480 tokens (several seconds on this model) must not run to the end.
   const writes = await startServer(qwenrt, serveArgs(['--client-check', 'writes', '--max-n', '256', '--max-seqs', '256',
                                                       '--kv-cache-gb', '0.1']));
-  const url = new URL(writes.url);
   const total = 256 * 480;
   const body = JSON.stringify({ model, prompt: 'long', max_tokens: 480, ignore_eos: true, n: 256 });
-  const socket = net.connect(Number(url.port), url.hostname);
-  await new Promise((resolve) => socket.once('connect', resolve));
+  const socket = await rawCompletion(writes.url, body);
   let received = '';
   socket.on('data', (data) => { received += data.toString(); });
-  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
-               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   assert.ok(await waitFor(async () => /^HTTP\/1\.1 200 [^]*\r\n\r\n1\r\n \r\n/.test(received), 5000),
             `no blank byte ahead of the body: ${JSON.stringify(received.slice(0, 200))}`);
   const closed = performance.now();
@@ -452,15 +455,11 @@ await test('API key: 401 without or with a wrong key on every route but /health'
 
 await test('a client that stops reading is dropped after the write timeout; others are served meanwhile', async () => {
   const slow = await startServer(qwenrt, serveArgs(['--write-timeout', '1', '--max-n', '64', '--max-seqs', '64']));
-  const url = new URL(slow.url);
   // 64 choices with 20 alternatives per token: ~17 MB of events, more than the socket
   // buffers hold, so the server's writes block once the client stops reading.
   const body = JSON.stringify({ model, prompt: 'slow', max_tokens: 480, ignore_eos: true, stream: true, n: 64, logprobs: 20 });
-  const socket = net.connect(Number(url.port), url.hostname);
-  await new Promise((resolve) => socket.once('connect', resolve));
+  const socket = await rawCompletion(slow.url, body);
   socket.pause();
-  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
-               `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   assert.ok(await waitFor(async () => (await metric(slow.url, 'qwenrt_generation_tokens_total')) > 0), 'generating');
   const other = await post(slow.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 8 });
   assert.equal(other.status, 200, 'a request on another connection is served while that one is stuck');
