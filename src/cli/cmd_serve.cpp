@@ -162,6 +162,10 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   add_model_options(cmd, args->model);
+  // The server's pool is shared by every running sequence: its 0 means a large pool, not one sequence's.
+  cmd->get_option("--kv-cache-gb")
+      ->description("KV cache size in GiB, shared by all sequences (0: on a GPU, --kv-memory-fraction of the free "
+                    "memory less weights and workspace; on the CPU, 65,536 tokens)");
   cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();

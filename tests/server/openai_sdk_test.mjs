@@ -417,12 +417,17 @@ await test('--client-check writes: a non-streamed response starts with blank byt
 
 await test('responses on a kept-alive connection are not held back (no Nagle delay)', async () => {
   // Headers and body are separate writes; with Nagle's algorithm the body waited for the
-  // client's delayed ACK of the headers: ~40 ms a response.
+  // client's delayed ACK of the headers: >= 40 ms every response. The median of 15 is
+  // judged, not the sum: a busy machine stalls a few requests, Nagle delays them all.
   await fetch(main.url + '/v1/models').then((r) => r.text());
-  const start = performance.now();
-  for (let i = 0; i < 10; i++) await fetch(main.url + '/v1/models').then((r) => r.text());
-  const ms = performance.now() - start;
-  assert.ok(ms < 200, `10 requests on one connection took ${ms.toFixed(0)} ms`);
+  const times = [];
+  for (let i = 0; i < 15; i++) {
+    const start = performance.now();
+    await fetch(main.url + '/v1/models').then((r) => r.text());
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  assert.ok(times[7] < 25, `median ${times[7].toFixed(1)} ms a request on one connection (${times.map((t) => t.toFixed(0)).join(' ')})`);
 });
 
 await test('metrics in Prometheus text', async () => {
