@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -39,6 +40,7 @@ struct ServeArgs {
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
   int heartbeat_ms = 0, sse_keepalive_ms = 15000;
   std::string client_check = "socket";
+  std::vector<std::string> cors_origins;
 };
 
 std::string read_key_file(const std::string& path) {
@@ -108,6 +110,7 @@ int run_serve(const ServeArgs& args) {
   server_options.heartbeat_ms = args.heartbeat_ms;
   server_options.sse_keepalive_ms = args.sse_keepalive_ms;
   server_options.find_sockets = args.client_check == "socket";
+  server_options.cors_origins = args.cors_origins;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_stop = args.max_stop;
@@ -225,6 +228,10 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "200; keep-alive comments in a stream), what socket falls back to where the socket is not found")
       ->check(CLI::IsMember({"socket", "writes"}))
       ->capture_default_str();
+  cmd->add_option("--cors-origin", args->cors_origins,
+                  "a web page's origin (e.g. http://localhost:3000) whose scripts may call the API from a browser; "
+                  "repeat for several, '*' for any page. Default: none (browsers refuse cross-origin calls). "
+                  "Pages still need the API key when one is set");
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM, seconds running requests may take to finish before they are ended with an error")
       ->check(CLI::NonNegativeNumber)

@@ -42,6 +42,12 @@ ApiError invalid_request(std::string message, std::string param) {
   return ApiError(400, "invalid_request_error", std::move(message), std::move(param));
 }
 
+ApiError model_not_found(const std::string& asked, const RequestLimits& limits) {
+  return ApiError(404, "invalid_request_error",
+                  "the model '" + asked + "' does not exist; this server serves '" + limits.served_model_name + "'",
+                  "model", "model_not_found");
+}
+
 json parse_json_body(std::string_view body) {
   if (tok::utf8_valid_prefix(body) != body.size()) throw invalid_request("the request body is not valid UTF-8");
   json parsed;
@@ -141,12 +147,7 @@ std::string check_model(const json& body, const RequestLimits& limits) {
   const json* model = field(body, "model");
   if (model == nullptr) return limits.served_model_name;
   if (!model->is_string()) throw invalid_request("'model' must be a string", "model");
-  if (model->get<std::string>() != limits.served_model_name) {
-    throw ApiError(404, "not_found_error",
-                   "the model '" + model->get<std::string>() + "' does not exist; this server serves '" +
-                       limits.served_model_name + "'",
-                   "model", "model_not_found");
-  }
+  if (model->get<std::string>() != limits.served_model_name) throw model_not_found(model->get<std::string>(), limits);
   return limits.served_model_name;
 }
 
@@ -322,6 +323,8 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     tool_choice = choice->get<std::string>();
   }
   if (tool_choice == "none") tools = nullptr;
+  // false: at most one call an answer (the first the model writes; later ones are dropped).
+  out.single_tool_call = !bool_field(body, "parallel_tool_calls", true);
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
@@ -362,8 +365,11 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   GenerationRequest out;
   const json* prompt = field(body, "prompt");
   if (prompt == nullptr) throw invalid_request("'prompt' is required", "prompt");
+  // A list of one prompt is that prompt (clients batch prompts as ["text"] or [[ids]]).
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    prompt = &(*prompt)[0];
+  }
   const json* text = prompt;
-  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) text = &(*prompt)[0];
   if (text->is_string()) {
     // Completions take raw text: special-token strings in it become their tokens, as
     // the model's own documents are written.

@@ -26,7 +26,7 @@ struct ApiError : std::runtime_error {
       : std::runtime_error(message), status(http_status), type(std::move(error_type)), param(std::move(error_param)),
         code(std::move(error_code)) {}
   int status;
-  std::string type;   // invalid_request_error, authentication_error, not_found_error, ...
+  std::string type;   // invalid_request_error, authentication_error, server_error, ...
   std::string param;  // the request field at fault, "" for none
   std::string code;   // a short machine-readable code, "" for none
 };
@@ -52,6 +52,9 @@ struct RequestLimits {
   std::string served_model_name;
 };
 
+// 404 for a model name other than the served one (OpenAI's type and code).
+ApiError model_not_found(const std::string& asked, const RequestLimits& limits);
+
 // What the model files contribute to parsing.
 struct ModelText {
   const Tokenizer* tokenizer = nullptr;
@@ -74,6 +77,7 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
   bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
+  bool single_tool_call = false;  // parallel_tool_calls: false (calls after the first are dropped)
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content
   bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
 };

@@ -41,7 +41,23 @@ constexpr const char* kCompletionsRoute = "/v1/completions";
 constexpr const char* kModelsRoute = "/v1/models";
 constexpr const char* kHealthRoute = "/health";
 constexpr const char* kMetricsRoute = "/metrics";
+constexpr const char* kModelRoute = "/v1/models/{id}";  // counted under this name
 constexpr const char* kRoutes[] = {kChatRoute, kCompletionsRoute, kModelsRoute, kHealthRoute, kMetricsRoute};
+
+// The methods a known path answers ("" for a path that is not a route).
+const char* route_methods(const std::string& path) {
+  if (path == kChatRoute || path == kCompletionsRoute) return "POST, OPTIONS";
+  if (path == kModelsRoute || path == kHealthRoute || path == kMetricsRoute || path.rfind("/v1/models/", 0) == 0) {
+    return "GET, HEAD, OPTIONS";
+  }
+  return "";
+}
+
+// A client's X-Request-Id is echoed when it is short visible ASCII; otherwise one is made.
+bool usable_request_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
 
 // Compares in time that depends only on the lengths, not on where the texts differ.
 bool same_secret(const std::string& given, const std::string& expected) {
@@ -169,8 +185,34 @@ void HttpServer::stop() {
   if (http_->is_running()) http_->stop();
 }
 
+std::string HttpServer::allowed_origin(const std::string& origin) const {
+  if (origin.empty()) return "";
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) return origin;
+  }
+  return "";
+}
+
 void HttpServer::add_routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A browser's preflight carries no credentials: it is answered before the key is asked
+    // for, with the CORS grant when its page is allowed (the request itself is checked).
+    if (req.method == "OPTIONS") {
+      const char* methods = route_methods(req.path);
+      if (*methods == '\0') {
+        send_error(res, ApiError(404, "invalid_request_error", "no route OPTIONS " + req.path));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Allow", methods);
+      if (!allowed_origin(req.get_header_value("Origin")).empty()) {
+        res.set_header("Access-Control-Allow-Methods", methods);
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options_.api_key.empty() || req.path == kHealthRoute) return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
@@ -181,13 +223,30 @@ void HttpServer::add_routes() {
                              "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  // Errors httplib raises itself (413, 404, 400 for a malformed request line) get the same JSON.
+  // Every response: its request id, and the CORS grant for an allowed page.
+  http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.get_header_value("X-Request-Id");
+    res.set_header("X-Request-Id", usable_request_id(id) ? id : new_id("req"));
+    const std::string origin = allowed_origin(req.get_header_value("Origin"));
+    if (!origin.empty()) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+      res.set_header("Vary", "Origin");
+    }
+  });
+  // Errors httplib raises itself (413, 404, 400 for a malformed request line) get the same
+  // JSON; a known path asked with another method is a 405 that names the right one.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
       send_error(res, body_too_large());
+    } else if (res.status == 404 && *route_methods(req.path) != '\0') {
+      res.set_header("Allow", route_methods(req.path));
+      send_error(res, ApiError(405, "invalid_request_error",
+                               "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
+                                   route_methods(req.path) + ")"));
     } else if (res.status == 404) {
-      send_error(res, ApiError(404, "not_found_error", "no route " + req.method + " " + req.path));
+      send_error(res, ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
     } else {
       send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
     }
@@ -199,6 +258,7 @@ void HttpServer::add_routes() {
     for (const char* known : kRoutes) {
       if (req.path == known) route = known;
     }
+    if (req.path.rfind("/v1/models/", 0) == 0) route = kModelRoute;
     metrics_.count_request(route, res.status);
   });
 
@@ -210,15 +270,23 @@ void HttpServer::add_routes() {
       res.set_content(draining_ ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}", "application/json");
     }
   });
-  http_->Get(kModelsRoute, [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json body = {{"object", "list"},
-                           {"data",
-                            {{{"id", options_.limits.served_model_name},
-                              {"object", "model"},
-                              {"created", created_},
-                              {"owned_by", "qwenrt"},
-                              {"max_model_len", options_.limits.max_context}}}}};
-    res.set_content(body.dump(), "application/json");
+  const nlohmann::json model = {{"id", options_.limits.served_model_name},
+                                 {"object", "model"},
+                                 {"created", created_},
+                                 {"owned_by", "qwenrt"},
+                                 {"max_model_len", options_.limits.max_context}};
+  http_->Get(kModelsRoute, [model](const httplib::Request&, httplib::Response& res) {
+    const nlohmann::json body = {{"object", "list"}, {"data", nlohmann::json::array({model})}};
+    res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  });
+  // One model by its id (which may hold slashes: "Qwen/Qwen2.5-7B-Instruct").
+  http_->Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != options_.limits.served_model_name) {
+      send_error(res, model_not_found(id, options_.limits));
+      return;
+    }
+    res.set_content(model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   http_->Get(kMetricsRoute, [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(service_.scheduler_stats(), service_.active_requests()),

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/api.h"
 #include "server/generation.h"
@@ -32,6 +33,9 @@ struct ServerOptions {
   bool find_sockets = true;          // check each connection's socket between steps (PeerProbe);
                                      // false: failing writes alone show a client gone, as where
                                      // the socket cannot be found
+  // Browser pages (their Origin header) allowed to call the API: answered preflights and
+  // Access-Control-Allow-Origin. "*": any page. Empty: no CORS headers (browsers refuse).
+  std::vector<std::string> cors_origins;
   RequestLimits limits;
 };
 
@@ -53,6 +57,8 @@ class HttpServer {
 
  private:
   void add_routes();
+  // The Origin of `req` when the server lets that page read its answers, else "".
+  std::string allowed_origin(const std::string& origin) const;
 
   GenerationService& service_;
   ModelText model_;

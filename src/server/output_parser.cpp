@@ -30,7 +30,9 @@ std::string new_call_id() {
 }
 
 bool parse_tool_call(std::string_view body, ToolCall& call) {
-  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Ordered: the arguments keep the model's key order (sent back in a later turn, they
+  // render to the tokens the model wrote).
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object() || !parsed.contains("name") || !parsed["name"].is_string()) return false;
   call.id = new_call_id();
   call.name = parsed["name"].get<std::string>();
@@ -45,8 +47,8 @@ bool parse_tool_call(std::string_view body, ToolCall& call) {
 
 }  // namespace
 
-OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open)
-    : parse_reasoning_(parse_reasoning), parse_tool_calls_(parse_tool_calls),
+OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open, bool single_tool_call)
+    : parse_reasoning_(parse_reasoning), parse_tool_calls_(parse_tool_calls), single_tool_call_(single_tool_call),
       state_(!parse_reasoning ? State::kContent : reasoning_open ? State::kReasoning : State::kStart) {}
 
 ParsedDelta OutputParser::push(std::string_view text) {
@@ -135,7 +137,7 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         if (parse_tool_call(body, call)) {
           // Whitespace between the answer text and a call is layout, not content.
           held_space_.clear();
-          out.tool_calls.push_back(std::move(call));
+          if (!single_tool_call_ || tool_calls_ == 0) out.tool_calls.push_back(std::move(call));
           ++tool_calls_;
         } else {
           emit_content(out, std::string(kToolOpen) + body + (close == std::string::npos ? "" : std::string(kToolClose)));

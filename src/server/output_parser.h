@@ -27,7 +27,9 @@ struct ParsedDelta {
 class OutputParser {
  public:
   // reasoning_open: the text starts inside <think> (the prompt opened it).
-  OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open = false);
+  // single_tool_call: calls after the first are dropped (parallel_tool_calls: false).
+  OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open = false,
+               bool single_tool_call = false);
   ParsedDelta push(std::string_view text);
   // The end of the output: whatever is held back is released.
   ParsedDelta flush();
@@ -38,7 +40,7 @@ class OutputParser {
   void run(ParsedDelta& out, bool at_end);
   void emit_content(ParsedDelta& out, std::string_view text);
 
-  bool parse_reasoning_, parse_tool_calls_;
+  bool parse_reasoning_, parse_tool_calls_, single_tool_call_;
   State state_;
   std::string buffer_;       // text not yet classified
   std::string held_space_;   // trailing whitespace of content, shown once more content follows

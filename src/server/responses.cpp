@@ -6,6 +6,13 @@ using nlohmann::json;
 
 namespace {
 
+// Characters (code points) in valid UTF-8: what text_offset counts, as Python's len().
+size_t characters(const std::string& text) {
+  size_t count = 0;
+  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
+  return count;
+}
+
 json bytes_of(const std::string& text) {
   json bytes = json::array();
   for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
@@ -79,7 +86,7 @@ json ResponseBuilder::completion_logprobs(const Choice& choice, size_t first_off
   size_t offset = first_offset;
   for (const std::string& token : choice.tokens) {
     offsets.push_back(offset);
-    offset += token.size();
+    offset += characters(token);
   }
   return {{"tokens", choice.tokens}, {"token_logprobs", choice.token_logprobs}, {"top_logprobs", choice.top_logprobs},
           {"text_offset", offsets}};
@@ -114,7 +121,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
       Choice part(request_);
       add_completion_logprobs(part, event.logprobs);
       item["logprobs"] = completion_logprobs(part, choice.text_offset);
-      for (const std::string& token : part.tokens) choice.text_offset += token.size();
+      for (const std::string& token : part.tokens) choice.text_offset += characters(token);
     }
     if (!event.finish_reason.empty()) {
       choice.finish = event.finish_reason;
@@ -146,7 +153,9 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   }
   if (!delta.empty() || (logprobs && !event.logprobs.empty())) {
     json item = {{"index", event.choice}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-    if (logprobs && !event.logprobs.empty()) item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}};
+    if (logprobs && !event.logprobs.empty()) {
+      item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}, {"refusal", nullptr}};
+    }
     out += sse(chunk(json::array({item})));
   }
   if (!event.finish_reason.empty()) {
@@ -199,6 +208,7 @@ std::string ResponseBuilder::body() const {
     if (request_.chat) {
       json message = {{"role", "assistant"}};
       message["content"] = choice.content.empty() && !choice.tool_calls.empty() ? json(nullptr) : json(choice.content);
+      message["refusal"] = nullptr;  // the API's field for a safety refusal: this server has none
       if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
       if (!choice.tool_calls.empty()) {
         json calls = json::array();
@@ -206,7 +216,7 @@ std::string ResponseBuilder::body() const {
         message["tool_calls"] = calls;
       }
       item["message"] = message;
-      item["logprobs"] = logprobs ? json{{"content", choice.logprobs}} : json(nullptr);
+      item["logprobs"] = logprobs ? json{{"content", choice.logprobs}, {"refusal", nullptr}} : json(nullptr);
     } else {
       item["text"] = choice.content;
       item["logprobs"] = logprobs ? completion_logprobs(choice) : json(nullptr);

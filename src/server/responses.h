@@ -31,7 +31,7 @@ class ResponseBuilder {
   struct Choice {
     explicit Choice(const GenerationRequest& request)
         : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls,
-                 request.reasoning_open) {}
+                 request.reasoning_open, request.single_tool_call) {}
     OutputParser parser;
     bool started = false;
     std::string content, reasoning;
@@ -42,7 +42,7 @@ class ResponseBuilder {
     nlohmann::json top_logprobs = nlohmann::json::array();
     std::string finish;
     int completion_tokens = 0;
-    size_t text_offset = 0;  // streamed completions: bytes of the tokens sent so far
+    size_t text_offset = 0;  // streamed completions: characters of the tokens sent so far
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
   nlohmann::json chunk(nlohmann::json choices) const;

@@ -164,7 +164,7 @@ await test('completions streamed with logprobs', async () => {
     for (const top of lp.top_logprobs) assert.ok(Object.keys(top).length <= 3 && Object.keys(top).length >= 1);
     lp.tokens.forEach((token, k) => {
       assert.equal(lp.text_offset[k], offset, 'cumulative text_offset');
-      offset += Buffer.byteLength(token);
+      offset += [...token].length;  // characters, as Python's len() counts them
     });
   }
   assert.equal(tokens, 5);
@@ -273,7 +273,7 @@ const badCases = [
   ['too many stop strings', { ...good, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'invalid_request_error', 'stop'],
   ['a stop string too long', { ...good, stop: ['x'.repeat(300)] }, 400, 'invalid_request_error', 'stop'],
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
-  ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'not_found_error', 'model'],
+  ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
   ['a known field this server does not support', { ...good, logit_bias: { 5: 10 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['forcing a tool', { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' },
     400, 'invalid_request_error', 'tool_choice'],
@@ -317,6 +317,28 @@ await test('bad input: a gzip body that unpacks over the size limit -> 413', asy
   assert.equal(reply.status, 413, reply.text);
   assert.equal(reply.json.error.code, 'request_too_large');
   assert.equal((await post(main.url, '/v1/chat/completions', good)).status, 200, 'the next good request succeeds');
+});
+await test('one model by id; a wrong method is a 405 naming the right one; request ids', async () => {
+  assert.equal((await client.models.retrieve(model)).id, model);
+  await assert.rejects(client.models.retrieve('gpt-4'), (error) => error.status === 404 && error.code === 'model_not_found');
+  const wrong = await fetch(main.url + '/v1/chat/completions');
+  assert.equal(wrong.status, 405);
+  assert.equal(wrong.headers.get('allow'), 'POST, OPTIONS');
+  assert.equal((await wrong.json()).error.type, 'invalid_request_error');
+  const unknown = await fetch(main.url + '/v1/nothing');
+  assert.equal(unknown.status, 404);
+  assert.equal((await unknown.json()).error.type, 'invalid_request_error');
+  // X-Request-Id: the client's, else one of the server's own (the SDK shows it as _request_id).
+  const mine = await fetch(main.url + '/v1/models', { headers: { 'x-request-id': 'trace-42' } });
+  assert.equal(mine.headers.get('x-request-id'), 'trace-42');
+  const made = (await client.chat.completions.create({ model, messages: hello, max_tokens: 1 }))._request_id;
+  assert.match(made, /^req-[0-9a-f]{16}$/);
+  // A prompt of token ids in a list of one is that prompt.
+  const ids = [72, 101, 108, 108, 111];
+  const a = await client.completions.create({ model, prompt: [ids], max_tokens: 4, temperature: 0 });
+  const b = await client.completions.create({ model, prompt: ids, max_tokens: 4, temperature: 0 });
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  assert.equal(a.usage.prompt_tokens, 5);
 });
 await test('a path is no label: /metrics counts unknown routes as "other"', async () => {
   const injected = '/a%22%7D%201%0Aqwenrt_injected_total%20999%0A%23';
@@ -444,7 +466,7 @@ await test('metrics in Prometheus text', async () => {
 
 // API key, from the environment (a key on the command line would show in ps).
 await test('API key: 401 without or with a wrong key on every route but /health', async () => {
-  const keyed = await startServer(qwenrt, serveArgs(), { QWENRT_API_KEY: 'sekrit-key' });
+  const keyed = await startServer(qwenrt, serveArgs(['--cors-origin', 'http://app.test']), { QWENRT_API_KEY: 'sekrit-key' });
   for (const headers of [{}, { authorization: 'Bearer wrong' }, { authorization: 'sekrit-key' }]) {
     const reply = await post(keyed.url, '/v1/chat/completions', good, headers);
     assert.equal(reply.status, 401);
@@ -455,6 +477,27 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   assert.equal((await fetch(keyed.url + '/health')).status, 200);
   const ok = new OpenAI({ baseURL: keyed.url + '/v1', apiKey: 'sekrit-key' });
   assert.equal((await ok.chat.completions.create(good)).choices.length, 1);
+
+  // CORS (--cors-origin http://app.test): a browser's preflight carries no key and is
+  // answered; the page's requests still need the key, and may read every answer.
+  const preflight = (origin) => fetch(keyed.url + '/v1/chat/completions', { method: 'OPTIONS', headers: {
+    origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,x-stainless-os' } });
+  const granted = await preflight('http://app.test');
+  assert.equal(granted.status, 204);
+  assert.equal(granted.headers.get('access-control-allow-origin'), 'http://app.test');
+  assert.match(granted.headers.get('access-control-allow-methods'), /POST/);
+  assert.equal(granted.headers.get('access-control-allow-headers'), 'authorization,content-type,x-stainless-os');
+  const other = await preflight('http://evil.test');
+  assert.equal(other.status, 204);
+  assert.equal(other.headers.get('access-control-allow-origin'), null);
+  const keyless = await post(keyed.url, '/v1/chat/completions', good, { origin: 'http://app.test' });
+  assert.equal(keyless.status, 401);
+  assert.equal(keyless.headers.get('access-control-allow-origin'), 'http://app.test');
+  const page = await post(keyed.url, '/v1/chat/completions', good, { origin: 'http://app.test', authorization: 'Bearer sekrit-key' });
+  assert.equal(page.status, 200);
+  assert.equal(page.headers.get('access-control-allow-origin'), 'http://app.test');
+  assert.equal((await post(main.url, '/v1/chat/completions', good, { origin: 'http://app.test' })).headers.get('access-control-allow-origin'),
+    null, 'no CORS without --cors-origin');
   keyed.kill('SIGTERM');
 });
 
@@ -600,6 +643,22 @@ await test('tool calls, streamed (the SDK accumulates them)', async () => {
   assert.equal(content, 'Let me check.');
   assert.equal(final.choices[0].finish_reason, 'tool_calls');
   assert.deepEqual(final.choices[0].message.tool_calls.map((c) => JSON.parse(c.function.arguments).city), ['Paris', 'Oslo']);
+});
+await test('tool calls: arguments keep the model\'s key order; parallel_tool_calls: false keeps the first call', async () => {
+  const script = '<tool_call>\n{"name": "get_weather", "arguments": {"zeta": 1, "city": "Paris"}}\n</tool_call>\n'
+    + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>';
+  const messages = [{ role: 'user', content: script }];
+  const both = await scriptedClient.chat.completions.create({ model: 'scripted', messages, tools });
+  assert.equal(both.choices[0].message.tool_calls[0].function.arguments, '{"zeta":1,"city":"Paris"}');
+  assert.equal(both.choices[0].message.refusal, null);
+  for (const stream of [false, true]) {
+    const reply = await post(scripted.url, '/v1/chat/completions', { model: 'scripted', messages, tools, stream, parallel_tool_calls: false });
+    const calls = stream
+      ? reply.text.split('\n').filter((l) => l.startsWith('data: {')).flatMap((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.tool_calls ?? [])
+      : reply.json.choices[0].message.tool_calls;
+    assert.equal(calls.length, 1, reply.text);
+    assert.deepEqual(JSON.parse(calls[0].function.arguments), { zeta: 1, city: 'Paris' });
+  }
 });
 await test('without tools the tags stay text; a broken call stays text', async () => {
   const plain = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: toolScript }] });

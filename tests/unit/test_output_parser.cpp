@@ -102,5 +102,30 @@ TEST(OutputParser, ArgumentsGivenAsTextAreKept) {
   EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}");
 }
 
+TEST(OutputParser, ArgumentsKeepTheModelsKeyOrder) {
+  // Sent back in the next turn, sorted keys would render other tokens than the model wrote.
+  Parsed parsed = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {\"zeta\": 1, \"city\": "
+                                  "\"Paris\", \"b\": {\"y\": 2, \"x\": 3}}}</tool_call>",
+                                  7, true, true);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].second, "{\"zeta\":1,\"city\":\"Paris\",\"b\":{\"y\":2,\"x\":3}}");
+}
+
+TEST(OutputParser, OneCallWhenParallelCallsAreOff) {
+  const std::string text =
+      "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\"}</tool_call>\n<tool_call>{\"name\": "
+      "\"c\"}</tool_call>";
+  for (size_t piece : {1, 4, 1000}) {
+    OutputParser parser(true, true, false, /*single_tool_call=*/true);
+    Parsed parsed;
+    for (size_t i = 0; i < text.size(); i += piece) add(parsed, parser.push(text.substr(i, piece)));
+    add(parsed, parser.flush());
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].first, "a");
+    EXPECT_EQ(parsed.content, "") << piece;  // the dropped calls are not shown as text either
+    EXPECT_TRUE(parser.saw_tool_call());
+  }
+}
+
 }  // namespace
 }  // namespace qwenrt::server

@@ -28,6 +28,59 @@ std::string rendered_chat(const std::string& body) {
   return fixture.tokenizer.decode(request.prompt);
 }
 
+GenerationRequest completion(const std::string& body) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  limits.served_model_name = "m";
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  return parse_completion_request(parse_json_body(body), text, limits);
+}
+
+int status_of(const std::string& body) {
+  try {
+    completion(body);
+  } catch (const ApiError& error) {
+    return error.status;
+  }
+  return 200;
+}
+
+TEST(RequestParse, ACompletionPromptInAListOfOne) {
+  // Clients that batch prompts send one as ["text"] or [[ids]]: the same as the bare prompt.
+  EXPECT_EQ(completion(R"({"prompt":[[5,6,7]]})").prompt, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(completion(R"({"prompt":[5,6,7]})").prompt, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(completion(R"({"prompt":["hi"]})").prompt, completion(R"({"prompt":"hi"})").prompt);
+  EXPECT_EQ(status_of(R"({"prompt":[[5],[6]]})"), 400);      // two prompts
+  EXPECT_EQ(status_of(R"({"prompt":["a","b"]})"), 400);      // two prompts
+  EXPECT_EQ(status_of(R"({"prompt":[[]]})"), 400);           // empty
+  EXPECT_EQ(status_of(R"({"prompt":[[1,[2]]]})"), 400);      // not ids
+  EXPECT_EQ(status_of(R"({"prompt":[[5,6]],"model":"x"})"), 404);
+  try {
+    completion(R"({"prompt":"hi","model":"x"})");
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.type, "invalid_request_error");  // as OpenAI answers an unknown model
+    EXPECT_EQ(error.code, "model_not_found");
+  }
+}
+
+TEST(RequestParse, ParallelToolCalls) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_FALSE(parse_chat_request(parse_json_body("{" + messages + "}"), text, limits).single_tool_call);
+  EXPECT_FALSE(parse_chat_request(parse_json_body("{" + messages + R"(,"parallel_tool_calls":true})"), text, limits)
+                   .single_tool_call);
+  EXPECT_TRUE(parse_chat_request(parse_json_body("{" + messages + R"(,"parallel_tool_calls":false})"), text, limits)
+                  .single_tool_call);
+  EXPECT_THROW(parse_chat_request(parse_json_body("{" + messages + R"(,"parallel_tool_calls":"no"})"), text, limits),
+               ApiError);
+}
+
 TEST(RequestParse, ToolSchemasKeepTheirKeyOrder) {
   // transformers renders `tools|tojson` with the keys as the client wrote them; a sorted
   // object would put "description" before "name" and "a_first" before "z_last".
