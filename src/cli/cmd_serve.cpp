@@ -1,6 +1,7 @@
 // qwenrt serve: the OpenAI-compatible HTTP server (src/server) over the scheduler.
 // SIGTERM/SIGINT: stop taking requests, let running ones finish up to --drain-timeout,
 // then end the rest with an error event.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,7 @@ struct ServeArgs {
   int heartbeat_ms = 0, sse_keepalive_ms = 15000;
   std::string client_check = "socket";
   std::vector<std::string> cors_origins;
+  bool api_key_given = false;
 };
 
 std::string read_key_file(const std::string& path) {
@@ -58,10 +60,18 @@ int run_serve(const ServeArgs& args) {
   (void)args;
   throw Error(ErrorCategory::kUnsupported, "this build has no HTTP server (cpp-httplib was not found at configure time)");
 #else
+  // A key asked for but empty would serve everyone: refused, as an empty key file is.
   std::string api_key = args.api_key;
+  if (args.api_key_given && api_key.empty()) throw Error(ErrorCategory::kInvalidArgument, "--api-key is empty");
   if (!args.api_key_file.empty()) api_key = read_key_file(args.api_key_file);
   if (api_key.empty()) {
-    if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) api_key = env;
+    if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) {
+      api_key = env;
+      if (api_key.empty()) {
+        throw Error(ErrorCategory::kInvalidArgument,
+                    "QWENRT_API_KEY is set but empty (unset it to serve without a key)");
+      }
+    }
   }
   // Signals go to the waiting thread below only: block them before any thread starts.
   sigset_t signals;
@@ -116,7 +126,14 @@ int run_serve(const ServeArgs& args) {
   limits.max_stop = args.max_stop;
   limits.max_stop_bytes = args.max_stop_bytes;
   limits.max_logprobs = args.max_logprobs;
-  limits.max_context = engine.max_context();
+  // One sequence can hold at most the whole pool: a smaller pool than --max-context is the
+  // context a request may use (else it would end early with "length").
+  const int pool_tokens = engine.memory_plan().kv_blocks * engine.memory_plan().kv_block_size;
+  limits.max_context = std::min(engine.max_context(), pool_tokens);
+  if (pool_tokens < engine.max_context()) {
+    std::fprintf(stderr, "the KV pool holds %d tokens, fewer than the context of %d: requests are limited to %d\n",
+                 pool_tokens, engine.max_context(), pool_tokens);
+  }
   limits.vocab_size = engine.config().vocab_size;
   limits.served_model_name = args.served_model_name.empty()
                                  ? std::filesystem::path(args.model.model_dir).lexically_normal().filename().string()
@@ -236,7 +253,10 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "on SIGTERM, seconds running requests may take to finish before they are ended with an error")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->callback([args, &exit_code]() { exit_code = run_serve(*args); });
+  cmd->callback([args, cmd, &exit_code]() {
+    args->api_key_given = cmd->count("--api-key") > 0;
+    exit_code = run_serve(*args);
+  });
 }
 
 }  // namespace qwenrt::cli

@@ -55,9 +55,12 @@ json parse_json_body(std::string_view body) {
     // The shared reader: every library failure (syntax, 1e400, nesting) as one line.
     parsed = parse_ordered_json(body, "request body", JsonParseOptions{ErrorCategory::kInvalidArgument});
   } catch (const Error& error) {
+    // The reader's message names the text ("request body: ") and often says "not valid
+    // JSON" itself: said once.
     std::string what = error.what();
-    const std::string prefix = "request body: ";
-    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    for (const std::string prefix : {"request body: ", "not valid JSON: "}) {
+      if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    }
     throw invalid_request("the request body is not valid JSON: " + what);
   }
   if (!parsed.is_object()) throw invalid_request("the request body must be a JSON object");
@@ -89,7 +92,12 @@ double number_field(const json& body, const char* name, double fallback, double 
   // The sampler takes floats: a value the float cannot hold (1e300, or 1e-300 against an
   // open bound at 0) is out of range here, by name, not later.
   const float narrowed = static_cast<float>(number);
-  if (!std::isfinite(number) || !std::isfinite(narrowed) || number < low ||
+  if (std::isfinite(number) && !std::isfinite(narrowed)) {
+    throw invalid_request(std::string("'") + name + "' must be " + range_text + " and within a 32-bit float (got " +
+                              value->dump() + ")",
+                          name);
+  }
+  if (!std::isfinite(number) || number < low ||
       (low_open && (number == low || narrowed == static_cast<float>(low))) || number > high) {
     throw invalid_request(std::string("'") + name + "' must be " + range_text + " (got " + value->dump() + ")", name);
   }
@@ -190,7 +198,10 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
   s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));
   // vLLM spells "off" as -1; 0 means off here.
-  if (const json* k = field(body, "top_k"); k != nullptr && k->is_number_integer() && k->get<int64_t>() == -1) {
+  if (const json* k = field(body, "top_k"); k != nullptr && k->is_number_integer() && k->get<int64_t>() < 0) {
+    if (k->get<int64_t>() != -1) {
+      throw invalid_request("'top_k' must be -1 or 0 (off) or a positive count (got " + k->dump() + ")", "top_k");
+    }
     s.top_k = 0;
   } else {
     s.top_k = static_cast<int>(integer_field(body, "top_k", s.top_k, 0, INT32_MAX));
@@ -315,7 +326,13 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   std::string tool_choice = "auto";
   if (const json* choice = field(body, "tool_choice")) {
-    if (!choice->is_string() || (*choice != "auto" && *choice != "none")) {
+    const bool forces = choice->is_object() || (choice->is_string() && *choice == "required");
+    if (!forces && (!choice->is_string() || (*choice != "auto" && *choice != "none"))) {
+      throw invalid_request("'tool_choice' must be \"auto\", \"none\", \"required\" or a named function (got " +
+                                choice->dump() + ")",
+                            "tool_choice");
+    }
+    if (forces) {
       throw ApiError(400, "invalid_request_error",
                      "'tool_choice' may be \"auto\" or \"none\"; forcing a tool is not supported by this server",
                      "tool_choice", "unsupported_parameter");
@@ -377,7 +394,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     if (out.prompt.empty()) throw invalid_request("'prompt' must not be empty", "prompt");
   } else if (prompt->is_array()) {
     if (prompt->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
-    if ((*prompt)[0].is_array() || (*prompt)[0].is_string()) {
+    if (((*prompt)[0].is_array() || (*prompt)[0].is_string()) && prompt->size() > 1) {
       throw ApiError(400, "invalid_request_error", "several prompts in one request are not supported by this server",
                      "prompt", "unsupported_parameter");
     }

@@ -56,6 +56,7 @@ struct EngineService::Choice {
   StreamDecoder decoder;
   StopMatcher stops;
   bool logprobs = false;
+  std::vector<int32_t> end_ids;  // tokens that end the choice: their text is not part of it
   Clock::time_point started, last_token;
   int tokens = 0;
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
@@ -152,6 +153,10 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->index = i;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
+    if (!request.ignore_eos) {
+      choice->end_ids = engine_.config().eos_token_ids;
+      choice->end_ids.insert(choice->end_ids.end(), request.stop_ids.begin(), request.stop_ids.end());
+    }
     choice->started = now;
     choices_.emplace(id, std::move(choice));
   }
@@ -220,7 +225,10 @@ void EngineService::dispatch(const SequenceEvent& event) {
     ChoiceEvent out;
     out.choice = choice.index;
     out.tokens = 1;
-    out.text = choice.stops.push(choice.decoder.push(event.token));
+    // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
+    // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.
+    const bool ends = std::find(choice.end_ids.begin(), choice.end_ids.end(), event.token) != choice.end_ids.end();
+    if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token));
     if (choice.logprobs) {
       const auto token = [&](int32_t id, float logprob) {
         return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)),
@@ -228,6 +236,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
       };
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = token(event.token, event.logprobs.sampled);
+      entry.in_text = !ends && !tokenizer_.is_special(event.token);
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }

@@ -32,6 +32,7 @@ struct LogprobToken {
 
 struct LogprobEntry : LogprobToken {
   std::vector<LogprobToken> top;  // most likely first
+  bool in_text = true;  // false: the token adds nothing to the text (a special or ending token)
 };
 
 struct ChoiceEvent {

@@ -5,11 +5,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include "core/random_bits.h"
 #include "server/peer_probe.h"
@@ -47,7 +49,9 @@ constexpr const char* kRoutes[] = {kChatRoute, kCompletionsRoute, kModelsRoute, 
 // The methods a known path answers ("" for a path that is not a route).
 const char* route_methods(const std::string& path) {
   if (path == kChatRoute || path == kCompletionsRoute) return "POST, OPTIONS";
-  if (path == kModelsRoute || path == kHealthRoute || path == kMetricsRoute || path.rfind("/v1/models/", 0) == 0) {
+  const std::string_view model_prefix = "/v1/models/";
+  if (path == kModelsRoute || path == kHealthRoute || path == kMetricsRoute ||
+      (path.size() > model_prefix.size() && path.rfind(model_prefix, 0) == 0)) {
     return "GET, HEAD, OPTIONS";
   }
   return "";
@@ -92,6 +96,9 @@ constexpr size_t kDrainBytes = size_t{64} << 20;
 std::optional<ApiError> read_body_within(const httplib::Request& req, const httplib::Response& res,
                                          const httplib::ContentReader& read_body, size_t limit,
                                          std::string& body) {
+  // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
+  // nothing to wait for.
+  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
   // A Content-Length over the limit is refused unread, as httplib's own check does.
   const std::string declared = req.get_header_value("Content-Length");
   if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
@@ -215,9 +222,13 @@ void HttpServer::add_routes() {
     }
     if (options_.api_key.empty() || req.path == kHealthRoute) return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const bool ok = header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options_.api_key);
+    // The scheme's name is case-insensitive (RFC 9110 11.1).
+    const size_t space = header.find(' ');
+    std::string scheme = header.substr(0, space == std::string::npos ? 0 : space);
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+    const bool ok = scheme == "bearer" && same_secret(header.substr(space + 1), options_.api_key);
     if (ok) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
     send_error(res, ApiError(401, "authentication_error",
                              header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key", "",
                              "invalid_api_key"));
@@ -227,11 +238,13 @@ void HttpServer::add_routes() {
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.get_header_value("X-Request-Id");
     res.set_header("X-Request-Id", usable_request_id(id) ? id : new_id("req"));
+    if (options_.cors_origins.empty()) return;
+    // Answers depend on the Origin from here on: caches must key them by it.
+    res.set_header("Vary", "Origin");
     const std::string origin = allowed_origin(req.get_header_value("Origin"));
     if (!origin.empty()) {
       res.set_header("Access-Control-Allow-Origin", origin);
       res.set_header("Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
-      res.set_header("Vary", "Origin");
     }
   });
   // Errors httplib raises itself (413, 404, 400 for a malformed request line) get the same
@@ -240,7 +253,7 @@ void HttpServer::add_routes() {
     if (!res.body.empty()) return;
     if (res.status == 413) {
       send_error(res, body_too_large());
-    } else if (res.status == 404 && *route_methods(req.path) != '\0') {
+    } else if ((res.status == 404 || res.status == 405) && *route_methods(req.path) != '\0') {
       res.set_header("Allow", route_methods(req.path));
       send_error(res, ApiError(405, "invalid_request_error",
                                "method " + req.method + " is not allowed on " + req.path + " (allowed: " +

@@ -1,5 +1,7 @@
 #include "server/responses.h"
 
+#include "tokenizer/utf8.h"
+
 namespace qwenrt::server {
 
 using nlohmann::json;
@@ -71,25 +73,43 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
   return content;
 }
 
-void ResponseBuilder::add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const {
+void ResponseBuilder::add_completion_logprobs(Choice& out, const std::vector<LogprobEntry>& entries, Choice& text) {
   for (const LogprobEntry& entry : entries) {
-    choice.tokens.push_back(entry.text);
-    choice.token_logprobs.push_back(entry.logprob);
+    out.tokens.push_back(entry.text);
+    out.token_logprobs.push_back(entry.logprob);
+    // Keyed by text: alternatives that show alike (bytes of unfinished characters, all
+    // U+FFFD) share a key, which keeps the most likely one's log-prob.
     json top = json::object();
-    for (const LogprobToken& alternative : entry.top) top[alternative.text] = alternative.logprob;
-    choice.top_logprobs.push_back(top);
+    for (const LogprobToken& alternative : entry.top) {
+      if (!top.contains(alternative.text)) top[alternative.text] = alternative.logprob;
+    }
+    out.top_logprobs.push_back(top);
+    // Where the token starts in `text`: the characters decoded before it, as the streaming
+    // decoder decodes them. A token that goes on with a character begun earlier (its first
+    // byte a continuation byte) points at that character; one that does not ends it as
+    // U+FFFD, which comes before the token's own text.
+    const bool continues = !text.unfinished.empty() && entry.in_text && !entry.bytes.empty() &&
+                           (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
+    size_t offset = text.characters;
+    if (!text.unfinished.empty() && !continues) {
+      std::string ended;
+      tok::append_utf8_lossy(text.unfinished, ended);
+      offset += characters(ended);
+    }
+    out.text_offsets.push_back(offset);
+    if (!entry.in_text) continue;
+    text.unfinished += entry.bytes;
+    const size_t hold = tok::utf8_unfinished_tail(text.unfinished);
+    std::string decoded;
+    tok::append_utf8_lossy(std::string_view(text.unfinished).substr(0, text.unfinished.size() - hold), decoded);
+    text.characters += characters(decoded);
+    text.unfinished.erase(0, text.unfinished.size() - hold);
   }
 }
 
-json ResponseBuilder::completion_logprobs(const Choice& choice, size_t first_offset) const {
-  json offsets = json::array();
-  size_t offset = first_offset;
-  for (const std::string& token : choice.tokens) {
-    offsets.push_back(offset);
-    offset += characters(token);
-  }
+json ResponseBuilder::completion_logprobs(const Choice& choice) {
   return {{"tokens", choice.tokens}, {"token_logprobs", choice.token_logprobs}, {"top_logprobs", choice.top_logprobs},
-          {"text_offset", offsets}};
+          {"text_offset", choice.text_offsets}};
 }
 
 // The event's text through the choice's tag parser; at the choice's end, what it held too.
@@ -119,9 +139,8 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     json item = {{"index", event.choice}, {"text", event.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (logprobs && !event.logprobs.empty()) {
       Choice part(request_);
-      add_completion_logprobs(part, event.logprobs);
-      item["logprobs"] = completion_logprobs(part, choice.text_offset);
-      for (const std::string& token : part.tokens) choice.text_offset += characters(token);
+      add_completion_logprobs(part, event.logprobs, choice);
+      item["logprobs"] = completion_logprobs(part);
     }
     if (!event.finish_reason.empty()) {
       choice.finish = event.finish_reason;
@@ -194,7 +213,7 @@ void ResponseBuilder::collect(const ChoiceEvent& event) {
     for (auto& entry : chat_logprobs(event.logprobs)) choice.logprobs.push_back(std::move(entry));
   } else {
     choice.content += event.text;
-    add_completion_logprobs(choice, event.logprobs);
+    add_completion_logprobs(choice, event.logprobs, choice);
   }
   if (!event.finish_reason.empty()) choice.finish = event.finish_reason;
 }

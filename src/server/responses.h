@@ -40,18 +40,23 @@ class ResponseBuilder {
     std::vector<std::string> tokens;
     std::vector<float> token_logprobs;
     nlohmann::json top_logprobs = nlohmann::json::array();
+    std::vector<size_t> text_offsets;
     std::string finish;
     int completion_tokens = 0;
-    size_t text_offset = 0;  // streamed completions: characters of the tokens sent so far
+    // Completions' text_offset: characters of the text so far, and the bytes of a character
+    // its tokens have not finished yet.
+    size_t characters = 0;
+    std::string unfinished;
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage() const;
   std::string finish_reason(const Choice& choice) const;
   nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
-  void add_completion_logprobs(Choice& choice, const std::vector<LogprobEntry>& entries) const;
-  // `first_offset`: the text_offset of the choice's first token (a stream's earlier chunks).
-  nlohmann::json completion_logprobs(const Choice& choice, size_t first_offset = 0) const;
+  // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
+  // or for a streamed chunk the choice), whose character count places them.
+  static void add_completion_logprobs(Choice& out, const std::vector<LogprobEntry>& entries, Choice& text);
+  static nlohmann::json completion_logprobs(const Choice& choice);
 
   const GenerationRequest& request_;
   std::string id_;

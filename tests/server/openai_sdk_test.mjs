@@ -151,23 +151,40 @@ await test('completions: greedy tokens equal transformers (reference.json)', asy
   }
 });
 
-await test('completions streamed with logprobs', async () => {
-  const stream = await client.completions.create({
-    model, prompt: 'The sky', max_tokens: 5, temperature: 0, logprobs: 3, stream: true });
-  let tokens = 0;
-  let offset = 0;  // text_offset counts from the start of the completion, across chunks
-  for await (const chunk of stream) {
-    const lp = chunk.choices[0].logprobs;
+await test('completions with logprobs: text_offset points into the text, streamed and not', async () => {
+  // Random bytes: some tokens are single bytes of multi-byte characters (text U+FFFD); each
+  // token's offset is the characters before it, a character's later bytes pointing at it.
+  const request = { model, prompt: 'The sky', max_tokens: 40, temperature: 1.0, seed: 11, logprobs: 3 };
+  let text = '';
+  const tokens = [];
+  const offsets = [];
+  for await (const chunk of await client.completions.create({ ...request, stream: true })) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    text += choice.text;
+    const lp = choice.logprobs;
     if (!lp) continue;
-    tokens += lp.tokens.length;
     for (const value of lp.token_logprobs) assert.ok(value <= 0);
     for (const top of lp.top_logprobs) assert.ok(Object.keys(top).length <= 3 && Object.keys(top).length >= 1);
-    lp.tokens.forEach((token, k) => {
-      assert.equal(lp.text_offset[k], offset, 'cumulative text_offset');
-      offset += [...token].length;  // characters, as Python's len() counts them
-    });
+    tokens.push(...lp.tokens);
+    offsets.push(...lp.text_offset);
   }
-  assert.equal(tokens, 5);
+  assert.equal(tokens.length, 40);
+  const whole = (await client.completions.create(request)).choices[0];
+  assert.equal(whole.text, text);
+  assert.deepEqual(whole.logprobs.text_offset, offsets);
+  const characters = [...text];
+  let checked = 0;
+  tokens.forEach((token, k) => {
+    if (k > 0) assert.ok(offsets[k] >= offsets[k - 1], 'offsets do not go back');
+    assert.ok(offsets[k] <= characters.length);
+    // Special tokens and the end-of-sequence token that ends a choice add no text.
+    if (token.includes('\ufffd') || added.slice(0, 3).includes(token)) return;
+    if (k === tokens.length - 1 && whole.finish_reason === 'stop') return;
+    assert.equal(characters.slice(offsets[k], offsets[k] + [...token].length).join(''), token, `token ${k}`);
+    ++checked;
+  });
+  assert.ok(checked > 5 && checked < tokens.length, `${checked} whole tokens of ${tokens.length}`);
 });
 
 await test('chat logprobs: greedy token is the most likely', async () => {
@@ -325,6 +342,7 @@ await test('one model by id; a wrong method is a 405 naming the right one; reque
   assert.equal(wrong.status, 405);
   assert.equal(wrong.headers.get('allow'), 'POST, OPTIONS');
   assert.equal((await wrong.json()).error.type, 'invalid_request_error');
+  assert.equal((await fetch(main.url + '/v1/models/')).status, 404);
   const unknown = await fetch(main.url + '/v1/nothing');
   assert.equal(unknown.status, 404);
   assert.equal((await unknown.json()).error.type, 'invalid_request_error');
@@ -339,6 +357,56 @@ await test('one model by id; a wrong method is a 405 naming the right one; reque
   const b = await client.completions.create({ model, prompt: ids, max_tokens: 4, temperature: 0 });
   assert.equal(a.choices[0].text, b.choices[0].text);
   assert.equal(a.usage.prompt_tokens, 5);
+});
+await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
+  const url = new URL(main.url);
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  const start = performance.now();
+  socket.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\n\r\n`);
+  const reply = await new Promise((resolve) => socket.once('data', (data) => resolve(data.toString())));
+  socket.destroy();
+  assert.match(reply, /^HTTP\/1\.1 400 /);
+  assert.ok(performance.now() - start < 2000, `${(performance.now() - start).toFixed(0)} ms`);
+});
+await test('the token that ends a choice is not part of its text (the fixture\'s EOS is the byte 0x0b)', async () => {
+  const reply = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 's23' }], max_tokens: 42, temperature: 1.5, seed: 23, logprobs: true });
+  const choice = reply.choices[0];
+  assert.equal(choice.finish_reason, 'stop');
+  assert.ok(!choice.message.content.includes('\u000b'), JSON.stringify(choice.message.content));
+  assert.equal(choice.logprobs.content.at(-1).token, '\u000b', 'its log-prob is still listed');
+  const kept = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 's23' }], max_tokens: 42, temperature: 1.5, seed: 23, ignore_eos: true });
+  assert.ok(kept.choices[0].message.content.startsWith(choice.message.content + '\u000b'), 'with ignore_eos it is text');
+});
+await test('a key asked for but empty is refused at start (exit 2)', async () => {
+  for (const [args, env] of [[['--api-key', ''], {}], [[], { QWENRT_API_KEY: '' }]]) {
+    const child = spawn(qwenrt, serveArgs(args), { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+    let log = '';
+    child.stderr.on('data', (data) => { log += data; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20000);  // a server that started would not exit
+    const code = await new Promise((resolve) => child.on('exit', resolve));
+    clearTimeout(timer);
+    assert.equal(code, 2, log);
+    assert.match(log, /empty/);
+  }
+});
+await test('a KV pool smaller than the context bounds what a request may ask for', async () => {
+  // 0.0002 GiB of this fixture's cache: a few hundred tokens, less than its 512 context.
+  const small = await startServer(qwenrt, serveArgs(['--kv-cache-gb', '0.0002']));
+  const pool = (await (await fetch(small.url + '/v1/models')).json()).data[0].max_model_len;
+  assert.ok(pool > 100 && pool < 512, `max_model_len ${pool}`);
+  assert.match(small.log, /the KV pool holds \d+ tokens, fewer than the context of 512/);
+  const prompt = Array.from({ length: 100 }, (_, i) => 65 + (i % 26));
+  const over = await post(small.url, '/v1/completions', { prompt, max_tokens: pool - 99 });
+  assert.equal(over.status, 400, over.text);
+  assert.equal(over.json.error.code, 'context_length_exceeded');
+  const fits = await post(small.url, '/v1/completions', { prompt, max_tokens: pool - 100, ignore_eos: true, temperature: 0 });
+  assert.equal(fits.status, 200, fits.text);
+  assert.equal(fits.json.usage.completion_tokens, pool - 100);
+  assert.equal(fits.json.choices[0].finish_reason, 'length');
+  small.kill('SIGTERM');
 });
 await test('a path is no label: /metrics counts unknown routes as "other"', async () => {
   const injected = '/a%22%7D%201%0Aqwenrt_injected_total%20999%0A%23';
@@ -477,6 +545,9 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   assert.equal((await fetch(keyed.url + '/health')).status, 200);
   const ok = new OpenAI({ baseURL: keyed.url + '/v1', apiKey: 'sekrit-key' });
   assert.equal((await ok.chat.completions.create(good)).choices.length, 1);
+  assert.equal((await fetch(keyed.url + '/v1/models', { headers: { authorization: 'bearer sekrit-key' } })).status, 200,
+    'the scheme is case-insensitive');
+  assert.equal((await fetch(keyed.url + '/v1/models')).headers.get('www-authenticate'), 'Bearer');
 
   // CORS (--cors-origin http://app.test): a browser's preflight carries no key and is
   // answered; the page's requests still need the key, and may read every answer.
