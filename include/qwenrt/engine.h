@@ -214,6 +214,8 @@ class Engine {
 
   const ModelConfig& config() const;
   const MemoryPlan& memory_plan() const { return plan_; }
+  // Tokens the whole KV pool holds: the most one sequence can ever have.
+  int64_t kv_pool_tokens() const { return static_cast<int64_t>(plan_.kv_blocks) * plan_.kv_block_size; }
   const StartupTimes& startup_times() const { return startup_; }
   Backend& backend() { return *backend_; }
 

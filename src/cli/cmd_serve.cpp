@@ -128,11 +128,11 @@ int run_serve(const ServeArgs& args) {
   limits.max_logprobs = args.max_logprobs;
   // One sequence can hold at most the whole pool: a smaller pool than --max-context is the
   // context a request may use (else it would end early with "length").
-  const int pool_tokens = engine.memory_plan().kv_blocks * engine.memory_plan().kv_block_size;
-  limits.max_context = std::min(engine.max_context(), pool_tokens);
+  const int64_t pool_tokens = engine.kv_pool_tokens();
+  limits.max_context = static_cast<int>(std::min<int64_t>(engine.max_context(), pool_tokens));
   if (pool_tokens < engine.max_context()) {
-    std::fprintf(stderr, "the KV pool holds %d tokens, fewer than the context of %d: requests are limited to %d\n",
-                 pool_tokens, engine.max_context(), pool_tokens);
+    std::fprintf(stderr, "the KV pool holds %lld tokens, fewer than the context of %d: requests are limited to %lld\n",
+                 static_cast<long long>(pool_tokens), engine.max_context(), static_cast<long long>(pool_tokens));
   }
   limits.vocab_size = engine.config().vocab_size;
   limits.served_model_name = args.served_model_name.empty()
@@ -191,7 +191,7 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", args->api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health (visible in ps: prefer "
-                  "--api-key-file or QWENRT_API_KEY)");
+                  "--api-key-file or QWENRT_API_KEY); an empty key, file or variable is refused");
   cmd->add_option("--api-key-file", args->api_key_file, "read the API key from the first line of this file");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences per forward pass (default: 256 on a GPU, 16 on the CPU)")
       ->check(CLI::PositiveNumber);
@@ -248,7 +248,14 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--cors-origin", args->cors_origins,
                   "a web page's origin (e.g. http://localhost:3000) whose scripts may call the API from a browser; "
                   "repeat for several, '*' for any page. Default: none (browsers refuse cross-origin calls). "
-                  "Pages still need the API key when one is set");
+                  "Pages still need the API key when one is set")
+      ->check([](const std::string& origin) -> std::string {
+        // As browsers send it: scheme://host[:port], no path, no trailing slash.
+        const size_t sep = origin.find("://");
+        const bool ok = origin == "*" || (sep != std::string::npos && sep > 0 && sep + 3 < origin.size() &&
+                                          origin.find_first_of("/ \t", sep + 3) == std::string::npos);
+        return ok ? "" : "an origin is scheme://host[:port] with no path (e.g. http://localhost:3000), or *";
+      });
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM, seconds running requests may take to finish before they are ended with an error")
       ->check(CLI::NonNegativeNumber)

@@ -50,8 +50,7 @@ uint64_t Scheduler::submit(SequenceRequest request) {
   if (request.max_new_tokens < 1) {
     throw Error(ErrorCategory::kInvalidArgument, "the number of new tokens must be at least 1");
   }
-  const BlockAllocator& blocks = engine_.block_allocator();
-  const int64_t pool_tokens = static_cast<int64_t>(blocks.num_blocks()) * blocks.block_size();
+  const int64_t pool_tokens = engine_.kv_pool_tokens();
   if (prompt_tokens + 1 > pool_tokens) {
     throw Error(ErrorCategory::kInvalidArgument, "the prompt has " + std::to_string(prompt_tokens) +
                                                      " tokens but the KV cache holds only " +

@@ -58,10 +58,10 @@ json parse_json_body(std::string_view body) {
     // The reader's message names the text ("request body: ") and often says "not valid
     // JSON" itself: said once.
     std::string what = error.what();
-    for (const std::string prefix : {"request body: ", "not valid JSON: "}) {
+    for (const std::string prefix : {"request body: ", "not valid JSON: ", "not valid JSON"}) {
       if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
     }
-    throw invalid_request("the request body is not valid JSON: " + what);
+    throw invalid_request("the request body is not valid JSON" + (what.empty() ? "" : ": " + what));
   }
   if (!parsed.is_object()) throw invalid_request("the request body must be a JSON object");
   return parsed;
@@ -198,7 +198,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
   s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));
   // vLLM spells "off" as -1; 0 means off here.
-  if (const json* k = field(body, "top_k"); k != nullptr && k->is_number_integer() && k->get<int64_t>() < 0) {
+  if (const json* k = field(body, "top_k");
+      k != nullptr && k->is_number_integer() && !k->is_number_unsigned() && k->get<int64_t>() < 0) {
     if (k->get<int64_t>() != -1) {
       throw invalid_request("'top_k' must be -1 or 0 (off) or a positive count (got " + k->dump() + ")", "top_k");
     }

@@ -237,6 +237,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = token(event.token, event.logprobs.sampled);
       entry.in_text = !ends && !tokenizer_.is_special(event.token);
+      entry.ends = ends;
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }

@@ -37,24 +37,53 @@ void warn_no_probe() {
   });
 }
 
-// The routes, named once: registered under these and counted by them in /metrics.
+// The routes, named once: registered under these, answered with their methods, and counted
+// by these names in /metrics ("other" for any other path: a path is the client's text).
 constexpr const char* kChatRoute = "/v1/chat/completions";
 constexpr const char* kCompletionsRoute = "/v1/completions";
 constexpr const char* kModelsRoute = "/v1/models";
+constexpr const char* kModelPrefix = "/v1/models/";  // + a model's name
 constexpr const char* kHealthRoute = "/health";
 constexpr const char* kMetricsRoute = "/metrics";
-constexpr const char* kModelRoute = "/v1/models/{id}";  // counted under this name
-constexpr const char* kRoutes[] = {kChatRoute, kCompletionsRoute, kModelsRoute, kHealthRoute, kMetricsRoute};
 
-// The methods a known path answers ("" for a path that is not a route).
-const char* route_methods(const std::string& path) {
-  if (path == kChatRoute || path == kCompletionsRoute) return "POST, OPTIONS";
-  const std::string_view model_prefix = "/v1/models/";
-  if (path == kModelsRoute || path == kHealthRoute || path == kMetricsRoute ||
-      (path.size() > model_prefix.size() && path.rfind(model_prefix, 0) == 0)) {
-    return "GET, HEAD, OPTIONS";
+struct Route {
+  const char* path;
+  const char* label;    // in /metrics
+  const char* methods;  // Allow (HEAD: httplib answers it as GET)
+  bool prefix;          // the path is this and one or more characters more
+};
+constexpr Route kRouteTable[] = {
+    {kChatRoute, kChatRoute, "POST, OPTIONS", false},
+    {kCompletionsRoute, kCompletionsRoute, "POST, OPTIONS", false},
+    {kModelsRoute, kModelsRoute, "GET, HEAD, OPTIONS", false},
+    {kModelPrefix, "/v1/models/{id}", "GET, HEAD, OPTIONS", true},
+    {kHealthRoute, kHealthRoute, "GET, HEAD, OPTIONS", false},
+    {kMetricsRoute, kMetricsRoute, "GET, HEAD, OPTIONS", false},
+};
+
+const Route* find_route(const std::string& path) {
+  for (const Route& route : kRouteTable) {
+    const std::string_view name = route.path;
+    if (route.prefix ? path.size() > name.size() && path.rfind(name, 0) == 0 : path == name) return &route;
   }
-  return "";
+  return nullptr;
+}
+
+bool allows(const Route& route, const std::string& method) {
+  std::string_view methods = route.methods;
+  while (!methods.empty()) {
+    const size_t comma = methods.find(", ");
+    if (methods.substr(0, comma) == method) return true;
+    methods = comma == std::string_view::npos ? std::string_view() : methods.substr(comma + 2);
+  }
+  return false;
+}
+
+// A request that may carry a body this server will not read: its connection is closed
+// after the answer rather than read on from the middle of it.
+bool may_carry_body(const httplib::Request& req) {
+  return req.has_header("Transfer-Encoding") ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
 // A client's X-Request-Id is echoed when it is short visible ASCII; otherwise one is made.
@@ -97,8 +126,17 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
                                          const httplib::ContentReader& read_body, size_t limit,
                                          std::string& body) {
   // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
-  // nothing to wait for.
+  // nothing to wait for. httplib knows "chunked" alone; any other coding it would read to
+  // the connection's end.
   if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
+  if (req.has_header("Transfer-Encoding")) {
+    std::string coding = req.get_header_value("Transfer-Encoding");
+    std::transform(coding.begin(), coding.end(), coding.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (coding != "chunked") {
+      return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
+                             "' is not supported (only chunked)");
+    }
+  }
   // A Content-Length over the limit is refused unread, as httplib's own check does.
   const std::string declared = req.get_header_value("Content-Length");
   if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
@@ -141,6 +179,12 @@ int64_t unix_time() {
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<httplib::Server>()), created_(unix_time()) {
+  model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
+                               {"object", "model"},
+                               {"created", created_},
+                               {"owned_by", "qwenrt"},
+                               {"max_model_len", options_.limits.max_context}}
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const int threads = std::max(options_.max_connections, 4);
   http_->new_task_queue = [this, threads] {
     auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
@@ -204,35 +248,62 @@ void HttpServer::add_routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // A browser's preflight carries no credentials: it is answered before the key is asked
     // for, with the CORS grant when its page is allowed (the request itself is checked).
+    const Route* route = find_route(req.path);
     if (req.method == "OPTIONS") {
-      const char* methods = route_methods(req.path);
-      if (*methods == '\0') {
+      if (route == nullptr) {
         send_error(res, ApiError(404, "invalid_request_error", "no route OPTIONS " + req.path));
         return httplib::Server::HandlerResponse::Handled;
       }
       res.status = 204;
-      res.set_header("Allow", methods);
+      res.set_header("Allow", route->methods);
       if (!allowed_origin(req.get_header_value("Origin")).empty()) {
-        res.set_header("Access-Control-Allow-Methods", methods);
+        res.set_header("Access-Control-Allow-Methods", route->methods);
         const std::string asked = req.get_header_value("Access-Control-Request-Headers");
         res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
         res.set_header("Access-Control-Max-Age", "600");
       }
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (options_.api_key.empty() || req.path == kHealthRoute) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string header = req.get_header_value("Authorization");
-    // The scheme's name is case-insensitive (RFC 9110 11.1).
-    const size_t space = header.find(' ');
-    std::string scheme = header.substr(0, space == std::string::npos ? 0 : space);
-    std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-    const bool ok = scheme == "bearer" && same_secret(header.substr(space + 1), options_.api_key);
-    if (ok) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, ApiError(401, "authentication_error",
-                             header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key", "",
-                             "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
+    if (!options_.api_key.empty() && req.path != kHealthRoute) {
+      const std::string header = req.get_header_value("Authorization");
+      // The scheme's name is case-insensitive (RFC 9110 11.1); one or more spaces follow it.
+      const size_t space = header.find(' ');
+      std::string scheme = header.substr(0, space == std::string::npos ? 0 : space);
+      std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+      const size_t key = space == std::string::npos ? std::string::npos : header.find_first_not_of(' ', space);
+      const bool ok = scheme == "bearer" && key != std::string::npos && same_secret(header.substr(key), options_.api_key);
+      if (!ok) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        send_error(res, ApiError(401, "authentication_error",
+                                 header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
+                                 "", "invalid_api_key"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    // Unknown paths and wrong methods are answered here, before any body is read.
+    if (route == nullptr || !allows(*route, req.method)) {
+      if (may_carry_body(req)) res.set_header("Connection", "close");
+      if (route == nullptr) {
+        send_error(res, ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
+      } else {
+        res.set_header("Allow", route->methods);
+        send_error(res, ApiError(405, "invalid_request_error",
+                                 "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
+                                     route->methods + ")"));
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // One model by its name, which may hold slashes ("Qwen/Qwen2.5-7B-Instruct").
+    if (route->prefix) {
+      const std::string name = req.path.substr(std::string_view(kModelPrefix).size());
+      if (name != options_.limits.served_model_name) {
+        send_error(res, model_not_found(name, options_.limits));
+      } else {
+        res.set_content(model_json_, "application/json");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   // Every response: its request id, and the CORS grant for an allowed page.
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -247,17 +318,11 @@ void HttpServer::add_routes() {
       res.set_header("Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
     }
   });
-  // Errors httplib raises itself (413, 404, 400 for a malformed request line) get the same
-  // JSON; a known path asked with another method is a 405 that names the right one.
+  // Errors httplib raises itself (413, 400 for a malformed request line) get the same JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
       send_error(res, body_too_large());
-    } else if ((res.status == 404 || res.status == 405) && *route_methods(req.path) != '\0') {
-      res.set_header("Allow", route_methods(req.path));
-      send_error(res, ApiError(405, "invalid_request_error",
-                               "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
-                                   route_methods(req.path) + ")"));
     } else if (res.status == 404) {
       send_error(res, ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
     } else {
@@ -267,11 +332,8 @@ void HttpServer::add_routes() {
   // Counted by route: any other path is "other" (a path is the client's text; as a label
   // it could add lines to /metrics and grow its label set without bound).
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const char* route = "other";
-    for (const char* known : kRoutes) {
-      if (req.path == known) route = known;
-    }
-    if (req.path.rfind("/v1/models/", 0) == 0) route = kModelRoute;
+    const Route* known = find_route(req.path);
+    const char* route = known != nullptr ? known->label : "other";
     metrics_.count_request(route, res.status);
   });
 
@@ -283,23 +345,8 @@ void HttpServer::add_routes() {
       res.set_content(draining_ ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}", "application/json");
     }
   });
-  const nlohmann::json model = {{"id", options_.limits.served_model_name},
-                                 {"object", "model"},
-                                 {"created", created_},
-                                 {"owned_by", "qwenrt"},
-                                 {"max_model_len", options_.limits.max_context}};
-  http_->Get(kModelsRoute, [model](const httplib::Request&, httplib::Response& res) {
-    const nlohmann::json body = {{"object", "list"}, {"data", nlohmann::json::array({model})}};
-    res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
-  });
-  // One model by its id (which may hold slashes: "Qwen/Qwen2.5-7B-Instruct").
-  http_->Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& req, httplib::Response& res) {
-    const std::string id = req.matches[1];
-    if (id != options_.limits.served_model_name) {
-      send_error(res, model_not_found(id, options_.limits));
-      return;
-    }
-    res.set_content(model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  http_->Get(kModelsRoute, [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"object\":\"list\",\"data\":[" + model_json_ + "]}", "application/json");
   });
   http_->Get(kMetricsRoute, [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(service_.scheduler_stats(), service_.active_requests()),

@@ -68,6 +68,7 @@ class HttpServer {
   std::atomic<bool> ready_{false}, draining_{false};
   int port_ = 0;
   int64_t created_ = 0;
+  std::string model_json_;  // the served model's /v1/models entry
   std::function<void()> accepting_;
 };
 

@@ -8,13 +8,6 @@ using nlohmann::json;
 
 namespace {
 
-// Characters (code points) in valid UTF-8: what text_offset counts, as Python's len().
-size_t characters(const std::string& text) {
-  size_t count = 0;
-  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
-  return count;
-}
-
 json bytes_of(const std::string& text) {
   json bytes = json::array();
   for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
@@ -85,25 +78,22 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const std::vector<Log
     }
     out.top_logprobs.push_back(top);
     // Where the token starts in `text`: the characters decoded before it, as the streaming
-    // decoder decodes them. A token that goes on with a character begun earlier (its first
-    // byte a continuation byte) points at that character; one that does not ends it as
-    // U+FFFD, which comes before the token's own text.
-    const bool continues = !text.unfinished.empty() && entry.in_text && !entry.bytes.empty() &&
-                           (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
+    // decoder decodes them. A token that goes on with a character begun earlier (a
+    // continuation byte first) points at that character, and so does a special token (the
+    // decoder skips it and keeps the bytes); a token that cuts the character off, and the
+    // token that ends the choice (the decoder then flushes), come after its U+FFFD.
     size_t offset = text.characters;
-    if (!text.unfinished.empty() && !continues) {
-      std::string ended;
-      tok::append_utf8_lossy(text.unfinished, ended);
-      offset += characters(ended);
+    const bool continues = entry.in_text && !entry.bytes.empty() &&
+                           (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
+    if (!text.unfinished.empty() && (entry.ends || (entry.in_text && !continues))) {
+      std::string cut;
+      tok::append_utf8_lossy(text.unfinished, cut);
+      offset += tok::utf8_length(cut);
     }
     out.text_offsets.push_back(offset);
     if (!entry.in_text) continue;
     text.unfinished += entry.bytes;
-    const size_t hold = tok::utf8_unfinished_tail(text.unfinished);
-    std::string decoded;
-    tok::append_utf8_lossy(std::string_view(text.unfinished).substr(0, text.unfinished.size() - hold), decoded);
-    text.characters += characters(decoded);
-    text.unfinished.erase(0, text.unfinished.size() - hold);
+    text.characters += tok::utf8_length(tok::take_finished_utf8(text.unfinished));
   }
 }
 

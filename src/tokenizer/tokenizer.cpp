@@ -167,11 +167,7 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
 std::string StreamDecoder::push(int32_t id) {
   if (skip_special_ && tokenizer_->is_special(id)) return {};
   pending_.append(tokenizer_->token_bytes(id));
-  const size_t hold = tok::utf8_unfinished_tail(pending_);
-  std::string text;
-  tok::append_utf8_lossy(std::string_view(pending_).substr(0, pending_.size() - hold), text);
-  pending_.erase(0, pending_.size() - hold);
-  return text;
+  return tok::take_finished_utf8(pending_);
 }
 
 std::string StreamDecoder::flush() {

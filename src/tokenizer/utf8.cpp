@@ -93,6 +93,14 @@ void append_utf8_lossy(std::string_view bytes, std::string& out) {
   out.append(bytes.substr(run_start));
 }
 
+std::string take_finished_utf8(std::string& pending) {
+  const size_t hold = utf8_unfinished_tail(pending);
+  std::string text;
+  append_utf8_lossy(std::string_view(pending).substr(0, pending.size() - hold), text);
+  pending.erase(0, pending.size() - hold);
+  return text;
+}
+
 size_t utf8_unfinished_tail(std::string_view bytes) {
   const size_t size = bytes.size();
   // The lead byte of the last sequence is at most 3 bytes back; lead bytes are never

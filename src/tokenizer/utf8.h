@@ -22,6 +22,17 @@ void append_utf8_lossy(std::string_view bytes, std::string& out);
 // (0-3): holding them back until more bytes arrive changes nothing in the lossy decoding.
 size_t utf8_unfinished_tail(std::string_view bytes);
 
+// Decodes (lossily) what of `pending` is finished and leaves in it only the bytes of a
+// character not finished yet: the step of a decoder fed bytes a token at a time.
+std::string take_finished_utf8(std::string& pending);
+
+// Number of code points in well-formed UTF-8 (Python's len()).
+inline size_t utf8_length(std::string_view text) {
+  size_t count = 0;
+  for (char c : text) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return count;
+}
+
 // Appends the UTF-8 encoding of a code point (< 0x110000, not a surrogate).
 void append_utf8(char32_t code_point, std::string& out);
 

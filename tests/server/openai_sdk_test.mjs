@@ -292,6 +292,7 @@ const badCases = [
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
   ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
   ['a known field this server does not support', { ...good, logit_bias: { 5: 10 } }, 400, 'invalid_request_error', 'logit_bias'],
+  ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],
   ['forcing a tool', { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' },
     400, 'invalid_request_error', 'tool_choice'],
   ['a tool whose type is not a string', { ...good, tools: [{ type: { name: 'f' }, function: { name: 'f' } }] },
@@ -343,6 +344,19 @@ await test('one model by id; a wrong method is a 405 naming the right one; reque
   assert.equal(wrong.headers.get('allow'), 'POST, OPTIONS');
   assert.equal((await wrong.json()).error.type, 'invalid_request_error');
   assert.equal((await fetch(main.url + '/v1/models/')).status, 404);
+  // A long name is compared, not matched by a pattern (a regex over 8k characters would
+  // overflow a connection thread's stack).
+  assert.equal((await fetch(main.url + '/v1/models/' + 'x'.repeat(8000))).status, 404);
+  const head = await fetch(main.url + '/v1/chat/completions', { method: 'HEAD' });
+  assert.equal(head.status, 405);
+  // A wrong method is answered before its body is read, the connection then closed.
+  const start = performance.now();
+  const posted = await post(main.url, '/v1/models', good);
+  assert.equal(posted.status, 405);
+  assert.equal(posted.headers.get('allow'), 'GET, HEAD, OPTIONS');
+  assert.ok(performance.now() - start < 2000);
+  const replaced = await fetch(main.url + '/health', { headers: { 'x-request-id': 'has space' } });
+  assert.match(replaced.headers.get('x-request-id'), /^req-[0-9a-f]{16}$/);
   const unknown = await fetch(main.url + '/v1/nothing');
   assert.equal(unknown.status, 404);
   assert.equal((await unknown.json()).error.type, 'invalid_request_error');
@@ -368,6 +382,15 @@ await test('a POST with neither Content-Length nor chunked encoding has no body:
   socket.destroy();
   assert.match(reply, /^HTTP\/1\.1 400 /);
   assert.ok(performance.now() - start < 2000, `${(performance.now() - start).toFixed(0)} ms`);
+  // A transfer coding other than chunked is refused at once too (it would be read to the end).
+  const other = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => other.once('connect', resolve));
+  other.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nTransfer-Encoding: gzip, chunked\r\n\r\n`);
+  const refused = await new Promise((resolve) => other.once('data', (data) => resolve(data.toString())));
+  other.destroy();
+  assert.match(refused, /^HTTP\/1\.1 400 /);
+  assert.match(refused, /Transfer-Encoding/);
+  assert.equal((await post(main.url, '/v1/chat/completions', good)).status, 200, 'the server carries on');
 });
 await test('the token that ends a choice is not part of its text (the fixture\'s EOS is the byte 0x0b)', async () => {
   const reply = await client.chat.completions.create({

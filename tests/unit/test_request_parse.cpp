@@ -59,10 +59,13 @@ TEST(RequestParse, ACompletionPromptInAListOfOne) {
   EXPECT_EQ(status_of(R"({"prompt":[[5,6]],"model":"x"})"), 404);
   try {
     completion(R"({"prompt":"hi","model":"x"})");
+    ADD_FAILURE() << "an unknown model was accepted";
   } catch (const ApiError& error) {
     EXPECT_EQ(error.type, "invalid_request_error");  // as OpenAI answers an unknown model
     EXPECT_EQ(error.code, "model_not_found");
   }
+  EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":18446744073709551615})"), 400);  // not -1 wrapped
+  EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":-1})"), 200);
 }
 
 TEST(RequestParse, ParallelToolCalls) {

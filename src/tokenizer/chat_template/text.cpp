@@ -51,13 +51,7 @@ std::string encode(std::u32string_view code_points) {
   return out;
 }
 
-size_t length(std::string_view utf8) {
-  size_t n = 0;
-  for (char ch : utf8) {
-    if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++n;
-  }
-  return n;
-}
+size_t length(std::string_view utf8) { return tok::utf8_length(utf8); }
 
 bool is_space(char32_t c) {
   switch (c) {

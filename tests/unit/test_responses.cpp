@@ -1,0 +1,107 @@
+// Completions' logprobs as ResponseBuilder writes them, from hand-made events: where each
+// token's text_offset points when tokens are single bytes of multi-byte characters, special
+// tokens or the token that ends the choice, streamed and whole alike; and top_logprobs keys
+// that show alike.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/responses.h"
+
+namespace qwenrt::server {
+namespace {
+
+struct Token {
+  std::string bytes;
+  bool in_text = true;
+  bool ends = false;
+};
+
+LogprobEntry entry(const Token& token) {
+  LogprobEntry e;
+  e.text = token.bytes;  // the offsets are placed from the bytes; the shown text is not read
+  e.bytes = token.bytes;
+  e.logprob = -1.f;
+  e.in_text = token.in_text;
+  e.ends = token.ends;
+  return e;
+}
+
+GenerationRequest completion_with_logprobs() {
+  GenerationRequest request;
+  request.top_logprobs = 2;
+  request.model = "m";
+  return request;
+}
+
+// The text_offset list of a whole response and of a stream (one event a token) of `tokens`.
+std::pair<std::vector<size_t>, std::vector<size_t>> offsets(const std::vector<Token>& tokens) {
+  const GenerationRequest request = completion_with_logprobs();
+  ResponseBuilder whole(request, "cmpl-1", 0, 1), streamed(request, "cmpl-1", 0, 1);
+  std::string sse;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ChoiceEvent event;
+    event.tokens = 1;
+    event.logprobs.push_back(entry(tokens[i]));
+    if (i + 1 == tokens.size()) event.finish_reason = "stop";
+    whole.collect(event);
+    streamed.stream(event, sse);
+  }
+  std::vector<size_t> from_stream;
+  for (size_t at = sse.find("data: {"); at != std::string::npos; at = sse.find("data: {", at + 1)) {
+    const auto chunk = nlohmann::json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+    const auto& logprobs = chunk["choices"][0]["logprobs"];
+    if (logprobs.is_null()) continue;
+    for (const auto& offset : logprobs["text_offset"]) from_stream.push_back(offset.get<size_t>());
+  }
+  const auto body = nlohmann::json::parse(whole.body());
+  return {body["choices"][0]["logprobs"]["text_offset"].get<std::vector<size_t>>(), from_stream};
+}
+
+TEST(CompletionLogprobs, TextOffsetsCountTheDecodersCharacters) {
+  const std::string e4 = "\xE4", b8 = "\xB8", ad = "\xAD";  // 中, a byte a token
+  struct Case {
+    const char* name;
+    std::vector<Token> tokens;
+    std::vector<size_t> expected;
+  };
+  const std::vector<Case> cases = {
+      // "中a": the character's three bytes point at it, "a" after it.
+      {"a character in three tokens", {{e4}, {b8}, {ad}, {"a"}}, {0, 0, 0, 1}},
+      // "\uFFFDa": "a" cuts the character off; its U+FFFD comes first.
+      {"a character cut off", {{e4}, {"a"}}, {0, 1}},
+      // "中": a special token inside the character adds nothing and moves nothing.
+      {"a special token inside a character", {{e4}, {"<|im_start|>", false}, {b8}, {ad}}, {0, 0, 0, 0}},
+      // "a\uFFFD": the ending token comes after the flushed U+FFFD.
+      {"the ending token after an unfinished character", {{"a"}, {e4}, {"\x0b", false, true}}, {0, 1, 2}},
+      // "ab中": whole tokens of several characters.
+      {"whole tokens", {{"ab"}, {"\xE4\xB8\xAD"}, {"\x0b", false, true}}, {0, 2, 3}},
+  };
+  for (const Case& c : cases) {
+    const auto [whole, streamed] = offsets(c.tokens);
+    EXPECT_EQ(whole, c.expected) << c.name;
+    EXPECT_EQ(streamed, c.expected) << c.name;
+  }
+}
+
+TEST(CompletionLogprobs, AlternativesThatShowAlikeKeepTheMostLikely) {
+  const GenerationRequest request = completion_with_logprobs();
+  ResponseBuilder builder(request, "cmpl-1", 0, 1);
+  ChoiceEvent event;
+  event.tokens = 1;
+  LogprobEntry e = entry({"x"});
+  // Most likely first, as the sampler lists them: two bytes that both show as U+FFFD.
+  e.top = {LogprobToken{"\xEF\xBF\xBD", "\xE4", -0.5f}, LogprobToken{"\xEF\xBF\xBD", "\xE5", -2.0f},
+           LogprobToken{"x", "x", -3.0f}};
+  event.logprobs.push_back(e);
+  event.finish_reason = "length";
+  builder.collect(event);
+  const auto body = nlohmann::json::parse(builder.body());
+  const auto& top = body["choices"][0]["logprobs"]["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_FLOAT_EQ(top["\xEF\xBF\xBD"].get<float>(), -0.5f);
+  EXPECT_FLOAT_EQ(top["x"].get<float>(), -3.0f);
+}
+
+}  // namespace
+}  // namespace qwenrt::server
