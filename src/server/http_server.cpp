@@ -86,6 +86,15 @@ bool may_carry_body(const httplib::Request& req) {
          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
+std::string ascii_lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+ApiError no_route(const httplib::Request& req) {
+  return ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path);
+}
+
 // A client's X-Request-Id is echoed when it is short visible ASCII; otherwise one is made.
 bool usable_request_id(const std::string& id) {
   if (id.empty() || id.size() > 128) return false;
@@ -130,9 +139,7 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
   // the connection's end.
   if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
   if (req.has_header("Transfer-Encoding")) {
-    std::string coding = req.get_header_value("Transfer-Encoding");
-    std::transform(coding.begin(), coding.end(), coding.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (coding != "chunked") {
+    if (ascii_lower(req.get_header_value("Transfer-Encoding")) != "chunked") {
       return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
                              "' is not supported (only chunked)");
     }
@@ -251,7 +258,7 @@ void HttpServer::add_routes() {
     const Route* route = find_route(req.path);
     if (req.method == "OPTIONS") {
       if (route == nullptr) {
-        send_error(res, ApiError(404, "invalid_request_error", "no route OPTIONS " + req.path));
+        send_error(res, no_route(req));
         return httplib::Server::HandlerResponse::Handled;
       }
       res.status = 204;
@@ -268,8 +275,7 @@ void HttpServer::add_routes() {
       const std::string header = req.get_header_value("Authorization");
       // The scheme's name is case-insensitive (RFC 9110 11.1); one or more spaces follow it.
       const size_t space = header.find(' ');
-      std::string scheme = header.substr(0, space == std::string::npos ? 0 : space);
-      std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+      const std::string scheme = ascii_lower(header.substr(0, space == std::string::npos ? 0 : space));
       const size_t key = space == std::string::npos ? std::string::npos : header.find_first_not_of(' ', space);
       const bool ok = scheme == "bearer" && key != std::string::npos && same_secret(header.substr(key), options_.api_key);
       if (!ok) {
@@ -284,7 +290,7 @@ void HttpServer::add_routes() {
     if (route == nullptr || !allows(*route, req.method)) {
       if (may_carry_body(req)) res.set_header("Connection", "close");
       if (route == nullptr) {
-        send_error(res, ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
+        send_error(res, no_route(req));
       } else {
         res.set_header("Allow", route->methods);
         send_error(res, ApiError(405, "invalid_request_error",
@@ -324,7 +330,7 @@ void HttpServer::add_routes() {
     if (res.status == 413) {
       send_error(res, body_too_large());
     } else if (res.status == 404) {
-      send_error(res, ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
+      send_error(res, no_route(req));
     } else {
       send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
     }
