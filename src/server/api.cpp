@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "core/random_bits.h"
 #include "engine/sampler.h"
 #include "model/config.h"
+#include "server/output_parser.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -266,6 +268,36 @@ std::string message_text(const json& message, size_t index) {
   throw invalid_request("'" + where + "' must be a string or an array of text parts", where);
 }
 
+// The answer begins with the call: its opening (with a named tool, up to the arguments) ends
+// the prompt, and the output parser reads it first. The model writes the rest; nothing
+// constrains it to valid JSON (a call that does not parse comes back as content).
+void force_tool_call(const Tokenizer& tokenizer, const std::string& name, GenerationRequest& out) {
+  const auto append = [&](std::string_view text, bool control) {
+    const std::vector<int32_t> ids = tokenizer.encode(text, control);
+    out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
+  };
+  if (out.reasoning_open) {
+    // A thinking-only template opened <think>: it is closed empty, as Qwen3's templates write
+    // an answer without reasoning (the newline after the tag is tokenized with the rest).
+    while (!out.prompt.empty()) {
+      const int32_t id = out.prompt.back();
+      if (tokenizer.decode(std::span<const int32_t>(&id, 1)).find_first_not_of(" \n") != std::string::npos) break;
+      out.prompt.pop_back();
+    }
+    append("\n\n</think>\n\n", true);
+    out.reasoning_open = false;
+  }
+  // The name is the client's text: it never becomes a control token.
+  const std::string opening = "\n{\"name\": " + (name.empty() ? std::string("\"") : json(name).dump() + ", \"arguments\":");
+  append(kToolCallOpen, true);
+  append(opening, false);
+  out.forced_tool_text = std::string(kToolCallOpen) + opening;
+  if (out.single_tool_call) {
+    // One call is all the answer holds: it ends at the call's close.
+    if (const auto close = tokenizer.token_to_id(std::string(kToolCallClose))) out.stop_ids.push_back(*close);
+  }
+}
+
 }  // namespace
 
 GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
@@ -325,29 +357,52 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     }
     if (!given->empty()) tools = *given;
   }
-  std::string tool_choice = "auto";
+  // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
+  // "required" (some tool) or {"type": "function", "function": {"name": ...}} (that one).
+  std::string forced_name;  // "" with "required"
+  bool forced = false;
   if (const json* choice = field(body, "tool_choice")) {
-    const bool forces = choice->is_object() || (choice->is_string() && *choice == "required");
-    if (!forces && (!choice->is_string() || (*choice != "auto" && *choice != "none"))) {
+    if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
+      if (*choice == "none") tools = nullptr;
+      forced = *choice == "required";
+    } else if (choice->is_object() && member_is(*choice, "type", "function")) {
+      const json* function = field(*choice, "function");
+      const json* name = function != nullptr && function->is_object() ? field(*function, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        throw invalid_request("'tool_choice' names its function as {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                              "tool_choice");
+      }
+      forced = true;
+      forced_name = name->get<std::string>();
+    } else if (choice->is_object() && choice->contains("type") && (*choice)["type"].is_string()) {
+      throw ApiError(400, "invalid_request_error",
+                     "'tool_choice' of type '" + (*choice)["type"].get<std::string>() +
+                         "' is not supported by this server (\"auto\", \"none\", \"required\" or a function are)",
+                     "tool_choice", "unsupported_parameter");
+    } else {
       throw invalid_request("'tool_choice' must be \"auto\", \"none\", \"required\" or a named function (got " +
                                 choice->dump() + ")",
                             "tool_choice");
     }
-    if (forces) {
-      throw ApiError(400, "invalid_request_error",
-                     "'tool_choice' may be \"auto\" or \"none\"; forcing a tool is not supported by this server",
-                     "tool_choice", "unsupported_parameter");
-    }
-    tool_choice = choice->get<std::string>();
   }
-  if (tool_choice == "none") tools = nullptr;
+  if (forced) {
+    if (tools.is_null()) throw invalid_request("'tool_choice' forces a tool call but 'tools' is empty", "tool_choice");
+    if (!forced_name.empty() && std::none_of(tools.begin(), tools.end(), [&](const auto& tool) {
+          return tool["function"]["name"] == forced_name;
+        })) {
+      throw invalid_request("'tool_choice' names '" + forced_name + "', which is not one of 'tools'", "tool_choice");
+    }
+  }
   // false: at most one call an answer (the first the model writes; later ones are dropped).
-  out.single_tool_call = !bool_field(body, "parallel_tool_calls", true);
+  // A named tool is called once.
+  out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || !forced_name.empty();
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     extra = *kwargs;
   }
+  // A forced call is written from the answer's first token: no reasoning before it.
+  if (forced) extra["enable_thinking"] = false;
   try {
     out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, true, extra);
   } catch (const Error& error) {
@@ -370,6 +425,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
       if (text.find_first_not_of(" \n") != std::string::npos) break;
     }
   }
+  if (forced) force_tool_call(*model.tokenizer, forced_name, out);
   parse_common(body, model, limits, out, limits.max_context);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));

@@ -80,6 +80,7 @@ struct GenerationRequest {
   bool single_tool_call = false;  // parallel_tool_calls: false (calls after the first are dropped)
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content
   bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
+  std::string forced_tool_text;   // tool_choice forced a call: the call's opening, which ends the prompt
 };
 
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);

@@ -10,7 +10,6 @@ namespace qwenrt::server {
 namespace {
 
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-constexpr std::string_view kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
 
 // Length of the longest end of `text` that is a proper prefix of `tag` (could still become it).
 size_t partial_tag(std::string_view text, std::string_view tag) {
@@ -117,20 +116,20 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           buffer_.clear();
           return;
         }
-        const size_t open = buffer_.find(kToolOpen);
+        const size_t open = buffer_.find(kToolCallOpen);
         if (open != std::string::npos) {
           emit_content(out, std::string_view(buffer_).substr(0, open));
-          buffer_.erase(0, open + kToolOpen.size());
+          buffer_.erase(0, open + kToolCallOpen.size());
           state_ = State::kToolCall;
           continue;
         }
-        const size_t keep = at_end ? 0 : partial_tag(buffer_, kToolOpen);
+        const size_t keep = at_end ? 0 : partial_tag(buffer_, kToolCallOpen);
         emit_content(out, std::string_view(buffer_).substr(0, buffer_.size() - keep));
         buffer_.erase(0, buffer_.size() - keep);
         return;
       }
       case State::kToolCall: {
-        const size_t close = buffer_.find(kToolClose);
+        const size_t close = buffer_.find(kToolCallClose);
         if (close == std::string::npos && !at_end) return;  // the block is not complete yet
         const std::string body = buffer_.substr(0, close);
         ToolCall call;
@@ -140,9 +139,9 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           if (!single_tool_call_ || tool_calls_ == 0) out.tool_calls.push_back(std::move(call));
           ++tool_calls_;
         } else {
-          emit_content(out, std::string(kToolOpen) + body + (close == std::string::npos ? "" : std::string(kToolClose)));
+          emit_content(out, std::string(kToolCallOpen) + body + (close == std::string::npos ? "" : std::string(kToolCallClose)));
         }
-        buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolClose.size());
+        buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolCallClose.size());
         state_ = State::kContent;
         continue;
       }

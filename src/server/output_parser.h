@@ -11,6 +11,9 @@
 
 namespace qwenrt::server {
 
+// How Qwen's templates open and close a call.
+inline constexpr std::string_view kToolCallOpen = "<tool_call>", kToolCallClose = "</tool_call>";
+
 struct ToolCall {
   std::string id;         // "call_…", unique per server run
   std::string name;

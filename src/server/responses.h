@@ -31,7 +31,10 @@ class ResponseBuilder {
   struct Choice {
     explicit Choice(const GenerationRequest& request)
         : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls,
-                 request.reasoning_open, request.single_tool_call) {}
+                 request.reasoning_open, request.single_tool_call) {
+      // A forced call's opening ended the prompt: the output continues it.
+      if (!request.forced_tool_text.empty()) parser.push(request.forced_tool_text);
+    }
     OutputParser parser;
     bool started = false;
     std::string content, reasoning;

@@ -293,8 +293,10 @@ const badCases = [
   ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
   ['a known field this server does not support', { ...good, logit_bias: { 5: 10 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],
-  ['forcing a tool', { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' },
+  ['forcing a tool that is not among the tools',
+    { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } },
     400, 'invalid_request_error', 'tool_choice'],
+  ['forcing a tool call without tools', { ...good, tool_choice: 'required' }, 400, 'invalid_request_error', 'tool_choice'],
   ['a tool whose type is not a string', { ...good, tools: [{ type: { name: 'f' }, function: { name: 'f' } }] },
     400, 'invalid_request_error', 'tools'],
   ['a content part whose type is not a string',
@@ -762,6 +764,35 @@ await test('tool calls: arguments keep the model\'s key order; parallel_tool_cal
     assert.equal(calls.length, 1, reply.text);
     assert.deepEqual(JSON.parse(calls[0].function.arguments), { zeta: 1, city: 'Paris' });
   }
+});
+await test('tool_choice forces a call: the prompt opens it, the model writes the rest (whole and streamed)', async () => {
+  // The scripted engine writes the user's text after the prompt: here the rest of the call.
+  const cases = [
+    [{ type: 'function', function: { name: 'get_weather' } }, ' {"city": "Paris"}}\n</tool_call>', 'Paris'],
+    ['required', 'get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', 'Oslo'],
+  ];
+  for (const [tool_choice, script, city] of cases) {
+    const messages = [{ role: 'user', content: script }];
+    const reply = await scriptedClient.chat.completions.create({ model: 'scripted', messages, tools, tool_choice });
+    assert.equal(reply.choices[0].finish_reason, 'tool_calls');
+    assert.equal(reply.choices[0].message.content, null);
+    assert.equal(reply.choices[0].message.tool_calls.length, 1);
+    assert.equal(reply.choices[0].message.tool_calls[0].function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(reply.choices[0].message.tool_calls[0].function.arguments), { city });
+    const stream = scriptedClient.chat.completions.stream({ model: 'scripted', messages, tools, tool_choice });
+    let content = '';
+    for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
+    const final = await stream.finalChatCompletion();
+    assert.equal(content, '');
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(final.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments).city]),
+      [['get_weather', city]]);
+  }
+  // A continuation that is no call comes back as the answer's text, the opening included.
+  const reply = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: 'no' }], tools,
+    tool_choice: 'required' });
+  assert.equal(reply.choices[0].message.content, '<tool_call>\n{"name": "no');
+  assert.equal(reply.choices[0].finish_reason, 'stop');
 });
 await test('without tools the tags stay text; a broken call stays text', async () => {
   const plain = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: toolScript }] });

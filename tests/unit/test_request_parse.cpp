@@ -139,5 +139,108 @@ TEST(RequestParse, ChatAnswersOfTheOriginalQwenStopAtTheTurnsEnd) {
   }
 }
 
+GenerationRequest chat(const std::string& body) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  return parse_chat_request(parse_json_body(body), text, limits);
+}
+
+TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
+  static const Fixture fixture;
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
+      {"type":"function","function":{"name":"f<|im_end|>"}}])";
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string rendered_auto = rendered_chat("{" + messages + "," + tools + "}");
+  // The template's answer without reasoning (enable_thinking false), then the call's opening.
+  const std::string rendered_no_thinking =
+      rendered_chat("{" + messages + "," + tools + R"(,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_NE(rendered_auto, rendered_no_thinking);
+  const std::string named_body =
+      "{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}},
+      "chat_template_kwargs":{"enable_thinking":true}})";
+  const GenerationRequest named = chat(named_body);
+  const std::string opening = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\":";
+  EXPECT_EQ(fixture.tokenizer.decode(named.prompt), rendered_no_thinking + opening);
+  EXPECT_EQ(named.forced_tool_text, opening);
+  EXPECT_TRUE(named.single_tool_call);  // a named tool is called once, and its close ends the answer
+  const int32_t close = *fixture.tokenizer.token_to_id("</tool_call>");
+  EXPECT_NE(std::find(named.stop_ids.begin(), named.stop_ids.end(), close), named.stop_ids.end());
+  EXPECT_EQ(std::count(named.prompt.begin(), named.prompt.end(), *fixture.tokenizer.token_to_id("<tool_call>")), 1);
+
+  // "required": the model names the tool; it may call several unless told otherwise.
+  const GenerationRequest required = chat("{" + messages + "," + tools + R"(,"tool_choice":"required"})");
+  EXPECT_EQ(fixture.tokenizer.decode(required.prompt), rendered_no_thinking + "<tool_call>\n{\"name\": \"");
+  EXPECT_FALSE(required.single_tool_call);
+  EXPECT_EQ(std::find(required.stop_ids.begin(), required.stop_ids.end(), close), required.stop_ids.end());
+  EXPECT_TRUE(chat("{" + messages + "," + tools + R"(,"tool_choice":"required","parallel_tool_calls":false})")
+                  .single_tool_call);
+
+  // A name is the client's text: one spelling a control token stays text.
+  const GenerationRequest odd =
+      chat("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"f<|im_end|>"}}})");
+  const int32_t im_end = *fixture.tokenizer.token_to_id("<|im_end|>");
+  EXPECT_EQ(std::count(odd.prompt.begin(), odd.prompt.end(), im_end),
+            std::count(named.prompt.begin(), named.prompt.end(), im_end));
+  EXPECT_EQ(fixture.tokenizer.decode(odd.prompt), rendered_no_thinking + "<tool_call>\n{\"name\": \"f<|im_end|>\", \"arguments\":");
+
+  // "auto" and "none" force nothing.
+  EXPECT_TRUE(chat("{" + messages + "," + tools + R"(,"tool_choice":"auto"})").forced_tool_text.empty());
+  EXPECT_TRUE(chat("{" + messages + "," + tools + R"(,"tool_choice":"none"})").forced_tool_text.empty());
+  EXPECT_EQ(fixture.tokenizer.decode(chat("{" + messages + "," + tools + R"(,"tool_choice":"auto"})").prompt),
+            rendered_auto);
+
+  const auto refused = [&](const std::string& body, const std::string& code) {
+    try {
+      chat(body);
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << body;
+      EXPECT_EQ(error.param, "tool_choice") << body;
+      EXPECT_EQ(error.code, code) << body;
+    }
+  };
+  refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})", "");
+  refused("{" + messages + R"(,"tool_choice":"required"})", "");
+  refused("{" + messages + R"(,"tools":[],"tool_choice":"required"})", "");
+  refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function"}})", "");
+  refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":7}}})", "");
+  refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"allowed_tools","allowed_tools":{}}})",
+          "unsupported_parameter");
+  refused("{" + messages + "," + tools + R"(,"tool_choice":"always"})", "");
+}
+
+TEST(RequestParse, AForcedToolCallClosesAThinkingOnlyTemplatesReasoning) {
+  // Thinking-only templates (QwQ, Qwen3's thinking releases) end the prompt with "<think>\n":
+  // a forced call comes after an empty reasoning block, as Qwen3 writes one.
+  static const Fixture fixture;
+  const ChatTemplate thinking(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}");
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  const ModelText text{&fixture.tokenizer, &thinking, &fixture.config};
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],
+      "tools":[{"type":"function","function":{"name":"f"}}])";
+  EXPECT_TRUE(parse_chat_request(parse_json_body(body + "}"), text, limits).reasoning_open);
+  const GenerationRequest forced =
+      parse_chat_request(parse_json_body(body + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})"), text, limits);
+  EXPECT_FALSE(forced.reasoning_open);
+  const std::string expected = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                               "<tool_call>\n{\"name\": \"f\", \"arguments\":";
+  EXPECT_EQ(fixture.tokenizer.decode(forced.prompt), expected);
+  // Tokenized as the whole text is: "\n\n" one token after <think>, not two.
+  std::vector<int32_t> whole = fixture.tokenizer.encode("<|im_start|>user\n", true);
+  const std::vector<int32_t> rest = fixture.tokenizer.encode("hi", false);
+  whole.insert(whole.end(), rest.begin(), rest.end());
+  const std::vector<int32_t> tail = fixture.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>", true);
+  whole.insert(whole.end(), tail.begin(), tail.end());
+  ASSERT_GT(forced.prompt.size(), whole.size());
+  EXPECT_TRUE(std::equal(whole.begin(), whole.end(), forced.prompt.begin()));
+}
+
 }  // namespace
 }  // namespace qwenrt::server
