@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "model/config.h"
 #include "tokenizer/chat_prompt.h"
 
 namespace qwenrt::cli {
@@ -126,6 +128,31 @@ double seconds_since_process_start() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A --max-context past the positions the model was trained for (max_position_embeddings,
+// or what config.json's rope_scaling extends it to) is allowed, with a note.
+static void note_context_past_training(const ModelArgs& args) {
+  if (args.max_context <= 0) return;
+  ModelConfig config;
+  try {
+    config = load_model_config(args.model_dir);
+  } catch (const std::exception&) {
+    return;  // loading the model says what is wrong with the folder
+  }
+  int64_t trained = config.max_position_embeddings;
+  if (config.rope.type != RopeType::kDefault && config.rope.factor > 1) {
+    const int64_t base = config.rope.original_max_position_embeddings > 0 ? config.rope.original_max_position_embeddings
+                                                                           : config.max_position_embeddings;
+    trained = std::max<int64_t>(trained, static_cast<int64_t>(static_cast<double>(base) * config.rope.factor));
+  }
+  if (trained > 0 && args.max_context > trained) {
+    std::fprintf(stderr,
+                 "note: --max-context %d is past the %lld positions this model was trained for "
+                 "(config.json: max_position_embeddings%s); text beyond them may degrade\n",
+                 args.max_context, static_cast<long long>(trained),
+                 config.rope.type != RopeType::kDefault ? " and rope_scaling" : "");
+  }
+}
+
 EngineOptions engine_options(const ModelArgs& args) {
   EngineOptions options;
   options.device = args.device;
@@ -133,6 +160,7 @@ EngineOptions engine_options(const ModelArgs& args) {
   options.threads = args.threads;
   options.max_context = args.max_context;
   options.kv_cache_gb = args.kv_cache_gb;
+  note_context_past_training(args);
   if (isatty(STDERR_FILENO)) {
     auto start = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     options.load_progress = [start](uint64_t done, uint64_t total) {

@@ -12,7 +12,7 @@ const char* kFooter = R"(Exit codes:
   0    success
   1    runtime error (model folder, device, file I/O); the message names what failed
   2    bad command-line arguments
-  130  interrupted)";
+  130  interrupted (serve: SIGINT and SIGTERM drain the running requests, then exit 0))";
 
 }  // namespace
 
