@@ -44,6 +44,44 @@ bool parse_tool_call(std::string_view body, ToolCall& call) {
   return true;
 }
 
+enum class Head { kMore, kNo, kYes };
+
+// Whether `text` opens a call as `{"name": "…", "arguments": {` (any whitespace between):
+// kYes with the name and where the arguments object starts, kMore while it still could.
+Head match_head(std::string_view text, std::string& name, size_t& arguments_start) {
+  size_t i = 0;
+  const auto skip_space = [&] {
+    while (i < text.size() && is_space(text[i])) ++i;
+  };
+  const auto expect = [&](std::string_view literal) {
+    for (char c : literal) {
+      if (i == text.size()) return Head::kMore;
+      if (text[i] != c) return Head::kNo;
+      ++i;
+    }
+    return Head::kYes;
+  };
+  for (std::string_view literal : {"{", "\"name\"", ":", "\""}) {
+    skip_space();
+    if (const Head head = expect(literal); head != Head::kYes) return head;
+  }
+  const size_t quote = i - 1;
+  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) {
+    escaped = !escaped && text[i] == '\\';
+  }
+  if (i == text.size()) return Head::kMore;
+  const nlohmann::json parsed = nlohmann::json::parse(text.substr(quote, i + 1 - quote), nullptr, false);
+  if (!parsed.is_string()) return Head::kNo;
+  ++i;
+  for (std::string_view literal : {",", "\"arguments\"", ":", "{"}) {
+    skip_space();
+    if (const Head head = expect(literal); head != Head::kYes) return head;
+  }
+  name = parsed.get<std::string>();
+  arguments_start = i - 1;
+  return Head::kYes;
+}
+
 }  // namespace
 
 OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open, bool single_tool_call)
@@ -60,6 +98,11 @@ ParsedDelta OutputParser::push(std::string_view text) {
 ParsedDelta OutputParser::flush() {
   ParsedDelta out;
   run(out, true);
+  if (state_ == State::kToolCall) {
+    // A block read up to the end without its close (run() ends at an empty buffer).
+    end_block(out, false);
+    state_ = State::kContent;
+  }
   if (!held_space_.empty() && tool_calls_ == 0) out.content += held_space_;
   held_space_.clear();
   return out;
@@ -121,6 +164,8 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           emit_content(out, std::string_view(buffer_).substr(0, open));
           buffer_.erase(0, open + kToolCallOpen.size());
           state_ = State::kToolCall;
+          // With parallel calls off, a call after the first is read whole (and dropped).
+          block_state_ = single_tool_call_ && tool_calls_ > 0 ? Block::kWhole : Block::kHead;
           continue;
         }
         const size_t keep = at_end ? 0 : partial_tag(buffer_, kToolCallOpen);
@@ -130,23 +175,109 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
       }
       case State::kToolCall: {
         const size_t close = buffer_.find(kToolCallClose);
-        if (close == std::string::npos && !at_end) return;  // the block is not complete yet
-        const std::string body = buffer_.substr(0, close);
-        ToolCall call;
-        if (parse_tool_call(body, call)) {
-          // Whitespace between the answer text and a call is layout, not content.
-          held_space_.clear();
-          if (!single_tool_call_ || tool_calls_ == 0) out.tool_calls.push_back(std::move(call));
-          ++tool_calls_;
-        } else {
-          emit_content(out, std::string(kToolCallOpen) + body + (close == std::string::npos ? "" : std::string(kToolCallClose)));
+        if (close != std::string::npos || at_end) {
+          read_block(out, std::string_view(buffer_).substr(0, close));
+          buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolCallClose.size());
+          end_block(out, close != std::string::npos);
+          state_ = State::kContent;
+          continue;
         }
-        buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolCallClose.size());
-        state_ = State::kContent;
-        continue;
+        const size_t keep = partial_tag(buffer_, kToolCallClose);  // may be the close, split
+        read_block(out, std::string_view(buffer_).substr(0, buffer_.size() - keep));
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
       }
     }
   }
+}
+
+void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
+  if (text.empty()) return;
+  if (!out.tool_calls.empty() && out.tool_calls.back().index == tool_calls_ - 1) {
+    out.tool_calls.back().arguments += text;
+    return;
+  }
+  ToolCallDelta delta;
+  delta.index = tool_calls_ - 1;
+  delta.arguments = std::string(text);
+  out.tool_calls.push_back(std::move(delta));
+}
+
+void OutputParser::read_block(ParsedDelta& out, std::string_view text) {
+  if (block_state_ == Block::kHead) {
+    block_ += text;
+    std::string name;
+    size_t start = 0;
+    const Head head = match_head(block_, name, start);
+    if (head == Head::kMore) return;
+    if (head == Head::kNo) {
+      block_state_ = Block::kWhole;
+      return;
+    }
+    // A call from here on: its start now, its arguments as they come.
+    held_space_.clear();  // whitespace between the answer text and a call is layout
+    ToolCallDelta delta;
+    delta.index = tool_calls_++;
+    delta.starts = true;
+    delta.id = new_call_id();
+    delta.name = std::move(name);
+    out.tool_calls.push_back(std::move(delta));
+    block_state_ = Block::kArguments;
+    const std::string rest = block_.substr(start);
+    block_.clear();
+    read_block(out, rest);
+    return;
+  }
+  if (block_state_ == Block::kWhole) {
+    block_ += text;
+    return;
+  }
+  if (block_state_ == Block::kAfter) return;  // the block's own closing brace
+  size_t end = 0;
+  while (end < text.size() && block_state_ == Block::kArguments) {
+    const char c = text[end++];
+    if (in_string_) {
+      if (escaped_) {
+        escaped_ = false;
+      } else if (c == '\\') {
+        escaped_ = true;
+      } else if (c == '"') {
+        in_string_ = false;
+      }
+    } else if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if ((c == '}' || c == ']') && --depth_ == 0) {
+      block_state_ = Block::kAfter;
+    }
+  }
+  add_arguments(out, text.substr(0, end));
+}
+
+void OutputParser::end_block(ParsedDelta& out, bool closed) {
+  if (block_state_ == Block::kHead || block_state_ == Block::kWhole) {
+    ToolCall call;
+    if (parse_tool_call(block_, call)) {
+      held_space_.clear();
+      if (!single_tool_call_ || tool_calls_ == 0) {
+        ToolCallDelta delta;
+        delta.index = tool_calls_;
+        delta.starts = true;
+        delta.id = std::move(call.id);
+        delta.name = std::move(call.name);
+        delta.arguments = std::move(call.arguments);
+        out.tool_calls.push_back(std::move(delta));
+      }
+      ++tool_calls_;
+    } else {
+      emit_content(out, std::string(kToolCallOpen) + block_ + (closed ? std::string(kToolCallClose) : ""));
+    }
+  }
+  block_.clear();
+  block_state_ = Block::kHead;
+  depth_ = 0;
+  in_string_ = escaped_ = false;
 }
 
 }  // namespace qwenrt::server

@@ -2,7 +2,14 @@
 // becomes reasoning_content, and `<tool_call>{"name": …, "arguments": …}</tool_call>` blocks
 // become OpenAI tool calls (arguments as JSON text). Text that could still turn out to be
 // the start of a tag is held back, so a tag split across tokens is never shown as content.
-// A block that is not valid JSON is passed through as content, unchanged.
+//
+// A block that opens as `{"name": "…", "arguments": {` is a call from there on: its start
+// is given at once and its arguments as the model writes them (the model's own text, up to
+// the object's matching brace), so a streamed call grows token by token. Such a call is
+// kept even where its arguments turn out not to be valid JSON (cut off by max_tokens, say):
+// streamed and whole answers agree. Any other block is read whole at its close: a call if
+// it is valid JSON with a name (arguments then as compact JSON, or the string the model
+// gave), else passed through as content, unchanged.
 #pragma once
 
 #include <string>
@@ -20,10 +27,19 @@ struct ToolCall {
   std::string arguments;  // JSON text
 };
 
+// A piece of a tool call: its start (id and name, perhaps with the first arguments text),
+// or more of its arguments text.
+struct ToolCallDelta {
+  int index = 0;     // the call's place among the answer's calls
+  bool starts = false;
+  std::string id, name;  // with `starts`
+  std::string arguments;
+};
+
 struct ParsedDelta {
   std::string content;
   std::string reasoning;
-  std::vector<ToolCall> tool_calls;
+  std::vector<ToolCallDelta> tool_calls;
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 
@@ -40,8 +56,14 @@ class OutputParser {
 
  private:
   enum class State { kStart, kReasoning, kContent, kToolCall };
+  // Inside a call block: reading its head up to the arguments' first character, inside the
+  // arguments object, after it (the block's own close), or reading the whole block at its end.
+  enum class Block { kHead, kArguments, kAfter, kWhole };
   void run(ParsedDelta& out, bool at_end);
   void emit_content(ParsedDelta& out, std::string_view text);
+  void read_block(ParsedDelta& out, std::string_view text);
+  void end_block(ParsedDelta& out, bool closed);
+  void add_arguments(ParsedDelta& out, std::string_view text);
 
   bool parse_reasoning_, parse_tool_calls_, single_tool_call_;
   State state_;
@@ -49,6 +71,11 @@ class OutputParser {
   std::string held_space_;   // trailing whitespace of content, shown once more content follows
   bool strip_newlines_ = false;  // after </think>: the blank lines before the answer
   int tool_calls_ = 0;
+  // The block being read: its text so far, where it is, and the arguments' nesting.
+  std::string block_;
+  Block block_state_ = Block::kHead;
+  int depth_ = 0;
+  bool in_string_ = false, escaped_ = false;
 };
 
 }  // namespace qwenrt::server

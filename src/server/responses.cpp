@@ -19,10 +19,8 @@ std::string sse(const json& value) {
   return "data: " + value.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-json tool_call_json(const ToolCall& call, int index, bool with_index) {
-  json out = {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
-  if (with_index) out["index"] = index;
-  return out;
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
 }  // namespace
@@ -36,6 +34,14 @@ json ResponseBuilder::usage() const {
   int completion = 0;
   for (const Choice& choice : choices_) completion += choice.completion_tokens;
   return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
+}
+
+void ResponseBuilder::add_tool_call(Choice& choice, const ToolCallDelta& delta) {
+  if (delta.starts) {
+    choice.tool_calls.push_back(ToolCall{delta.id, delta.name, delta.arguments});
+  } else {
+    choice.tool_calls.at(static_cast<size_t>(delta.index)).arguments += delta.arguments;
+  }
 }
 
 std::string ResponseBuilder::finish_reason(const Choice& choice) const {
@@ -109,7 +115,13 @@ ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
     ParsedDelta rest = choice.parser.flush();
     parsed.content += rest.content;
     parsed.reasoning += rest.reasoning;
-    for (auto& call : rest.tool_calls) parsed.tool_calls.push_back(std::move(call));
+    for (auto& call : rest.tool_calls) {
+      if (!call.starts && !parsed.tool_calls.empty() && parsed.tool_calls.back().index == call.index) {
+        parsed.tool_calls.back().arguments += call.arguments;  // one piece a call in a chunk
+      } else {
+        parsed.tool_calls.push_back(std::move(call));
+      }
+    }
   }
   return parsed;
 }
@@ -153,10 +165,19 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
   if (!parsed.content.empty()) delta["content"] = parsed.content;
   if (!parsed.tool_calls.empty()) {
+    // OpenAI's streamed calls: the first piece has the id, type and name, later ones only
+    // more of the arguments.
     json calls = json::array();
-    for (const ToolCall& call : parsed.tool_calls) {
-      calls.push_back(tool_call_json(call, static_cast<int>(choice.tool_calls.size()), true));
-      choice.tool_calls.push_back(call);
+    for (const ToolCallDelta& call : parsed.tool_calls) {
+      json function = {{"arguments", call.arguments}};
+      if (call.starts) function["name"] = call.name;
+      json piece = {{"index", call.index}, {"function", function}};
+      if (call.starts) {
+        piece["id"] = call.id;
+        piece["type"] = "function";
+      }
+      calls.push_back(std::move(piece));
+      add_tool_call(choice, call);
     }
     delta["tool_calls"] = calls;
   }
@@ -199,7 +220,7 @@ void ResponseBuilder::collect(const ChoiceEvent& event) {
     ParsedDelta parsed = parse(choice, event);
     choice.content += parsed.content;
     choice.reasoning += parsed.reasoning;
-    for (auto& call : parsed.tool_calls) choice.tool_calls.push_back(std::move(call));
+    for (const ToolCallDelta& call : parsed.tool_calls) add_tool_call(choice, call);
     for (auto& entry : chat_logprobs(event.logprobs)) choice.logprobs.push_back(std::move(entry));
   } else {
     choice.content += event.text;
@@ -221,7 +242,7 @@ std::string ResponseBuilder::body() const {
       if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
       if (!choice.tool_calls.empty()) {
         json calls = json::array();
-        for (const ToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call, 0, false));
+        for (const ToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call));
         message["tool_calls"] = calls;
       }
       item["message"] = message;

@@ -52,6 +52,7 @@ class ResponseBuilder {
     std::string unfinished;
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
+  static void add_tool_call(Choice& choice, const ToolCallDelta& delta);
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage() const;
   std::string finish_reason(const Choice& choice) const;

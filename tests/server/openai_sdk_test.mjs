@@ -749,17 +749,38 @@ await test('tool calls, streamed (the SDK accumulates them)', async () => {
   assert.equal(final.choices[0].finish_reason, 'tool_calls');
   assert.deepEqual(final.choices[0].message.tool_calls.map((c) => JSON.parse(c.function.arguments).city), ['Paris', 'Oslo']);
 });
+await test('a streamed call: the id and name first, then its arguments piece by piece, as OpenAI streams them', async () => {
+  const reply = await post(scripted.url, '/v1/chat/completions', { model: 'scripted', messages: [{ role: 'user', content: toolScript }], tools, stream: true });
+  const pieces = reply.text.split('\n').filter((l) => l.startsWith('data: {')).flatMap((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.tool_calls ?? []);
+  for (const index of [0, 1]) {
+    const mine = pieces.filter((p) => p.index === index);
+    assert.ok(mine.length >= 4, JSON.stringify(mine));  // three bytes an event
+    assert.equal(mine[0].type, 'function');
+    assert.match(mine[0].id, /^call_/);
+    assert.equal(mine[0].function.name, 'get_weather');
+    for (const later of mine.slice(1)) assert.deepEqual(Object.keys(later).sort(), ['function', 'index']);
+    assert.equal(mine.map((p) => p.function.arguments).join(''), `{"city": "${index === 0 ? 'Paris' : 'Oslo'}"}`);
+  }
+  // The whole answer has the same text.
+  const whole = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: toolScript }], tools });
+  assert.deepEqual(whole.choices[0].message.tool_calls.map((c) => c.function.arguments), ['{"city": "Paris"}', '{"city": "Oslo"}']);
+});
 await test('tool calls: arguments keep the model\'s key order; parallel_tool_calls: false keeps the first call', async () => {
   const script = '<tool_call>\n{"name": "get_weather", "arguments": {"zeta": 1, "city": "Paris"}}\n</tool_call>\n'
     + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>';
   const messages = [{ role: 'user', content: script }];
   const both = await scriptedClient.chat.completions.create({ model: 'scripted', messages, tools });
-  assert.equal(both.choices[0].message.tool_calls[0].function.arguments, '{"zeta":1,"city":"Paris"}');
+  assert.equal(both.choices[0].message.tool_calls[0].function.arguments, '{"zeta": 1, "city": "Paris"}');
   assert.equal(both.choices[0].message.refusal, null);
   for (const stream of [false, true]) {
     const reply = await post(scripted.url, '/v1/chat/completions', { model: 'scripted', messages, tools, stream, parallel_tool_calls: false });
     const calls = stream
       ? reply.text.split('\n').filter((l) => l.startsWith('data: {')).flatMap((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.tool_calls ?? [])
+        .reduce((all, piece) => {
+          if (piece.id) all[piece.index] = { ...piece, function: { ...piece.function } };
+          else all[piece.index].function.arguments += piece.function.arguments;
+          return all;
+        }, [])
       : reply.json.choices[0].message.tool_calls;
     assert.equal(calls.length, 1, reply.text);
     assert.deepEqual(JSON.parse(calls[0].function.arguments), { zeta: 1, city: 'Paris' });

@@ -18,7 +18,15 @@ struct Parsed {
 void add(Parsed& parsed, const ParsedDelta& delta) {
   parsed.content += delta.content;
   parsed.reasoning += delta.reasoning;
-  for (const ToolCall& call : delta.tool_calls) parsed.calls.emplace_back(call.name, call.arguments);
+  for (const ToolCallDelta& call : delta.tool_calls) {
+    if (call.starts) {
+      EXPECT_EQ(call.index, static_cast<int>(parsed.calls.size()));
+      parsed.calls.emplace_back(call.name, call.arguments);
+    } else {
+      ASSERT_LT(call.index, static_cast<int>(parsed.calls.size()));
+      parsed.calls[static_cast<size_t>(call.index)].second += call.arguments;
+    }
+  }
 }
 
 // `tags_hidden`: the text's tags are all parsed, so no delta may show part of one.
@@ -108,7 +116,69 @@ TEST(OutputParser, ArgumentsKeepTheModelsKeyOrder) {
                                   "\"Paris\", \"b\": {\"y\": 2, \"x\": 3}}}</tool_call>",
                                   7, true, true);
   ASSERT_EQ(parsed.calls.size(), 1u);
-  EXPECT_EQ(parsed.calls[0].second, "{\"zeta\":1,\"city\":\"Paris\",\"b\":{\"y\":2,\"x\":3}}");
+  EXPECT_EQ(parsed.calls[0].second, "{\"zeta\": 1, \"city\": \"Paris\", \"b\": {\"y\": 2, \"x\": 3}}");
+  // Read whole (the name after the arguments): compact, in the model's order.
+  Parsed whole = parse_in_pieces("<tool_call>{\"arguments\": {\"zeta\": 1, \"city\": \"Paris\"}, \"name\": \"f\"}</tool_call>",
+                                 7, true, true);
+  ASSERT_EQ(whole.calls.size(), 1u);
+  EXPECT_EQ(whole.calls[0].second, "{\"zeta\":1,\"city\":\"Paris\"}");
+}
+
+TEST(OutputParser, ArgumentsStreamAsTheModelWritesThem) {
+  // The call starts once its head is read; every later piece of text inside the arguments
+  // object is given out with the piece that brought it, braces and quotes inside strings
+  // included; the block's own closing brace and the whitespace around it are not.
+  const std::string arguments = "{\"code\": \"if (a) { b(\\\"}\\\"); }\", \"list\": [1, {\"x\": []}], \"s\": \"]\"}";
+  ASSERT_TRUE(nlohmann::json::accept(arguments));
+  const std::string head = "<tool_call>\n{\"name\": \"run\", \"arguments\": ";
+  const std::string text = "Sure.\n" + head + arguments + "}\n</tool_call>";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    OutputParser parser(true, true);
+    Parsed parsed;
+    size_t pushed = 0, started_at = 0, pieces = 0;
+    for (size_t i = 0; i < text.size(); i += piece) {
+      const ParsedDelta delta = parser.push(text.substr(i, piece));
+      pushed = std::min(text.size(), i + piece);
+      for (const ToolCallDelta& call : delta.tool_calls) {
+        if (call.starts) started_at = pushed;
+        ++pieces;
+      }
+      add(parsed, delta);
+      // Everything of the arguments pushed so far is out (nothing is held back but a
+      // possible "</tool_call>").
+      if (started_at > 0 && pushed < text.size() - 14) {
+        const size_t begin = ("Sure.\n" + head).size();
+        ASSERT_EQ(parsed.calls.size(), 1u);
+        EXPECT_EQ(parsed.calls[0].second, text.substr(begin, std::min(pushed - begin, arguments.size()))) << piece;
+      }
+    }
+    add(parsed, parser.flush());
+    // The head is read at the arguments' opening brace.
+    EXPECT_GE(started_at, ("Sure.\n" + head).size() + 1) << piece;
+    EXPECT_LT(started_at, ("Sure.\n" + head).size() + 1 + piece) << piece;
+    if (piece < 8) {
+      EXPECT_GT(pieces, 3u) << piece;
+    }
+    EXPECT_EQ(parsed.content, "Sure.") << piece;
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].first, "run");
+    EXPECT_EQ(parsed.calls[0].second, arguments) << piece;
+  }
+}
+
+TEST(OutputParser, AStreamedCallCutOffStaysACall) {
+  // Streamed and whole answers agree: once started, a call stays one (its arguments as
+  // far as the model wrote them).
+  Parsed cut = parse_in_pieces("ok <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2", 3, true, true);
+  EXPECT_EQ(cut.content, "ok");
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(cut.calls[0].first, "f");
+  EXPECT_EQ(cut.calls[0].second, "{\"a\": [1, 2");
+  // A name with escapes is read as JSON.
+  Parsed escaped = parse_in_pieces("<tool_call>{\"name\": \"a\\\"b\\u0041\", \"arguments\": {}}</tool_call>", 2, true, true);
+  ASSERT_EQ(escaped.calls.size(), 1u);
+  EXPECT_EQ(escaped.calls[0].first, "a\"bA");
+  EXPECT_EQ(escaped.calls[0].second, "{}");
 }
 
 TEST(OutputParser, OneCallWhenParallelCallsAreOff) {
