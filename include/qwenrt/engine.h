@@ -156,6 +156,10 @@ struct StepInput {
   // Token ids this row may not sample (at most kMaxBannedPerRow): the scheduler's
   // min_tokens holds off end-of-sequence and stop ids. The log-probabilities stay the model's.
   std::span<const int32_t> banned;
+  // Added to this row's logits before the draw (a request's logit_bias; at most
+  // kMaxLogitBiasPerRow, each id once; a banned id stays banned). The log-probabilities stay
+  // the model's.
+  std::span<const TokenBias> logit_bias;
 };
 inline constexpr int kMaxBannedPerRow = 16;
 
@@ -282,17 +286,17 @@ class Engine {
   std::unique_ptr<class BlockAllocator> blocks_;
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
   // The batched step's sampling state in backend memory: rows [max_seqs] SampleRow, out ids
-  // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context], banned
-  // (row, id) pairs [max_seqs · kMaxBannedPerRow, 2].
+  // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context], logit
+  // adjustments (row, id, bias bits) [max_seqs · (kMaxBannedPerRow + kMaxLogitBiasPerRow), 3].
   DeviceBuffer step_buffer_;
   SampleRow* step_rows_ = nullptr;
   int32_t* step_out_ = nullptr;
   int32_t* step_history_lens_ = nullptr;
   int32_t* step_history_ = nullptr;
-  int32_t* step_bans_ = nullptr;  // [max_seqs · kMaxBannedPerRow] (row, id) pairs
+  int32_t* step_adjust_ = nullptr;  // the logit adjustments above
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
-  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_bans_host_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its

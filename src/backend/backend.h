@@ -153,9 +153,16 @@ struct SamplingParams {
 // One row's sampling for Backend::sample_rows: its parameters and the key of its random
 // draw, u = sample_uniform(params.seed, position, stream). Keying by the sequence position
 // (not by the row's place in the batch) gives a request the same draws alone or batched.
-// The logit ban_tokens gives a token: finite (the samplers' non-finite check stays a check),
+// The logit adjust_logits gives a banned token: finite (the samplers' non-finite check stays a check),
 // and far enough below any real logit that its probability is 0 at every temperature.
 constexpr float kBannedLogit = -1e30f;
+
+// A logit_bias entry: `bias` (finite) is added to token `id`'s logit before the draw.
+struct TokenBias {
+  int32_t id = 0;
+  float bias = 0;
+};
+inline constexpr int kMaxLogitBiasPerRow = 300;  // entries a draw takes
 
 struct SampleRow {
   SamplingParams params;
@@ -333,10 +340,12 @@ class Backend {
   // gate_up = [gate; up] as one [2d, k] matrix. False when the backend has no such op or
   // not for this shape (the caller then uses matmul and silu_mul).
   virtual bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out);
-  // Gives logits[pairs[2i], pairs[2i + 1]] (row, token id) kBannedLogit for i < n_pairs, so
-  // no draw picks them (the scheduler's min_tokens holds off end-of-sequence and stop ids).
-  // pairs in backend memory; pairs outside the tensor are skipped.
-  virtual void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) = 0;
+  // For i < n: adds to logits[entries[3i], entries[3i + 1]] (row, token id) the bias whose
+  // float bits are entries[3i + 2] (a request's logit_bias), or gives it kBannedLogit where
+  // that bias is -inf, so no draw picks it (the scheduler's min_tokens holds off
+  // end-of-sequence and stop ids). Entries in backend memory, no (row, id) twice; entries
+  // outside the tensor are skipped.
+  virtual void adjust_logits(Tensor logits, const int32_t* entries, int n) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's

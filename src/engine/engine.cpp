@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -159,7 +160,8 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
   const size_t step_rows_bytes = (static_cast<size_t>(limits.max_seqs) * sizeof(SampleRow) + 255) / 256 * 256;
   const size_t step_bytes =
-      step_rows_bytes + static_cast<size_t>(limits.max_seqs) * (2 + max_context + 2 * kMaxBannedPerRow) * sizeof(int32_t);
+      step_rows_bytes +
+      static_cast<size_t>(limits.max_seqs) * (2 + max_context + 3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow)) * sizeof(int32_t);
   plan_.workspace += sampling_bytes + step_bytes;
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
@@ -181,7 +183,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes);
   step_history_lens_ = step_out_ + limits.max_seqs;
   step_history_ = step_history_lens_ + limits.max_seqs;
-  step_bans_ = step_history_ + static_cast<size_t>(limits.max_seqs) * max_context;
+  step_adjust_ = step_history_ + static_cast<size_t>(limits.max_seqs) * max_context;
   const auto warmup_start = std::chrono::steady_clock::now();
   if (plan_.device_total > 0) {
     warm_up();
@@ -335,7 +337,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   step_chunks_.clear();
   step_logit_rows_.clear();
   step_rows_host_.clear();
-  step_bans_host_.clear();
+  step_adjust_host_.clear();
   step_samples_.clear();
   step_top_logprobs_.clear();
   int32_t offset = 0;
@@ -350,9 +352,17 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     QWENRT_CHECK(input.banned.size() <= static_cast<size_t>(kMaxBannedPerRow),
                  "a step input bans " + std::to_string(input.banned.size()) + " ids (at most " +
                      std::to_string(kMaxBannedPerRow) + ")");
-    for (const int32_t id : input.banned) {  // (row, id) pairs
-      step_bans_host_.push_back(static_cast<int32_t>(step_rows_host_.size()));
-      step_bans_host_.push_back(id);
+    QWENRT_CHECK(input.logit_bias.size() <= static_cast<size_t>(kMaxLogitBiasPerRow),
+                 "a step input biases " + std::to_string(input.logit_bias.size()) + " ids (at most " +
+                     std::to_string(kMaxLogitBiasPerRow) + ")");
+    // (row, id, bias bits): a ban is a bias of -inf, and wins over a bias of the same id.
+    const auto row_index = static_cast<int32_t>(step_rows_host_.size());
+    for (const int32_t id : input.banned) {
+      step_adjust_host_.insert(step_adjust_host_.end(), {row_index, id, std::bit_cast<int32_t>(-INFINITY)});
+    }
+    for (const TokenBias& entry : input.logit_bias) {
+      if (std::find(input.banned.begin(), input.banned.end(), entry.id) != input.banned.end()) continue;
+      step_adjust_host_.insert(step_adjust_host_.end(), {row_index, entry.id, std::bit_cast<int32_t>(entry.bias)});
     }
     step_logit_rows_.push_back(offset - 1);
     SampleRow row = input.sampling;
@@ -394,8 +404,8 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
       backend_->copy_to_device(step_history_, step_history_host_.data(), step_history_host_.size() * sizeof(int32_t));
       backend_->copy_to_device(step_history_lens_, step_lens_host_.data(), n_rows * sizeof(int32_t));
     }
-    if (!step_bans_host_.empty()) {
-      backend_->copy_to_device(step_bans_, step_bans_host_.data(), step_bans_host_.size() * sizeof(int32_t));
+    if (!step_adjust_host_.empty()) {
+      backend_->copy_to_device(step_adjust_, step_adjust_host_.data(), step_adjust_host_.size() * sizeof(int32_t));
     }
   }
   // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
@@ -413,11 +423,14 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     return;
   }
   // Log-probabilities are the model's: the rows asking for them (rare) come to the host
-  // before any ban, so here when this step bans ids (a blocking copy), else after the draw,
-  // which leaves the logits as they are; then the banned ids get a logit no draw picks.
+  // before any ban or bias, so here when this step has some (a blocking copy), else after
+  // the draw, which leaves the logits as they are; then the biases are added and the banned
+  // ids get a logit no draw picks.
   step_logprobs_wanted_ = want_logprobs;
-  if (want_logprobs && !step_bans_host_.empty()) copy_logprob_rows();
-  if (!step_bans_host_.empty()) backend_->ban_tokens(logits, step_bans_, static_cast<int>(step_bans_host_.size() / 2));
+  if (want_logprobs && !step_adjust_host_.empty()) copy_logprob_rows();
+  if (!step_adjust_host_.empty()) {
+    backend_->adjust_logits(logits, step_adjust_, static_cast<int>(step_adjust_host_.size() / 3));
+  }
   backend_->begin_sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
                               penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
   step_timer_->stop();
@@ -450,7 +463,7 @@ void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* 
   if (n_rows == 0) return;
   step_out_host_.resize(n_rows);
   backend_->finish_sample_rows(step_logits_, step_out_, step_out_host_.data());
-  if (step_logprobs_wanted_ && step_bans_host_.empty()) copy_logprob_rows();
+  if (step_logprobs_wanted_ && step_adjust_host_.empty()) copy_logprob_rows();
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   size_t row = 0;
   const float* logprob_row = step_logits_host_.data();

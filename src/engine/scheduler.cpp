@@ -62,6 +62,22 @@ uint64_t Scheduler::submit(SequenceRequest request) {
       !std::isfinite(p.frequency_penalty) || !std::isfinite(p.repetition_penalty)) {
     throw Error(ErrorCategory::kInvalidArgument, "sampling parameters out of range");
   }
+  if (request.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasPerRow)) {
+    throw Error(ErrorCategory::kInvalidArgument, "logit_bias has " + std::to_string(request.logit_bias.size()) +
+                                                     " entries; at most " + std::to_string(kMaxLogitBiasPerRow) +
+                                                     " are supported");
+  }
+  std::vector<int32_t> biased;
+  for (const TokenBias& entry : request.logit_bias) {
+    if (entry.id < 0 || entry.id >= engine_.config().vocab_size || !std::isfinite(entry.bias)) {
+      throw Error(ErrorCategory::kInvalidArgument, "logit_bias entries need ids in the vocabulary and finite values");
+    }
+    biased.push_back(entry.id);
+  }
+  std::sort(biased.begin(), biased.end());
+  if (std::adjacent_find(biased.begin(), biased.end()) != biased.end()) {
+    throw Error(ErrorCategory::kInvalidArgument, "logit_bias names a token id twice");
+  }
   auto sequence = std::make_unique<Sequence>();
   if (request.min_tokens > 0) {
     // As vLLM's min_tokens: until then the ids that would end the sequence are not drawn.
@@ -272,7 +288,8 @@ void Scheduler::launch() {
                                 ntk_alpha(*sequence),
                                 sequence->generated < sequence->request.min_tokens
                                     ? std::span<const int32_t>(sequence->held_ids)
-                                    : std::span<const int32_t>()});
+                                    : std::span<const int32_t>(),
+                                sequence->request.logit_bias});
   }
   try {
     engine_.begin_step(inputs_, true);

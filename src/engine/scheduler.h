@@ -33,6 +33,7 @@ struct SequenceRequest {
   SamplingParams sampling;
   uint64_t stream = 0;      // choice index: the random stream within the seed
   int top_logprobs = -1;    // >= 0: report each token's log-probability and this many alternatives
+  std::vector<TokenBias> logit_bias;  // added to the logits of every draw (each id once)
 };
 
 // kError: the forward pass failed for the batch (e.g. non-finite logits); the server stays up.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -135,7 +136,6 @@ void refuse_unsupported(const json& body) {
     throw ApiError(400, "invalid_request_error", "'" + name + "' is not supported by this server" + why, name,
                    "unsupported_parameter");
   };
-  if (const json* v = field(body, "logit_bias"); v != nullptr && !(v->is_object() && v->empty())) refuse("logit_bias", "");
   if (const json* v = field(body, "response_format");
       v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
     refuse("response_format", " (only {\"type\": \"text\"})");
@@ -151,6 +151,38 @@ void refuse_unsupported(const json& body) {
     if (field(body, name) != nullptr) refuse(name, "");
   }
   if (const json* v = field(body, "modalities"); v != nullptr && *v != json::array({"text"})) refuse("modalities", "");
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, as OpenAI takes it; the bias is added to
+// the token's logit before every draw (-100 all but bans it, 100 all but forces it).
+std::vector<TokenBias> parse_logit_bias(const json& body, int vocab_size) {
+  std::vector<TokenBias> out;
+  const json* given = field(body, "logit_bias");
+  if (given == nullptr) return out;
+  if (!given->is_object()) throw invalid_request("'logit_bias' must be an object of token ids and biases", "logit_bias");
+  if (given->size() > static_cast<size_t>(kMaxLogitBiasPerRow)) {
+    throw invalid_request("'logit_bias' has " + std::to_string(given->size()) + " entries; at most " +
+                              std::to_string(kMaxLogitBiasPerRow) + " are supported",
+                          "logit_bias");
+  }
+  for (const auto& [key, value] : given->items()) {
+    const bool digits = !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab_size) {
+      throw invalid_request("'logit_bias' keys must be token ids in [0, " + std::to_string(vocab_size) + ") (got \"" +
+                                key + "\")",
+                            "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      throw invalid_request("'logit_bias' values must be numbers in [-100, 100] (got " + value.dump() + " for " + key + ")",
+                            "logit_bias");
+    }
+    if (std::any_of(out.begin(), out.end(), [&](const TokenBias& entry) { return entry.id == id; })) {
+      throw invalid_request("'logit_bias' names token " + std::to_string(id) + " twice", "logit_bias");
+    }
+    out.push_back(TokenBias{static_cast<int32_t>(id), static_cast<float>(value.get<double>())});
+  }
+  return out;
 }
 
 std::string check_model(const json& body, const RequestLimits& limits) {
@@ -192,6 +224,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.min_tokens = static_cast<int>(integer_field(body, "min_tokens", 0, 0, out.max_tokens));
   out.ignore_eos = bool_field(body, "ignore_eos", false);
   out.n = static_cast<int>(integer_field(body, "n", 1, 1, limits.max_n));
+  out.logit_bias = parse_logit_bias(body, limits.vocab_size);
 
   // Sampling: generation_config.json's recommendation (as the CLI uses it), then the request.
   SamplingParams& s = out.sampling;
@@ -271,7 +304,7 @@ std::string message_text(const json& message, size_t index) {
 // The answer begins with the call: its opening (with a named tool, up to the arguments) ends
 // the prompt, and the output parser reads it first. The model writes the rest; nothing
 // constrains it to valid JSON (a call that does not parse comes back as content).
-void force_tool_call(const Tokenizer& tokenizer, const std::string& name, GenerationRequest& out) {
+void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string>& name, GenerationRequest& out) {
   const auto append = [&](std::string_view text, bool control) {
     const std::vector<int32_t> ids = tokenizer.encode(text, control);
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
@@ -288,7 +321,7 @@ void force_tool_call(const Tokenizer& tokenizer, const std::string& name, Genera
     out.reasoning_open = false;
   }
   // The name is the client's text: it never becomes a control token.
-  const std::string opening = "\n{\"name\": " + (name.empty() ? std::string("\"") : json(name).dump() + ", \"arguments\":");
+  const std::string opening = "\n{\"name\": " + (name ? json(*name).dump() + ", \"arguments\":" : std::string("\""));
   append(kToolCallOpen, true);
   append(opening, false);
   out.forced_tool_text = std::string(kToolCallOpen) + opening;
@@ -359,7 +392,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
   // "required" (some tool) or {"type": "function", "function": {"name": ...}} (that one).
-  std::string forced_name;  // "" with "required"
+  std::optional<std::string> forced_name;  // none with "required"
   bool forced = false;
   if (const json* choice = field(body, "tool_choice")) {
     if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
@@ -387,15 +420,19 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   if (forced) {
     if (tools.is_null()) throw invalid_request("'tool_choice' forces a tool call but 'tools' is empty", "tool_choice");
-    if (!forced_name.empty() && std::none_of(tools.begin(), tools.end(), [&](const auto& tool) {
-          return tool["function"]["name"] == forced_name;
+    if (forced_name && std::none_of(tools.begin(), tools.end(), [&](const auto& tool) {
+          return tool["function"]["name"] == *forced_name;
         })) {
-      throw invalid_request("'tool_choice' names '" + forced_name + "', which is not one of 'tools'", "tool_choice");
+      throw invalid_request("'tool_choice' names '" + *forced_name + "', which is not one of 'tools'", "tool_choice");
+    }
+    if (forced_name && (forced_name->find(kToolCallOpen) != std::string::npos ||
+                        forced_name->find(kToolCallClose) != std::string::npos)) {
+      throw invalid_request("a forced tool's name may not contain the call tags", "tool_choice");
     }
   }
   // false: at most one call an answer (the first the model writes; later ones are dropped).
   // A named tool is called once.
-  out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || !forced_name.empty();
+  out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || forced_name.has_value();
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");

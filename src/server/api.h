@@ -75,6 +75,7 @@ struct GenerationRequest {
   int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
+  std::vector<TokenBias> logit_bias;  // added to the logits of every draw
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
   bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
   bool single_tool_call = false;  // parallel_tool_calls: false (calls after the first are dropped)

@@ -139,6 +139,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     sequence.sampling = request.sampling;
     sequence.stream = static_cast<uint64_t>(i);
     sequence.top_logprobs = request.top_logprobs;
+    sequence.logit_bias = request.logit_bias;
     if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;
     uint64_t id = 0;
     try {

@@ -247,9 +247,11 @@ void OutputParser::read_block(ParsedDelta& out, std::string_view text) {
     } else if (c == '"') {
       in_string_ = true;
     } else if (c == '{' || c == '[') {
-      ++depth_;
-    } else if ((c == '}' || c == ']') && --depth_ == 0) {
-      block_state_ = Block::kAfter;
+      open_brackets_ += c;
+    } else if (c == '}' || c == ']') {
+      // Only its own bracket closes one (a stray one is text of arguments that are not JSON).
+      if (!open_brackets_.empty() && open_brackets_.back() == (c == '}' ? '{' : '[')) open_brackets_.pop_back();
+      if (open_brackets_.empty()) block_state_ = Block::kAfter;
     }
   }
   add_arguments(out, text.substr(0, end));
@@ -276,7 +278,7 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
   }
   block_.clear();
   block_state_ = Block::kHead;
-  depth_ = 0;
+  open_brackets_.clear();
   in_string_ = escaped_ = false;
 }
 

@@ -74,7 +74,7 @@ class OutputParser {
   // The block being read: its text so far, where it is, and the arguments' nesting.
   std::string block_;
   Block block_state_ = Block::kHead;
-  int depth_ = 0;
+  std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
   bool in_string_ = false, escaped_ = false;
 };
 

@@ -1,5 +1,7 @@
 #include "server/responses.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace qwenrt::server {
@@ -45,7 +47,13 @@ void ResponseBuilder::add_tool_call(Choice& choice, const ToolCallDelta& delta) 
 }
 
 std::string ResponseBuilder::finish_reason(const Choice& choice) const {
-  if (choice.finish == "stop" && !choice.tool_calls.empty()) return "tool_calls";
+  // "tool_calls" says the calls are ready to run: each one's arguments are JSON. A call
+  // whose arguments broke off (a stop, the end of the turn) keeps the choice's own reason.
+  if (choice.finish == "stop" && !choice.tool_calls.empty() &&
+      std::all_of(choice.tool_calls.begin(), choice.tool_calls.end(),
+                  [](const ToolCall& call) { return json::accept(call.arguments); })) {
+    return "tool_calls";
+  }
   return choice.finish;
 }
 

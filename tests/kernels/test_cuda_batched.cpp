@@ -4,6 +4,7 @@
 // scheduler test asserts that everything completes and returns its blocks, and reports how
 // many greedy tokens agree before the first divergence.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -79,9 +80,10 @@ TEST_F(CudaBatchedSampling, PerRowParametersAndKeysMatchTheCpuRule) {
   EXPECT_GE(float_same, float_total - std::max(1, float_total / 100));
 }
 
-// ban_tokens (min_tokens' hold on end ids): the banned logits become kBannedLogit, the
-// others stay, pairs outside the tensor are skipped, and no draw picks a banned id: greedy
-// takes the best of the rest, as the CPU rule does on the same banned row.
+// adjust_logits (min_tokens' hold on end ids, a request's logit_bias): the banned logits
+// become kBannedLogit, the biased ones get their bias added (the same float sum as on the
+// host), the others stay, entries outside the tensor are skipped, and no draw picks a banned
+// id: greedy takes the best of the rest, as the CPU rule does on the same adjusted row.
 TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
   const int vocab = 3000;
   std::vector<SampleRow> rows(4);
@@ -94,7 +96,9 @@ TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
   const int rows_n = static_cast<int>(rows.size());
   auto logits = random_values(rng_, static_cast<size_t>(rows_n) * vocab, 2.f, DType::kF32);
   std::vector<std::vector<int32_t>> banned(rows_n);
-  std::vector<int32_t> pairs;
+  std::vector<int32_t> entries;  // (row, id, bias bits)
+  const int32_t ban = std::bit_cast<int32_t>(-INFINITY);
+  std::vector<float> want;
   for (int r = 0; r < rows_n; ++r) {
     std::vector<int32_t> order(vocab);
     for (int i = 0; i < vocab; ++i) order[i] = i;
@@ -102,15 +106,23 @@ TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
       return logits[static_cast<size_t>(r) * vocab + a] > logits[static_cast<size_t>(r) * vocab + b];
     });
     banned[r] = {order[0], order[1], order[2]};  // the three most likely
-    for (const int32_t id : banned[r]) pairs.insert(pairs.end(), {r, id});
+    for (const int32_t id : banned[r]) entries.insert(entries.end(), {r, id, ban});
   }
-  pairs.insert(pairs.end(), {rows_n, 0, 0, -1, 0, vocab, -1, 5});  // outside: skipped
-  auto d = DeviceTensor::from(gpu(), DType::kF32, rows_n, vocab, logits);
-  auto d_pairs = upload_ints(gpu(), pairs);
-  gpu().ban_tokens(d.t, static_cast<const int32_t*>(d_pairs.data()), static_cast<int>(pairs.size() / 2));
-  std::vector<float> want = logits;
-  for (int r = 0; r < rows_n; ++r)
+  want = logits;
+  for (int r = 0; r < rows_n; ++r) {
     for (const int32_t id : banned[r]) want[static_cast<size_t>(r) * vocab + id] = kBannedLogit;
+    // Biases, up and down, on ids that are not banned; the fourth most likely pushed to the top.
+    for (int32_t id = 10 + r; id < 40; id += 3) {
+      if (std::count(banned[r].begin(), banned[r].end(), id) > 0) continue;
+      const float bias = (id % 2 == 0 ? 0.75f : -1.25f) * static_cast<float>(1 + r);
+      entries.insert(entries.end(), {r, id, std::bit_cast<int32_t>(bias)});
+      want[static_cast<size_t>(r) * vocab + id] += bias;
+    }
+  }
+  entries.insert(entries.end(), {rows_n, 0, ban, -1, 0, ban, 0, vocab, ban, -1, 5, std::bit_cast<int32_t>(2.f)});  // outside
+  auto d = DeviceTensor::from(gpu(), DType::kF32, rows_n, vocab, logits);
+  auto d_entries = upload_ints(gpu(), entries);
+  gpu().adjust_logits(d.t, static_cast<const int32_t*>(d_entries.data()), static_cast<int>(entries.size() / 3));
   EXPECT_EQ(download(gpu(), d.t), want);
 
   const int stride = 8;

@@ -6,6 +6,7 @@
 // against transformers in test_reference_models.cpp.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -362,6 +363,70 @@ TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
   for (int32_t id = 0; id < kMaxBannedPerRow + 1; ++id) many.stop_ids.push_back(id);
   EXPECT_THROW(scheduler.submit(many), Error);
   EXPECT_TRUE(scheduler.idle());
+}
+
+// logit_bias as OpenAI defines it: the bias is added to the token's logit before the draw.
+// Log-probability differences are logit differences, so a bias just above the gap between
+// the two most likely tokens makes greedy take the runner-up, one just below does not; the
+// reported log-probabilities stay the model's; a held (banned) id stays held.
+TEST_F(SchedulerTest, LogitBiasIsAddedToTheLogits) {
+  Engine engine(model_dir(), engine_options());
+  SequenceRequest base;
+  base.prompt = random_ids(11, 9, vocab());
+  base.max_new_tokens = 1;
+  base.top_logprobs = 2;
+  const SequenceEvent free_first = first_event(engine, base);
+  ASSERT_EQ(free_first.logprobs.top.size(), 2u);
+  const int32_t first = free_first.logprobs.top[0].id, runner_up = free_first.logprobs.top[1].id;
+  const float gap = free_first.logprobs.top[0].logprob - free_first.logprobs.top[1].logprob;
+  ASSERT_GT(gap, 0.02f);
+  const auto first_with = [&](std::vector<TokenBias> bias) {
+    SequenceRequest request = base;
+    request.logit_bias = std::move(bias);
+    return first_event(engine, request);
+  };
+  const SequenceEvent over = first_with({{runner_up, gap + 0.01f}});
+  EXPECT_EQ(over.token, runner_up);
+  EXPECT_FLOAT_EQ(over.logprobs.top[0].logprob, free_first.logprobs.top[0].logprob) << "log-probabilities are the model's";
+  EXPECT_FLOAT_EQ(over.logprobs.sampled, free_first.logprobs.top[1].logprob);
+  EXPECT_EQ(first_with({{runner_up, gap - 0.01f}}).token, first);
+  EXPECT_EQ(first_with({{first, -(gap + 0.01f)}}).token, runner_up);
+  EXPECT_EQ(first_with({{first, -gap + 0.01f}, {runner_up, 0.f}}).token, first);
+
+  // +100 all but forces a token at every step, sampled or greedy, alone or batched with others.
+  const int32_t forced = (first + 17) % vocab();
+  std::vector<SequenceRequest> requests = mixed_requests(4, true, vocab());
+  requests[1].logit_bias = {{forced, 100.f}};
+  requests[2].logit_bias = {{forced, 100.f}, {first, -100.f}};
+  requests[2].sampling = SamplingParams{};  // greedy
+  const std::vector<Outcome> batched = run_batched(engine, requests, false);
+  for (const size_t i : {1, 2}) {
+    ASSERT_FALSE(batched[i].tokens.empty());
+    for (const int32_t token : batched[i].tokens) EXPECT_EQ(token, forced) << "request " << i;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(run_batched(engine, {requests[i]}, false)[0], batched[i]) << "request " << i << ": alone vs batched";
+  }
+
+  // A held id stays held whatever its bias; an id biased twice, outside the vocabulary or by
+  // a non-finite value is refused, as are more entries than a draw takes.
+  SequenceRequest held = base;
+  held.stop_ids = {first};
+  held.min_tokens = 1;
+  held.logit_bias = {{first, 100.f}};
+  EXPECT_NE(first_event(engine, held).token, first);
+  Scheduler scheduler(engine);
+  for (const std::vector<TokenBias>& bad : std::vector<std::vector<TokenBias>>{
+           {{first, 1.f}, {first, 2.f}}, {{vocab(), 1.f}}, {{-1, 1.f}}, {{first, INFINITY}}, {{first, NAN}}}) {
+    SequenceRequest request = base;
+    request.logit_bias = bad;
+    EXPECT_THROW(scheduler.submit(request), Error);
+  }
+  SequenceRequest many = base;
+  for (int32_t id = 0; id <= kMaxLogitBiasPerRow; ++id) many.logit_bias.push_back({id, 1.f});
+  EXPECT_THROW(scheduler.submit(many), Error);
+  many.logit_bias.pop_back();
+  EXPECT_NO_THROW(scheduler.submit(many));
 }
 
 TEST_F(SchedulerTest, RefusesBadRequests) {

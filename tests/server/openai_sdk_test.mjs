@@ -228,6 +228,26 @@ await test('seeded sampling repeats; n choices differ', async () => {
   assert.equal(a.usage.completion_tokens, 48);
 });
 
+await test('logit_bias: +100 all but forces a token, -100 all but bans it (sampled and greedy)', async () => {
+  // transformers' greedy tokens (reference.json): the first one banned, greedy takes another.
+  const item = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8')).greedy[0];
+  const base = { model, prompt: item.prompt, max_tokens: 1, temperature: 0, ignore_eos: true };
+  const free = (await client.completions.create({ ...base, logprobs: 1 })).choices[0].logprobs;
+  assert.equal(free.tokens.length, 1);
+  const banned = (await client.completions.create({ ...base, logit_bias: { [item.generated[0]]: -100 }, logprobs: 1 }))
+    .choices[0].logprobs;
+  assert.notEqual(banned.tokens[0], free.tokens[0]);
+  // The log-probabilities stay the model's: the banned token is still the most likely there.
+  assert.deepEqual(Object.keys(banned.top_logprobs[0]), [free.tokens[0]]);
+  assert.equal(banned.top_logprobs[0][free.tokens[0]], free.token_logprobs[0]);
+  // Byte 108 ("l") at +100: every sampled token, streamed and not.
+  const forced = { ...base, max_tokens: 8, temperature: 1.0, seed: 3, logit_bias: { 108: 100 } };
+  assert.equal((await client.completions.create(forced)).choices[0].text, 'l'.repeat(8));
+  let streamed = '';
+  for await (const chunk of await client.completions.create({ ...forced, stream: true })) streamed += chunk.choices[0]?.text ?? '';
+  assert.equal(streamed, 'l'.repeat(8));
+});
+
 await test('a stop string ends the text before it, streamed and not', async () => {
   const base = { model, prompt: [72, 101, 108, 108, 111], max_tokens: 40, temperature: 0, ignore_eos: true };
   const full = (await client.completions.create(base)).choices[0].text;
@@ -291,7 +311,9 @@ const badCases = [
   ['a stop string too long', { ...good, stop: ['x'.repeat(300)] }, 400, 'invalid_request_error', 'stop'],
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
   ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
-  ['a known field this server does not support', { ...good, logit_bias: { 5: 10 } }, 400, 'invalid_request_error', 'logit_bias'],
+  ['a known field this server does not support', { ...good, prediction: { type: 'content', content: 'x' } }, 400, 'invalid_request_error', 'prediction'],
+  ['logit_bias with a token outside the vocabulary', { ...good, logit_bias: { 99999999: 1 } }, 400, 'invalid_request_error', 'logit_bias'],
+  ['logit_bias out of range', { ...good, logit_bias: { 5: 101 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],
   ['forcing a tool that is not among the tools',
     { ...good, tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } },
@@ -814,6 +836,18 @@ await test('tool_choice forces a call: the prompt opens it, the model writes the
     tool_choice: 'required' });
   assert.equal(reply.choices[0].message.content, '<tool_call>\n{"name": "no');
   assert.equal(reply.choices[0].finish_reason, 'stop');
+});
+await test('a call whose arguments broke off stays a call, finish_reason "stop" (not "tool_calls"), streamed and not', async () => {
+  const messages = [{ role: 'user', content: 'x <tool_call>\n{"name": "get_weather", "arguments": {"city": "Par' }];
+  const whole = await post(scripted.url, '/v1/chat/completions', { model: 'scripted', messages, tools });
+  const choice = whole.json.choices[0];
+  assert.equal(choice.finish_reason, 'stop');
+  assert.equal(choice.message.content, 'x');
+  assert.deepEqual(choice.message.tool_calls.map((c) => [c.function.name, c.function.arguments]), [['get_weather', '{"city": "Par']]);
+  const streamed = await post(scripted.url, '/v1/chat/completions', { model: 'scripted', messages, tools, stream: true });
+  const chunks = streamed.text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)).choices[0]);
+  assert.equal(chunks.map((c) => c?.delta?.tool_calls ?? []).flat().map((p) => p.function.arguments).join(''), '{"city": "Par');
+  assert.equal(chunks.at(-1).finish_reason, 'stop');
 });
 await test('without tools the tags stay text; a broken call stays text', async () => {
   const plain = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: toolScript }] });

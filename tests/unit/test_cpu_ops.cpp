@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -638,6 +639,21 @@ TEST_F(CpuOps, AddBias) {
       }
     }
   }
+}
+
+TEST_F(CpuOps, AdjustLogits) {
+  // (row, id, bias bits): -inf bans (kBannedLogit), anything else is added; entries outside
+  // the tensor are skipped.
+  auto logits = random(3 * 10);
+  auto want = logits;
+  const int32_t ban = std::bit_cast<int32_t>(-INFINITY);
+  std::vector<int32_t> entries = {0, 4, ban, 2, 9, std::bit_cast<int32_t>(1.5f), 1, 0, std::bit_cast<int32_t>(-100.f),
+                                  3, 0, ban, -1, 2, ban, 0, 10, std::bit_cast<int32_t>(1.f)};
+  want[0 * 10 + 4] = kBannedLogit;
+  want[2 * 10 + 9] += 1.5f;
+  want[1 * 10 + 0] += -100.f;
+  backend_->adjust_logits(view(logits, 3, 10), entries.data(), static_cast<int>(entries.size() / 3));
+  EXPECT_EQ(logits, want);
 }
 
 TEST_F(CpuOps, GatherRows) {

@@ -174,6 +174,11 @@ TEST(OutputParser, AStreamedCallCutOffStaysACall) {
   ASSERT_EQ(cut.calls.size(), 1u);
   EXPECT_EQ(cut.calls[0].first, "f");
   EXPECT_EQ(cut.calls[0].second, "{\"a\": [1, 2");
+  // Only its own bracket closes one: a stray "]" is text of the arguments, not their end.
+  Parsed stray = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ]}}\n</tool_call>", 3, true, true);
+  ASSERT_EQ(stray.calls.size(), 1u);
+  EXPECT_EQ(stray.calls[0].second, "{\"a\": ]}");
+  EXPECT_EQ(stray.content, "");
   // A name with escapes is read as JSON.
   Parsed escaped = parse_in_pieces("<tool_call>{\"name\": \"a\\\"b\\u0041\", \"arguments\": {}}</tool_call>", 2, true, true);
   ASSERT_EQ(escaped.calls.size(), 1u);

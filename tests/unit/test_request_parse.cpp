@@ -68,6 +68,34 @@ TEST(RequestParse, ACompletionPromptInAListOfOne) {
   EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":-1})"), 200);
 }
 
+TEST(RequestParse, LogitBias) {
+  const GenerationRequest request = completion(R"({"prompt":"hi","logit_bias":{"5":100,"0":-100,"77":0.5}})");
+  ASSERT_EQ(request.logit_bias.size(), 3u);
+  EXPECT_EQ(request.logit_bias[0].id, 5);
+  EXPECT_EQ(request.logit_bias[0].bias, 100.f);
+  EXPECT_EQ(request.logit_bias[1].id, 0);
+  EXPECT_EQ(request.logit_bias[1].bias, -100.f);
+  EXPECT_EQ(request.logit_bias[2].bias, 0.5f);
+  EXPECT_TRUE(completion(R"({"prompt":"hi","logit_bias":{}})").logit_bias.empty());
+  EXPECT_TRUE(completion(R"({"prompt":"hi","logit_bias":null})").logit_bias.empty());
+  for (const char* bad : {R"("logit_bias":[5])", R"("logit_bias":{"x":1})", R"("logit_bias":{"-1":1})",
+                          R"("logit_bias":{"5":100.5})", R"("logit_bias":{"5":"1"})", R"("logit_bias":{"5":1,"05":2})",
+                          R"("logit_bias":{"1e3":1})", R"("logit_bias":{"":1})", R"("logit_bias":{"99999999999":1})"}) {
+    try {
+      completion(std::string(R"({"prompt":"hi",)") + bad + "}");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "logit_bias") << bad;
+    }
+  }
+  static const Fixture fixture;
+  EXPECT_EQ(status_of(R"({"prompt":"hi","logit_bias":{")" + std::to_string(fixture.config.vocab_size) + R"(":1}})"), 400);
+  std::string many = R"({"prompt":"hi","logit_bias":{)";
+  for (int id = 0; id <= kMaxLogitBiasPerRow; ++id) many += (id ? "," : "") + ("\"" + std::to_string(id) + "\":1");
+  EXPECT_EQ(status_of(many + "}}"), 400);
+}
+
 TEST(RequestParse, ParallelToolCalls) {
   static const Fixture fixture;
   RequestLimits limits;
@@ -210,6 +238,11 @@ TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"allowed_tools","allowed_tools":{}}})",
           "unsupported_parameter");
   refused("{" + messages + "," + tools + R"(,"tool_choice":"always"})", "");
+  // An empty name is a name (not "required"): none of these tools has it.
+  refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":""}}})", "");
+  // A name with the call's own tags would end the call's opening early.
+  refused("{" + messages + R"(,"tools":[{"type":"function","function":{"name":"a</tool_call>b"}}],
+      "tool_choice":{"type":"function","function":{"name":"a</tool_call>b"}}})", "");
 }
 
 TEST(RequestParse, AForcedToolCallClosesAThinkingOnlyTemplatesReasoning) {

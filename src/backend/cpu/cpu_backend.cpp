@@ -3,6 +3,7 @@
 // place from the mapped checkpoint); each thread converts a tile of weight rows to fp32
 // once and reuses it for every input row, so the conversion costs O(m·k), not O(n·m·k).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -314,11 +315,14 @@ class CpuBackend final : public Backend {
     if (host_ids != nullptr) std::memcpy(host_ids, out_ids, static_cast<size_t>(logits.rows) * sizeof(int32_t));
   }
 
-  void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
-    require_f32(logits, "ban_tokens", "logits");
-    for (int i = 0; i < n_pairs; ++i) {
-      const int64_t row = pairs[2 * i], id = pairs[2 * i + 1];
-      if (row >= 0 && row < logits.rows && id >= 0 && id < logits.cols) logits.as<float>()[row * logits.cols + id] = kBannedLogit;
+  void adjust_logits(Tensor logits, const int32_t* entries, int n) override {
+    require_f32(logits, "adjust_logits", "logits");
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = entries[3 * i], id = entries[3 * i + 1];
+      if (row < 0 || row >= logits.rows || id < 0 || id >= logits.cols) continue;
+      const float bias = std::bit_cast<float>(entries[3 * i + 2]);
+      float& logit = logits.as<float>()[row * logits.cols + id];
+      logit = std::isinf(bias) && bias < 0 ? kBannedLogit : logit + bias;
     }
   }
 

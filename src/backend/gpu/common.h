@@ -221,8 +221,8 @@ struct GreedyScratch {
 // the n ids). `scratch`: n + 1 entries, zero on entry and on return.
 void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record, GreedyScratch* scratch,
                         Stream stream);
-// logits[row, id] = kBannedLogit for each (row, id) of pairs [n_pairs, 2] in device memory.
-void launch_ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs, Stream stream);
+// Backend::adjust_logits: (row, id, bias bits) entries [n, 3] in device memory.
+void launch_adjust_logits(Tensor logits, const int32_t* entries, int n, Stream stream);
 // The same with per-row parameters and random keys, rows [n] in device memory.
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                         const int32_t* history_lens, int history_stride, int32_t* out_ids,

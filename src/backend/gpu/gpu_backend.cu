@@ -530,8 +530,8 @@ class CudaBackend final : public Backend {
 
   void drop_sample(int ticket) override { wait_for(in_flight(ticket, "drop_sample")); }
 
-  void ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs) override {
-    launch_ban_tokens(logits, pairs, n_pairs, stream_);
+  void adjust_logits(Tensor logits, const int32_t* entries, int n) override {
+    launch_adjust_logits(logits, entries, n, stream_);
   }
 
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,

@@ -681,12 +681,15 @@ void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record,
 
 namespace {
 
-__global__ void ban_tokens_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
-                                  const int32_t* __restrict__ pairs, int n_pairs) {
+__global__ void adjust_logits_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
+                                     const int32_t* __restrict__ entries, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n_pairs) return;
-  const int64_t row = pairs[2 * i], id = pairs[2 * i + 1];
-  if (row >= 0 && row < rows && id >= 0 && id < vocab) logits[row * vocab + id] = kBannedLogit;
+  if (i >= n) return;
+  const int64_t row = entries[3 * i], id = entries[3 * i + 1];
+  if (row < 0 || row >= rows || id < 0 || id >= vocab) return;
+  const float bias = __int_as_float(entries[3 * i + 2]);
+  float& logit = logits[row * vocab + id];
+  logit = isinf(bias) && bias < 0 ? kBannedLogit : logit + bias;
 }
 
 // rows == nullptr: every row uses `uniform` with the key (step, row).
@@ -738,13 +741,13 @@ void launch_sample(const Tensor& logits, const SamplingParams& params, uint64_t 
                         history_stride, out_ids, ws, stream);
 }
 
-void launch_ban_tokens(Tensor logits, const int32_t* pairs, int n_pairs, Stream stream) {
-  QWENRT_CHECK(logits.dtype == DType::kF32, "ban_tokens: logits must be fp32 (" + shape_string(logits) + ")");
-  if (n_pairs <= 0) return;
+void launch_adjust_logits(Tensor logits, const int32_t* entries, int n, Stream stream) {
+  QWENRT_CHECK(logits.dtype == DType::kF32, "adjust_logits: logits must be fp32 (" + shape_string(logits) + ")");
+  if (n <= 0) return;
   constexpr int kThreads = 128;
-  ban_tokens_kernel<<<ceil_div(n_pairs, kThreads), kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols,
-                                                                          pairs, n_pairs);
-  QWENRT_CUDA_LAUNCHED("ban_tokens", std::to_string(n_pairs) + " pairs, logits " + shape_string(logits));
+  adjust_logits_kernel<<<ceil_div(n, kThreads), kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols,
+                                                                       entries, n);
+  QWENRT_CUDA_LAUNCHED("adjust_logits", std::to_string(n) + " entries, logits " + shape_string(logits));
 }
 
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
