@@ -40,7 +40,8 @@ struct SequenceRequest {
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason reason);
 
-// One thing a step did for a sequence: a new token, its end, or both.
+// One thing a step did for a sequence: a new token, its end, or both. A token with kStop is
+// the end-of-sequence or stop id that ended the sequence (its text is no part of the answer).
 struct SequenceEvent {
   uint64_t id = 0;
   int32_t token = -1;  // -1: no token (a cancellation)

@@ -56,7 +56,6 @@ struct EngineService::Choice {
   StreamDecoder decoder;
   StopMatcher stops;
   bool logprobs = false;
-  std::vector<int32_t> end_ids;  // tokens that end the choice: their text is not part of it
   Clock::time_point started, last_token;
   int tokens = 0;
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
@@ -154,10 +153,6 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->index = i;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
-    if (!request.ignore_eos) {
-      choice->end_ids = engine_.config().eos_token_ids;
-      choice->end_ids.insert(choice->end_ids.end(), request.stop_ids.begin(), request.stop_ids.end());
-    }
     choice->started = now;
     choices_.emplace(id, std::move(choice));
   }
@@ -228,7 +223,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
     out.tokens = 1;
     // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
     // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.
-    const bool ends = std::find(choice.end_ids.begin(), choice.end_ids.end(), event.token) != choice.end_ids.end();
+    const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
     if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token));
     if (choice.logprobs) {
       const auto token = [&](int32_t id, float logprob) {
