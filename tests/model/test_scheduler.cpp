@@ -320,15 +320,21 @@ SequenceEvent first_event(Engine& engine, const SequenceRequest& request) {
   return first;
 }
 
+// A random prompt whose answer reports each token's two most likely alternatives.
+SequenceRequest with_two_alternatives(uint64_t seed, int prompt_tokens, int max_new_tokens, int vocab) {
+  SequenceRequest request;
+  request.prompt = random_ids(seed, prompt_tokens, vocab);
+  request.max_new_tokens = max_new_tokens;
+  request.top_logprobs = 2;
+  return request;
+}
+
 // min_tokens as vLLM has it: before that many tokens the ids that would end the sequence
 // are not drawn at all (greedy takes the runner-up), while the reported log-probabilities
 // stay the model's.
 TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
   Engine engine(model_dir(), engine_options());
-  SequenceRequest base;
-  base.prompt = random_ids(7, 12, vocab());
-  base.max_new_tokens = 6;
-  base.top_logprobs = 2;
+  const SequenceRequest base = with_two_alternatives(7, 12, 6, vocab());
   const Outcome free_run = run_batched(engine, {base}, false)[0];
   ASSERT_EQ(free_run.tokens.size(), 6u);
   const int32_t first = free_run.tokens[0];
@@ -371,10 +377,7 @@ TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
 // reported log-probabilities stay the model's; a held (banned) id stays held.
 TEST_F(SchedulerTest, LogitBiasIsAddedToTheLogits) {
   Engine engine(model_dir(), engine_options());
-  SequenceRequest base;
-  base.prompt = random_ids(11, 9, vocab());
-  base.max_new_tokens = 1;
-  base.top_logprobs = 2;
+  const SequenceRequest base = with_two_alternatives(11, 9, 1, vocab());
   const SequenceEvent free_first = first_event(engine, base);
   ASSERT_EQ(free_first.logprobs.top.size(), 2u);
   const int32_t first = free_first.logprobs.top[0].id, runner_up = free_first.logprobs.top[1].id;
