@@ -296,7 +296,7 @@ class Engine {
   int32_t* step_adjust_ = nullptr;  // the logit adjustments above
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
-  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_, step_bias_ids_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its

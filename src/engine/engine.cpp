@@ -91,6 +91,18 @@ Engine::Engine(const ModelConfig& synthetic_config, const EngineOptions& options
        planned_weight_bytes(synthetic_config, *backend_, /*matrices_in_place=*/false));
 }
 
+namespace {
+
+// The batched step's sampling state (Engine::init): rows, then per row its out id, history
+// length, history and logit adjustments.
+size_t step_rows_bytes(int max_seqs) { return (static_cast<size_t>(max_seqs) * sizeof(SampleRow) + 255) / 256 * 256; }
+size_t step_state_bytes(int max_seqs, int max_context) {
+  return step_rows_bytes(max_seqs) +
+         static_cast<size_t>(max_seqs) * (2 + max_context + 3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow)) * sizeof(int32_t);
+}
+
+}  // namespace
+
 void Engine::init(const ModelConfig& config, const EngineOptions& options,
                   const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes) {
   const DType dtype = backend_->activation_dtype();
@@ -130,7 +142,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
     const DeviceMemoryInfo free_memory = backend_->memory_info();
     const double budget = options.kv_memory_fraction * static_cast<double>(free_memory.free_bytes) -
                           static_cast<double>(weight_bytes + QwenModel::workspace_bytes(config, dtype, limits)) -
-                          static_cast<double>(limits.max_seqs) * (max_context + 2) * sizeof(int32_t);
+                          static_cast<double>(step_state_bytes(limits.max_seqs, max_context));
     limits.num_blocks = static_cast<int>(std::min(budget / static_cast<double>(kv_bytes_per_block), double(1 << 30)));
     if (limits.num_blocks < limits.max_blocks_per_seq) {
       throw Error(ErrorCategory::kOutOfMemory,
@@ -158,10 +170,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   plan_.backend_workspace = backend_->workspace_bytes();
   plan_.used_before_load = memory.total_bytes - memory.free_bytes - plan_.backend_workspace;
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
-  const size_t step_rows_bytes = (static_cast<size_t>(limits.max_seqs) * sizeof(SampleRow) + 255) / 256 * 256;
-  const size_t step_bytes =
-      step_rows_bytes +
-      static_cast<size_t>(limits.max_seqs) * (2 + max_context + 3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow)) * sizeof(int32_t);
+  const size_t step_bytes = step_state_bytes(limits.max_seqs, max_context);
   plan_.workspace += sampling_bytes + step_bytes;
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
@@ -180,7 +189,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   startup_.load_seconds = seconds_since(load_start);
   step_buffer_ = backend_->allocate(step_bytes, "batched sampling state");
   step_rows_ = static_cast<SampleRow*>(step_buffer_.data());
-  step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes);
+  step_out_ = reinterpret_cast<int32_t*>(static_cast<char*>(step_buffer_.data()) + step_rows_bytes(limits.max_seqs));
   step_history_lens_ = step_out_ + limits.max_seqs;
   step_history_ = step_history_lens_ + limits.max_seqs;
   step_adjust_ = step_history_ + static_cast<size_t>(limits.max_seqs) * max_context;
@@ -355,6 +364,14 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     QWENRT_CHECK(input.logit_bias.size() <= static_cast<size_t>(kMaxLogitBiasPerRow),
                  "a step input biases " + std::to_string(input.logit_bias.size()) + " ids (at most " +
                      std::to_string(kMaxLogitBiasPerRow) + ")");
+    if (!input.logit_bias.empty()) {
+      // Each id once: the device adds the entries in parallel, and two of one id would race.
+      step_bias_ids_.clear();
+      for (const TokenBias& entry : input.logit_bias) step_bias_ids_.push_back(entry.id);
+      std::sort(step_bias_ids_.begin(), step_bias_ids_.end());
+      QWENRT_CHECK(std::adjacent_find(step_bias_ids_.begin(), step_bias_ids_.end()) == step_bias_ids_.end(),
+                   "a step input biases one id twice");
+    }
     // (row, id, bias bits): a ban is a bias of -inf, and wins over a bias of the same id.
     const auto row_index = static_cast<int32_t>(step_rows_host_.size());
     for (const int32_t id : input.banned) {

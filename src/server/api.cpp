@@ -433,6 +433,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   // false: at most one call an answer (the first the model writes; later ones are dropped).
   // A named tool is called once.
   out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || forced_name.has_value();
+  out.named_tool_choice = forced_name.has_value();
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");

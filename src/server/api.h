@@ -82,6 +82,7 @@ struct GenerationRequest {
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content
   bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
   std::string forced_tool_text;   // tool_choice forced a call: the call's opening, which ends the prompt
+  bool named_tool_choice = false;  // tool_choice named the function (OpenAI then finishes with "stop")
 };
 
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);

@@ -164,8 +164,7 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           emit_content(out, std::string_view(buffer_).substr(0, open));
           buffer_.erase(0, open + kToolCallOpen.size());
           state_ = State::kToolCall;
-          // With parallel calls off, a call after the first is read whole (and dropped).
-          block_state_ = single_tool_call_ && tool_calls_ > 0 ? Block::kWhole : Block::kHead;
+          open_block();
           continue;
         }
         const size_t keep = at_end ? 0 : partial_tag(buffer_, kToolCallOpen);
@@ -175,20 +174,39 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
       }
       case State::kToolCall: {
         const size_t close = buffer_.find(kToolCallClose);
+        if (block_state_ == Block::kAfter) {
+          // After a call's arguments the model may open the next call without closing this one.
+          const size_t open = buffer_.find(kToolCallOpen);
+          if (open != std::string::npos && open < close) {
+            read_block(out, std::string_view(buffer_).substr(0, open));
+            buffer_.erase(0, open + kToolCallOpen.size());
+            end_block(out, false);
+            open_block();
+            continue;
+          }
+        }
+        // Held back: what may be the close, split (after the arguments: or the next opening).
+        const size_t keep = std::max(partial_tag(buffer_, kToolCallClose),
+                                     block_state_ == Block::kAfter ? partial_tag(buffer_, kToolCallOpen) : 0);
+        const size_t ready = close != std::string::npos ? close : at_end ? buffer_.size() : buffer_.size() - keep;
+        const size_t read = read_block(out, std::string_view(buffer_).substr(0, ready));
+        buffer_.erase(0, read);
+        if (read < ready) continue;  // the arguments ended inside: the rest is read after them
         if (close != std::string::npos || at_end) {
-          read_block(out, std::string_view(buffer_).substr(0, close));
-          buffer_.erase(0, close == std::string::npos ? buffer_.size() : close + kToolCallClose.size());
+          if (close != std::string::npos) buffer_.erase(0, kToolCallClose.size());
           end_block(out, close != std::string::npos);
           state_ = State::kContent;
           continue;
         }
-        const size_t keep = partial_tag(buffer_, kToolCallClose);  // may be the close, split
-        read_block(out, std::string_view(buffer_).substr(0, buffer_.size() - keep));
-        buffer_.erase(0, buffer_.size() - keep);
         return;
       }
     }
   }
+}
+
+// A block begins: with parallel calls off, a call after the first is read whole (and dropped).
+void OutputParser::open_block() {
+  block_state_ = single_tool_call_ && tool_calls_ > 0 ? Block::kWhole : Block::kHead;
 }
 
 void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
@@ -203,16 +221,18 @@ void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
   out.tool_calls.push_back(std::move(delta));
 }
 
-void OutputParser::read_block(ParsedDelta& out, std::string_view text) {
+// Reads the start of `text` into the block; returns how much it took: all of it, except
+// where the arguments end inside it (the rest is then read in the state after them).
+size_t OutputParser::read_block(ParsedDelta& out, std::string_view text) {
   if (block_state_ == Block::kHead) {
     block_ += text;
     std::string name;
     size_t start = 0;
     const Head head = match_head(block_, name, start);
-    if (head == Head::kMore) return;
+    if (head == Head::kMore) return text.size();
     if (head == Head::kNo) {
       block_state_ = Block::kWhole;
-      return;
+      return text.size();
     }
     // A call from here on: its start now, its arguments as they come.
     held_space_.clear();  // whitespace between the answer text and a call is layout
@@ -223,16 +243,15 @@ void OutputParser::read_block(ParsedDelta& out, std::string_view text) {
     delta.name = std::move(name);
     out.tool_calls.push_back(std::move(delta));
     block_state_ = Block::kArguments;
+    // The head is complete only once the arguments' "{" is seen, so it lies in `text`.
     const std::string rest = block_.substr(start);
     block_.clear();
-    read_block(out, rest);
-    return;
+    return text.size() - rest.size() + read_block(out, rest);
   }
-  if (block_state_ == Block::kWhole) {
-    block_ += text;
-    return;
+  if (block_state_ == Block::kWhole || block_state_ == Block::kAfter) {
+    block_ += text;  // after the arguments: the block's own closing brace, kept until its close
+    return text.size();
   }
-  if (block_state_ == Block::kAfter) return;  // the block's own closing brace
   size_t end = 0;
   while (end < text.size() && block_state_ == Block::kArguments) {
     const char c = text[end++];
@@ -255,6 +274,7 @@ void OutputParser::read_block(ParsedDelta& out, std::string_view text) {
     }
   }
   add_arguments(out, text.substr(0, end));
+  return end;
 }
 
 void OutputParser::end_block(ParsedDelta& out, bool closed) {
@@ -275,6 +295,14 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
     } else {
       emit_content(out, std::string(kToolCallOpen) + block_ + (closed ? std::string(kToolCallClose) : ""));
     }
+  } else if (block_state_ == Block::kAfter && !closed) {
+    // The model went on without closing the block: what follows the call's own closing
+    // brace is answer text, not lost.
+    std::string_view rest = block_;
+    while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+    if (!rest.empty() && rest.front() == '}') rest.remove_prefix(1);
+    while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+    emit_content(out, rest);
   }
   block_.clear();
   block_state_ = Block::kHead;

@@ -61,7 +61,8 @@ class OutputParser {
   enum class Block { kHead, kArguments, kAfter, kWhole };
   void run(ParsedDelta& out, bool at_end);
   void emit_content(ParsedDelta& out, std::string_view text);
-  void read_block(ParsedDelta& out, std::string_view text);
+  void open_block();
+  size_t read_block(ParsedDelta& out, std::string_view text);
   void end_block(ParsedDelta& out, bool closed);
   void add_arguments(ParsedDelta& out, std::string_view text);
 

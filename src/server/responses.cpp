@@ -48,8 +48,9 @@ void ResponseBuilder::add_tool_call(Choice& choice, const ToolCallDelta& delta) 
 
 std::string ResponseBuilder::finish_reason(const Choice& choice) const {
   // "tool_calls" says the calls are ready to run: each one's arguments are JSON. A call
-  // whose arguments broke off (a stop, the end of the turn) keeps the choice's own reason.
-  if (choice.finish == "stop" && !choice.tool_calls.empty() &&
+  // whose arguments broke off (a stop, the end of the turn) keeps the choice's own reason,
+  // and so does a call the request named (OpenAI answers those with "stop").
+  if (choice.finish == "stop" && !choice.tool_calls.empty() && !request_.named_tool_choice &&
       std::all_of(choice.tool_calls.begin(), choice.tool_calls.end(),
                   [](const ToolCall& call) { return json::accept(call.arguments); })) {
     return "tool_calls";

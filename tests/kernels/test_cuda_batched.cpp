@@ -111,7 +111,7 @@ TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
   want = logits;
   for (int r = 0; r < rows_n; ++r) {
     for (const int32_t id : banned[r]) want[static_cast<size_t>(r) * vocab + id] = kBannedLogit;
-    // Biases, up and down, on ids that are not banned; the fourth most likely pushed to the top.
+    // Biases, up and down, on ids that are not banned.
     for (int32_t id = 10 + r; id < 40; id += 3) {
       if (std::count(banned[r].begin(), banned[r].end(), id) > 0) continue;
       const float bias = (id % 2 == 0 ? 0.75f : -1.25f) * static_cast<float>(1 + r);

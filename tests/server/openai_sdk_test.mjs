@@ -810,14 +810,15 @@ await test('tool calls: arguments keep the model\'s key order; parallel_tool_cal
 });
 await test('tool_choice forces a call: the prompt opens it, the model writes the rest (whole and streamed)', async () => {
   // The scripted engine writes the user's text after the prompt: here the rest of the call.
+  // OpenAI finishes a named call with "stop", a required one with "tool_calls".
   const cases = [
-    [{ type: 'function', function: { name: 'get_weather' } }, ' {"city": "Paris"}}\n</tool_call>', 'Paris'],
-    ['required', 'get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', 'Oslo'],
+    [{ type: 'function', function: { name: 'get_weather' } }, ' {"city": "Paris"}}\n</tool_call>', 'Paris', 'stop'],
+    ['required', 'get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', 'Oslo', 'tool_calls'],
   ];
-  for (const [tool_choice, script, city] of cases) {
+  for (const [tool_choice, script, city, finish] of cases) {
     const messages = [{ role: 'user', content: script }];
     const reply = await scriptedClient.chat.completions.create({ model: 'scripted', messages, tools, tool_choice });
-    assert.equal(reply.choices[0].finish_reason, 'tool_calls');
+    assert.equal(reply.choices[0].finish_reason, finish);
     assert.equal(reply.choices[0].message.content, null);
     assert.equal(reply.choices[0].message.tool_calls.length, 1);
     assert.equal(reply.choices[0].message.tool_calls[0].function.name, 'get_weather');
@@ -827,7 +828,7 @@ await test('tool_choice forces a call: the prompt opens it, the model writes the
     for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
     const final = await stream.finalChatCompletion();
     assert.equal(content, '');
-    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(final.choices[0].finish_reason, finish);
     assert.deepEqual(final.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments).city]),
       [['get_weather', city]]);
   }

@@ -174,6 +174,28 @@ TEST(OutputParser, AStreamedCallCutOffStaysACall) {
   ASSERT_EQ(cut.calls.size(), 1u);
   EXPECT_EQ(cut.calls[0].first, "f");
   EXPECT_EQ(cut.calls[0].second, "{\"a\": [1, 2");
+  // A block the model never closes: the text after the call is the answer's, at every split.
+  const std::string unclosed = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}\nI will now wait.";
+  for (size_t piece = 1; piece <= unclosed.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(unclosed, piece, true, true);
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
+    EXPECT_EQ(parsed.content, "I will now wait.") << piece;
+  }
+  // The next call opened before this one is closed: both are calls, at every split.
+  const std::string two = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n<tool_call>{\"name\": \"g\", "
+                          "\"arguments\": {}}</tool_call>done";
+  for (size_t piece = 1; piece <= two.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(two, piece, true, true);
+    ASSERT_EQ(parsed.calls.size(), 2u) << piece;
+    EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
+    EXPECT_EQ(parsed.calls[1].first, "g") << piece;
+    EXPECT_EQ(parsed.content, "done") << piece;
+  }
+  // Closed: what lies between the arguments and the close (the block's brace, stray keys) is no text.
+  Parsed closed = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {}, \"x\": 1}\n</tool_call>ok", 4, true, true);
+  ASSERT_EQ(closed.calls.size(), 1u);
+  EXPECT_EQ(closed.content, "ok");
   // Only its own bracket closes one: a stray "]" is text of the arguments, not their end.
   Parsed stray = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ]}}\n</tool_call>", 3, true, true);
   ASSERT_EQ(stray.calls.size(), 1u);
