@@ -174,12 +174,16 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
       }
       case State::kToolCall: {
         const size_t close = buffer_.find(kToolCallClose);
-        if (block_state_ == Block::kAfter) {
-          // After a call's arguments the model may open the next call without closing this one.
+        if (block_state_ != Block::kArguments) {
+          // Outside the arguments the model may open the next call without closing this one:
+          // the block ends there (unless its head completes before the tag: then the tag is
+          // text of the arguments).
           const size_t open = buffer_.find(kToolCallOpen);
           if (open != std::string::npos && open < close) {
-            read_block(out, std::string_view(buffer_).substr(0, open));
-            buffer_.erase(0, open + kToolCallOpen.size());
+            const size_t read = read_block(out, std::string_view(buffer_).substr(0, open));
+            buffer_.erase(0, read);
+            if (block_state_ == Block::kArguments || read < open) continue;
+            buffer_.erase(0, kToolCallOpen.size());
             end_block(out, false);
             open_block();
             continue;
@@ -187,7 +191,7 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         }
         // Held back: what may be the close, split (after the arguments: or the next opening).
         const size_t keep = std::max(partial_tag(buffer_, kToolCallClose),
-                                     block_state_ == Block::kAfter ? partial_tag(buffer_, kToolCallOpen) : 0);
+                                     block_state_ != Block::kArguments ? partial_tag(buffer_, kToolCallOpen) : 0);
         const size_t ready = close != std::string::npos ? close : at_end ? buffer_.size() : buffer_.size() - keep;
         const size_t read = read_block(out, std::string_view(buffer_).substr(0, ready));
         buffer_.erase(0, read);
@@ -204,9 +208,11 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
   }
 }
 
-// A block begins: with parallel calls off, a call after the first is read whole (and dropped).
+// A block begins: with parallel calls off, a call after the first is read as any other but
+// not given out.
 void OutputParser::open_block() {
-  block_state_ = single_tool_call_ && tool_calls_ > 0 ? Block::kWhole : Block::kHead;
+  block_state_ = Block::kHead;
+  dropping_ = single_tool_call_ && tool_calls_ > 0;
 }
 
 void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
@@ -236,12 +242,15 @@ size_t OutputParser::read_block(ParsedDelta& out, std::string_view text) {
     }
     // A call from here on: its start now, its arguments as they come.
     held_space_.clear();  // whitespace between the answer text and a call is layout
-    ToolCallDelta delta;
-    delta.index = tool_calls_++;
-    delta.starts = true;
-    delta.id = new_call_id();
-    delta.name = std::move(name);
-    out.tool_calls.push_back(std::move(delta));
+    if (!dropping_) {
+      ToolCallDelta delta;
+      delta.index = tool_calls_;
+      delta.starts = true;
+      delta.id = new_call_id();
+      delta.name = std::move(name);
+      out.tool_calls.push_back(std::move(delta));
+    }
+    ++tool_calls_;
     block_state_ = Block::kArguments;
     // The head is complete only once the arguments' "{" is seen, so it lies in `text`.
     const std::string rest = block_.substr(start);
@@ -273,7 +282,7 @@ size_t OutputParser::read_block(ParsedDelta& out, std::string_view text) {
       if (open_brackets_.empty()) block_state_ = Block::kAfter;
     }
   }
-  add_arguments(out, text.substr(0, end));
+  if (!dropping_) add_arguments(out, text.substr(0, end));
   return end;
 }
 
@@ -282,7 +291,7 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
     ToolCall call;
     if (parse_tool_call(block_, call)) {
       held_space_.clear();
-      if (!single_tool_call_ || tool_calls_ == 0) {
+      if (!dropping_) {
         ToolCallDelta delta;
         delta.index = tool_calls_;
         delta.starts = true;
@@ -297,12 +306,13 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
     }
   } else if (block_state_ == Block::kAfter && !closed) {
     // The model went on without closing the block: what follows the call's own closing
-    // brace is answer text, not lost.
+    // brace is answer text, not lost (a close cut off at the very end is no text).
     std::string_view rest = block_;
     while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
     if (!rest.empty() && rest.front() == '}') rest.remove_prefix(1);
-    while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
-    emit_content(out, rest);
+    std::string_view trimmed = rest;
+    while (!trimmed.empty() && is_space(trimmed.front())) trimmed.remove_prefix(1);
+    if (!kToolCallClose.starts_with(trimmed)) emit_content(out, rest);
   }
   block_.clear();
   block_state_ = Block::kHead;

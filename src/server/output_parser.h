@@ -76,6 +76,7 @@ class OutputParser {
   std::string block_;
   Block block_state_ = Block::kHead;
   std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
+  bool dropping_ = false;      // a call after the first with parallel calls off: read, not given out
   bool in_string_ = false, escaped_ = false;
 };
 

@@ -180,7 +180,22 @@ TEST(OutputParser, AStreamedCallCutOffStaysACall) {
     Parsed parsed = parse_in_pieces(unclosed, piece, true, true);
     ASSERT_EQ(parsed.calls.size(), 1u) << piece;
     EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
-    EXPECT_EQ(parsed.content, "I will now wait.") << piece;
+    EXPECT_EQ(parsed.content, "\nI will now wait.") << piece;  // as after a closed block
+  }
+  // Cut off inside the close: no text.
+  Parsed cut_close = parse_in_pieces("ok <tool_call>{\"name\": \"f\", \"arguments\": {}}\n</tool_c", 3, true, true);
+  ASSERT_EQ(cut_close.calls.size(), 1u);
+  EXPECT_EQ(cut_close.content, "ok");
+  // A block read whole (the name after the arguments) also ends at the next opening.
+  const std::string whole_then_next =
+      "<tool_call>\n{\"arguments\": {\"a\": 1}, \"name\": \"f\"}<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n"
+      "</tool_call>";
+  for (size_t piece = 1; piece <= whole_then_next.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(whole_then_next, piece, true, true);
+    ASSERT_EQ(parsed.calls.size(), 2u) << piece;
+    EXPECT_EQ(parsed.calls[0].first, "f") << piece;
+    EXPECT_EQ(parsed.calls[1].first, "g") << piece;
+    EXPECT_EQ(parsed.content, "") << piece;
   }
   // The next call opened before this one is closed: both are calls, at every split.
   const std::string two = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n<tool_call>{\"name\": \"g\", "
@@ -221,6 +236,21 @@ TEST(OutputParser, OneCallWhenParallelCallsAreOff) {
     EXPECT_EQ(parsed.calls[0].first, "a");
     EXPECT_EQ(parsed.content, "") << piece;  // the dropped calls are not shown as text either
     EXPECT_TRUE(parser.saw_tool_call());
+  }
+  // Dropped calls are read as any other: unclosed ones and those streamed piece by piece leave
+  // only the answer's text.
+  const std::string unclosed = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n<tool_call>\n{\"name\": \"g\", "
+                               "\"arguments\": {\"b\": 2}} Done.";
+  for (size_t piece = 1; piece <= unclosed.size(); ++piece) {
+    for (const bool single : {false, true}) {
+      OutputParser parser(true, true, false, single);
+      Parsed parsed;
+      for (size_t i = 0; i < unclosed.size(); i += piece) add(parsed, parser.push(unclosed.substr(i, piece)));
+      add(parsed, parser.flush());
+      ASSERT_EQ(parsed.calls.size(), single ? 1u : 2u) << piece;
+      EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
+      EXPECT_EQ(parsed.content, " Done.") << piece << " " << single;
+    }
   }
 }
 
