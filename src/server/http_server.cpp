@@ -13,6 +13,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/error.h"
 #include "core/random_bits.h"
 #include "server/peer_probe.h"
 #include "server/responses.h"
@@ -383,8 +384,16 @@ void HttpServer::add_routes() {
       } catch (const ApiError& error) {
         send_error(res, error);
         return;
+      } catch (const Error& error) {
+        // Bad or unsupported input is the client's error; anything else (a broken invariant,
+        // the system) is the server's.
+        const bool clients = error.category() == ErrorCategory::kInvalidArgument ||
+                             error.category() == ErrorCategory::kUnsupported;
+        send_error(res, clients ? invalid_request(error.what())
+                            : ApiError(500, "server_error", error.what()));
+        return;
       } catch (const std::exception& error) {
-        send_error(res, invalid_request(error.what()));
+        send_error(res, ApiError(500, "server_error", error.what()));
         return;
       }
       auto builder = std::make_shared<ResponseBuilder>(*request, new_id(chat ? "chatcmpl" : "cmpl"), unix_time(),
