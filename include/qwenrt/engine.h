@@ -157,8 +157,9 @@ struct StepInput {
   // min_tokens holds off end-of-sequence and stop ids. The log-probabilities stay the model's.
   std::span<const int32_t> banned;
   // Added to this row's logits before the draw (a request's logit_bias; at most
-  // kMaxLogitBiasPerRow, each id once; a banned id stays banned). The log-probabilities stay
-  // the model's.
+  // kMaxLogitBiasPerRow; a banned id stays banned). Each id at most once: the device adds
+  // the entries in parallel, so two of one id would race (Scheduler::submit refuses them
+  // once, rather than every step here). The log-probabilities stay the model's.
   std::span<const TokenBias> logit_bias;
 };
 inline constexpr int kMaxBannedPerRow = 16;
@@ -296,7 +297,7 @@ class Engine {
   int32_t* step_adjust_ = nullptr;  // the logit adjustments above
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
-  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_, step_bias_ids_;
+  std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its

@@ -364,14 +364,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     QWENRT_CHECK(input.logit_bias.size() <= static_cast<size_t>(kMaxLogitBiasPerRow),
                  "a step input biases " + std::to_string(input.logit_bias.size()) + " ids (at most " +
                      std::to_string(kMaxLogitBiasPerRow) + ")");
-    if (!input.logit_bias.empty()) {
-      // Each id once: the device adds the entries in parallel, and two of one id would race.
-      step_bias_ids_.clear();
-      for (const TokenBias& entry : input.logit_bias) step_bias_ids_.push_back(entry.id);
-      std::sort(step_bias_ids_.begin(), step_bias_ids_.end());
-      QWENRT_CHECK(std::adjacent_find(step_bias_ids_.begin(), step_bias_ids_.end()) == step_bias_ids_.end(),
-                   "a step input biases one id twice");
-    }
     // (row, id, bias bits): a ban is a bias of -inf, and wins over a bias of the same id.
     const auto row_index = static_cast<int32_t>(step_rows_host_.size());
     for (const int32_t id : input.banned) {

@@ -95,7 +95,8 @@ ParsedDelta OutputParser::push(std::string_view text) {
   return out;
 }
 
-ParsedDelta OutputParser::flush() {
+ParsedDelta OutputParser::flush(std::string_view last) {
+  buffer_ += last;
   ParsedDelta out;
   run(out, true);
   if (state_ == State::kToolCall) {

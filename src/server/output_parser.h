@@ -50,8 +50,8 @@ class OutputParser {
   OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open = false,
                bool single_tool_call = false);
   ParsedDelta push(std::string_view text);
-  // The end of the output: whatever is held back is released.
-  ParsedDelta flush();
+  // The end of the output (its last text, if any): whatever is held back is released.
+  ParsedDelta flush(std::string_view last = {});
   bool saw_tool_call() const { return tool_calls_ > 0; }
 
  private:

@@ -119,20 +119,7 @@ json ResponseBuilder::completion_logprobs(const Choice& choice) {
 
 // The event's text through the choice's tag parser; at the choice's end, what it held too.
 ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
-  ParsedDelta parsed = choice.parser.push(event.text);
-  if (!event.finish_reason.empty()) {
-    ParsedDelta rest = choice.parser.flush();
-    parsed.content += rest.content;
-    parsed.reasoning += rest.reasoning;
-    for (auto& call : rest.tool_calls) {
-      if (!call.starts && !parsed.tool_calls.empty() && parsed.tool_calls.back().index == call.index) {
-        parsed.tool_calls.back().arguments += call.arguments;  // one piece a call in a chunk
-      } else {
-        parsed.tool_calls.push_back(std::move(call));
-      }
-    }
-  }
-  return parsed;
+  return event.finish_reason.empty() ? choice.parser.push(event.text) : choice.parser.flush(event.text);
 }
 
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
