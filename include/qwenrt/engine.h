@@ -161,6 +161,11 @@ struct StepInput {
   // the entries in parallel, so two of one id would race (Scheduler::submit refuses them
   // once, rather than every step here). The log-probabilities stay the model's.
   std::span<const TokenBias> logit_bias;
+  // The ids this row may draw (a grammar's structured output): empty, no constraint; else
+  // exactly token_mask_words(config().vocab_size) words, bit id % 32 of word id / 32 set when
+  // id may be drawn. Applied after logit_bias and the bans, so it only takes ids away. The
+  // log-probabilities stay the model's (as for bans and biases).
+  std::span<const uint32_t> allowed;
 };
 inline constexpr int kMaxBannedPerRow = 16;
 
@@ -274,6 +279,9 @@ class Engine {
   void warm_up();
   void warm_up_batched();
   void copy_logprob_rows();
+  // Whether this step's logits get bans, biases or masks before the draw (the rows that
+  // report log-probabilities are then copied before them).
+  bool step_logits_adjusted() const { return !step_adjust_host_.empty() || !step_mask_rows_host_.empty(); }
   // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
@@ -288,16 +296,21 @@ class Engine {
   DeviceBuffer sampling_buffer_;  // history [max_context] + out id, in backend memory
   // The batched step's sampling state in backend memory: rows [max_seqs] SampleRow, out ids
   // [max_seqs], history lengths [max_seqs], histories [max_seqs, max_context], logit
-  // adjustments (row, id, bias bits) [max_seqs · (kMaxBannedPerRow + kMaxLogitBiasPerRow), 3].
+  // adjustments (row, id, bias bits) [max_seqs · (kMaxBannedPerRow + kMaxLogitBiasPerRow), 3],
+  // masked rows [max_seqs] and their masks [max_seqs, token_mask_words(vocab)].
   DeviceBuffer step_buffer_;
   SampleRow* step_rows_ = nullptr;
   int32_t* step_out_ = nullptr;
   int32_t* step_history_lens_ = nullptr;
   int32_t* step_history_ = nullptr;
   int32_t* step_adjust_ = nullptr;  // the logit adjustments above
+  int32_t* step_mask_rows_ = nullptr;  // the masked rows' sampling rows
+  uint32_t* step_masks_ = nullptr;     // their masks (StepInput::allowed)
   // Host staging reused by every step (no allocation once grown).
   std::vector<SequenceChunk> step_chunks_;
   std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_;
+  std::vector<int32_t> step_mask_rows_host_;
+  std::vector<uint32_t> step_masks_host_;
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its

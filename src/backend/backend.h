@@ -164,6 +164,10 @@ struct TokenBias {
 };
 inline constexpr int kMaxLogitBiasPerRow = 300;  // entries a draw takes
 
+// 32-bit words of a token mask over `vocab` ids (Backend::mask_logits): bit j % 32 of word
+// j / 32 is id j's.
+inline constexpr int token_mask_words(int64_t vocab) { return static_cast<int>((vocab + 31) / 32); }
+
 struct SampleRow {
   SamplingParams params;
   uint64_t position = 0;  // position of the token being sampled in its sequence
@@ -346,6 +350,13 @@ class Backend {
   // end-of-sequence and stop ids). Entries in backend memory, no (row, id) twice; entries
   // outside the tensor are skipped.
   virtual void adjust_logits(Tensor logits, const int32_t* entries, int n) = 0;
+  // For i < n: gives kBannedLogit to every id j of logits row rows[i] whose bit in that row's
+  // mask, masks[i · W + j / 32] >> (j % 32) & 1 with W = token_mask_words(logits.cols), is 0
+  // (a grammar's structured output allows only some ids at each draw); the ids whose bit is
+  // set keep their logits, and the bits past the vocabulary are not read. rows [n] and masks
+  // [n, W] in backend memory (a row given twice keeps the ids both masks allow); rows outside
+  // the tensor are skipped.
+  virtual void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's

@@ -94,11 +94,13 @@ Engine::Engine(const ModelConfig& synthetic_config, const EngineOptions& options
 namespace {
 
 // The batched step's sampling state (Engine::init): rows, then per row its out id, history
-// length, history and logit adjustments.
+// length, history, logit adjustments, and its place and mask when masked (32-bit words all).
 size_t step_rows_bytes(int max_seqs) { return (static_cast<size_t>(max_seqs) * sizeof(SampleRow) + 255) / 256 * 256; }
-size_t step_state_bytes(int max_seqs, int max_context) {
-  return step_rows_bytes(max_seqs) +
-         static_cast<size_t>(max_seqs) * (2 + max_context + 3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow)) * sizeof(int32_t);
+size_t step_state_bytes(int max_seqs, int max_context, int vocab) {
+  return step_rows_bytes(max_seqs) + static_cast<size_t>(max_seqs) *
+                                         (2 + static_cast<size_t>(max_context) +
+                                          3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow) + 1 + token_mask_words(vocab)) *
+                                         sizeof(int32_t);
 }
 
 }  // namespace
@@ -142,7 +144,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
     const DeviceMemoryInfo free_memory = backend_->memory_info();
     const double budget = options.kv_memory_fraction * static_cast<double>(free_memory.free_bytes) -
                           static_cast<double>(weight_bytes + QwenModel::workspace_bytes(config, dtype, limits)) -
-                          static_cast<double>(step_state_bytes(limits.max_seqs, max_context));
+                          static_cast<double>(step_state_bytes(limits.max_seqs, max_context, config.vocab_size));
     limits.num_blocks = static_cast<int>(std::min(budget / static_cast<double>(kv_bytes_per_block), double(1 << 30)));
     if (limits.num_blocks < limits.max_blocks_per_seq) {
       throw Error(ErrorCategory::kOutOfMemory,
@@ -170,7 +172,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   plan_.backend_workspace = backend_->workspace_bytes();
   plan_.used_before_load = memory.total_bytes - memory.free_bytes - plan_.backend_workspace;
   const size_t sampling_bytes = (static_cast<size_t>(max_context) + 2) * sizeof(int32_t);
-  const size_t step_bytes = step_state_bytes(limits.max_seqs, max_context);
+  const size_t step_bytes = step_state_bytes(limits.max_seqs, max_context, config.vocab_size);
   plan_.workspace += sampling_bytes + step_bytes;
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
@@ -193,6 +195,8 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   step_history_lens_ = step_out_ + limits.max_seqs;
   step_history_ = step_history_lens_ + limits.max_seqs;
   step_adjust_ = step_history_ + static_cast<size_t>(limits.max_seqs) * max_context;
+  step_mask_rows_ = step_adjust_ + static_cast<size_t>(limits.max_seqs) * 3 * (kMaxBannedPerRow + kMaxLogitBiasPerRow);
+  step_masks_ = reinterpret_cast<uint32_t*>(step_mask_rows_ + limits.max_seqs);
   const auto warmup_start = std::chrono::steady_clock::now();
   if (plan_.device_total > 0) {
     warm_up();
@@ -347,10 +351,13 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   step_logit_rows_.clear();
   step_rows_host_.clear();
   step_adjust_host_.clear();
+  step_mask_rows_host_.clear();
+  step_masks_host_.clear();
   step_samples_.clear();
   step_top_logprobs_.clear();
   int32_t offset = 0;
   bool penalties = false;
+  const auto mask_words = static_cast<size_t>(token_mask_words(model_->config().vocab_size));
   for (const StepInput& input : inputs) {
     QWENRT_CHECK(input.sequence != nullptr && !input.tokens.empty(), "a step input without a sequence or tokens");
     step_chunks_.push_back(SequenceChunk{input.sequence, input.tokens, input.ntk_alpha_index});
@@ -372,6 +379,13 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     for (const TokenBias& entry : input.logit_bias) {
       if (std::find(input.banned.begin(), input.banned.end(), entry.id) != input.banned.end()) continue;
       step_adjust_host_.insert(step_adjust_host_.end(), {row_index, entry.id, std::bit_cast<int32_t>(entry.bias)});
+    }
+    if (!input.allowed.empty()) {
+      QWENRT_CHECK(input.allowed.size() == mask_words,
+                   "a step input's token mask has " + std::to_string(input.allowed.size()) + " words (a vocabulary of " +
+                       std::to_string(model_->config().vocab_size) + " ids takes " + std::to_string(mask_words) + ")");
+      step_mask_rows_host_.push_back(row_index);
+      step_masks_host_.insert(step_masks_host_.end(), input.allowed.begin(), input.allowed.end());
     }
     step_logit_rows_.push_back(offset - 1);
     SampleRow row = input.sampling;
@@ -416,6 +430,10 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     if (!step_adjust_host_.empty()) {
       backend_->copy_to_device(step_adjust_, step_adjust_host_.data(), step_adjust_host_.size() * sizeof(int32_t));
     }
+    if (!step_mask_rows_host_.empty()) {
+      backend_->copy_to_device(step_mask_rows_, step_mask_rows_host_.data(), step_mask_rows_host_.size() * sizeof(int32_t));
+      backend_->copy_to_device(step_masks_, step_masks_host_.data(), step_masks_host_.size() * sizeof(uint32_t));
+    }
   }
   // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
   // back), so reading the timer adds no wait.
@@ -432,13 +450,17 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     return;
   }
   // Log-probabilities are the model's: the rows asking for them (rare) come to the host
-  // before any ban or bias, so here when this step has some (a blocking copy), else after
-  // the draw, which leaves the logits as they are; then the biases are added and the banned
-  // ids get a logit no draw picks.
+  // before any ban, bias or mask, so here when this step has some (a blocking copy), else
+  // after the draw, which leaves the logits as they are; then the biases are added and the
+  // banned ids and those a mask leaves out get a logit no draw picks (the mask last: it only
+  // takes ids away, whatever their bias).
   step_logprobs_wanted_ = want_logprobs;
-  if (want_logprobs && !step_adjust_host_.empty()) copy_logprob_rows();
+  if (want_logprobs && step_logits_adjusted()) copy_logprob_rows();
   if (!step_adjust_host_.empty()) {
     backend_->adjust_logits(logits, step_adjust_, static_cast<int>(step_adjust_host_.size() / 3));
+  }
+  if (!step_mask_rows_host_.empty()) {
+    backend_->mask_logits(logits, step_mask_rows_, step_masks_, static_cast<int>(step_mask_rows_host_.size()));
   }
   backend_->begin_sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
                               penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
@@ -472,7 +494,7 @@ void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* 
   if (n_rows == 0) return;
   step_out_host_.resize(n_rows);
   backend_->finish_sample_rows(step_logits_, step_out_, step_out_host_.data());
-  if (step_logprobs_wanted_ && step_adjust_host_.empty()) copy_logprob_rows();
+  if (step_logprobs_wanted_ && !step_logits_adjusted()) copy_logprob_rows();
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   size_t row = 0;
   const float* logprob_row = step_logits_host_.data();

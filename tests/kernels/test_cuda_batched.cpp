@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -154,6 +155,65 @@ TEST_F(CudaBatchedSampling, BannedTokensAreNeverDrawn) {
         EXPECT_EQ(got[r], sample_row(row.data(), vocab, rows[r].params, rows[r].position, rows[r].stream)) << "row " << r;
       }
     }
+  }
+}
+
+// mask_logits (a grammar's allowed ids) at Qwen's vocabulary: bit for bit what the CPU op
+// leaves, for a dense random mask, a sparse one and one that allows a single id (rows given
+// out of order, one row not masked, one outside the tensor); then draws from the masked rows
+// pick only allowed ids.
+TEST_F(CudaBatchedSampling, MaskLogitsMatchesTheCpuOp) {
+  const int vocab = 152064;
+  const int words = token_mask_words(vocab);
+  const int rows_n = 4;
+  auto logits = random_values(rng_, static_cast<size_t>(rows_n) * vocab, 2.f, DType::kF32);
+  std::vector<int32_t> mask_rows = {2, 0, 3, rows_n};
+  std::vector<uint32_t> masks(mask_rows.size() * words, 0);
+  std::uniform_int_distribution<uint32_t> word;
+  std::uniform_int_distribution<int> id(0, vocab - 1);
+  for (int w = 0; w < words; ++w) masks[w] = word(rng_);                           // row 2: about half
+  for (int k = 0; k < 200; ++k) {                                                  // row 0: a few hundred
+    const int j = id(rng_);
+    masks[static_cast<size_t>(words) + j / 32] |= 1u << (j % 32);
+  }
+  const int single = vocab - 1;                                                    // row 3: the last id
+  masks[2 * static_cast<size_t>(words) + single / 32] = 1u << (single % 32);
+  std::fill_n(masks.begin() + 3 * static_cast<size_t>(words), words, 0u);          // outside: skipped
+  std::vector<float> want = logits;
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  cpu->mask_logits(Tensor{want.data(), DType::kF32, rows_n, vocab}, mask_rows.data(), masks.data(),
+                   static_cast<int>(mask_rows.size()));
+  auto d = DeviceTensor::from(gpu(), DType::kF32, rows_n, vocab, logits);
+  auto d_rows = upload_ints(gpu(), mask_rows);
+  auto d_masks = upload_ints(gpu(), masks);
+  gpu().mask_logits(d.t, static_cast<const int32_t*>(d_rows.data()), static_cast<const uint32_t*>(d_masks.data()),
+                    static_cast<int>(mask_rows.size()));
+  const std::vector<float> got = download(gpu(), d.t);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::count(want.begin() + vocab, want.begin() + 2 * vocab, kBannedLogit), 0) << "row 1 untouched";
+  EXPECT_EQ(std::count(want.begin() + 3 * static_cast<size_t>(vocab), want.end(), kBannedLogit), vocab - 1);
+
+  std::vector<SampleRow> rows(rows_n);
+  rows[2].params.temperature = 1.0f;  // full vocabulary
+  rows[3].params.temperature = 0.8f;
+  rows[3].params.top_k = 20;
+  DeviceBuffer d_sample_rows = gpu().allocate(rows.size() * sizeof(SampleRow), "test sample rows");
+  auto ids = upload_ints(gpu(), std::vector<int32_t>(rows_n, -1));
+  std::vector<int32_t> drawn(rows_n);
+  const auto allowed = [&](size_t i, int j) { return ((masks[i * words + j / 32] >> (j % 32)) & 1u) != 0; };
+  for (uint64_t position = 0; position < 20; ++position) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      rows[r].position = position;
+      rows[r].stream = r;
+    }
+    gpu().copy_to_device(d_sample_rows.data(), rows.data(), rows.size() * sizeof(SampleRow));
+    gpu().sample_rows(d.t, static_cast<const SampleRow*>(d_sample_rows.data()), nullptr, nullptr, 0,
+                      static_cast<int32_t*>(ids.data()));
+    gpu().copy_to_host(drawn.data(), ids.data(), drawn.size() * sizeof(int32_t));
+    EXPECT_TRUE(allowed(1, drawn[0])) << drawn[0];
+    EXPECT_TRUE(allowed(0, drawn[2])) << drawn[2];
+    EXPECT_EQ(drawn[3], single);
   }
 }
 

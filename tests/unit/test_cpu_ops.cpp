@@ -656,6 +656,34 @@ TEST_F(CpuOps, AdjustLogits) {
   EXPECT_EQ(logits, want);
 }
 
+TEST_F(CpuOps, MaskLogits) {
+  // A vocabulary of 70 ids: three mask words, the last one partly past the vocabulary. Rows
+  // 2 and 0 are masked (in that order), rows 1 and 3 are not; the rows outside the tensor are
+  // skipped (their masks allow nothing).
+  const int64_t vocab = 70;
+  const int words = token_mask_words(vocab);
+  ASSERT_EQ(words, 3);
+  auto logits = random(4 * vocab);
+  auto want = logits;
+  std::vector<int32_t> rows = {2, 0, 4, -1};
+  std::vector<uint32_t> masks(rows.size() * words, 0);
+  const auto allow = [&](size_t i, int64_t id) { masks[i * words + id / 32] |= 1u << (id % 32); };
+  for (const int64_t id : {0, 5, 31, 32, 63, 64, 69}) allow(0, id);
+  masks[0 * words + 2] |= 0xffffffc0u;  // bits 70..95 set, past the vocabulary: no effect
+  masks[1 * words + 1] = 0xffffffffu;   // row 0: ids 32..63 only (its clear bits 70..95 must not spill into row 1)
+  for (int64_t id = 0; id < vocab; ++id) {
+    const bool row2 = id == 0 || id == 5 || id == 31 || id == 32 || id == 63 || id == 64 || id == 69;
+    if (!row2) want[2 * vocab + id] = kBannedLogit;
+    if (id < 32 || id >= 64) want[0 * vocab + id] = kBannedLogit;
+  }
+  backend_->mask_logits(view(logits, 4, vocab), rows.data(), masks.data(), static_cast<int>(rows.size()));
+  EXPECT_EQ(logits, want);
+  // n = 0 changes nothing.
+  const auto before = logits;
+  backend_->mask_logits(view(logits, 4, vocab), rows.data(), masks.data(), 0);
+  EXPECT_EQ(logits, before);
+}
+
 TEST_F(CpuOps, GatherRows) {
   std::vector<int32_t> rows = {6, 0, 3, 3, 6};
   auto x = random(7 * 13);

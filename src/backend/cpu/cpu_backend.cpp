@@ -326,6 +326,20 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) override {
+    require_f32(logits, "mask_logits", "logits");
+    const int64_t vocab = logits.cols, words = token_mask_words(vocab);
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = rows[i];
+      if (row < 0 || row >= logits.rows) continue;
+      const uint32_t* mask = masks + i * words;
+      float* logit = logits.as<float>() + row * vocab;
+      for (int64_t id = 0; id < vocab; ++id) {
+        if (((mask[id / 32] >> (id % 32)) & 1u) == 0) logit[id] = kBannedLogit;
+      }
+    }
+  }
+
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     for (int64_t r = 0; r < logits.rows; ++r) {

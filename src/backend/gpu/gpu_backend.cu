@@ -534,6 +534,10 @@ class CudaBackend final : public Backend {
     launch_adjust_logits(logits, entries, n, stream_);
   }
 
+  void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) override {
+    launch_mask_logits(logits, rows, masks, n, stream_);
+  }
+
   void sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                    const int32_t* history_lens, int history_stride, int32_t* out_ids) override {
     begin_sample_rows(logits, rows, history, history_lens, history_stride, out_ids);

@@ -15,6 +15,7 @@
 // the sort), and falls back to the count select when that is more than kGatherMax.
 // Non-finite logits raise a flag. Each row's parameters and random key come either from one
 // set for every row (sample) or from a per-row array in device memory (sample_rows).
+#include <algorithm>
 #include <cfloat>
 
 #include "backend/gpu/common.h"
@@ -692,6 +693,20 @@ __global__ void adjust_logits_kernel(float* __restrict__ logits, int64_t rows, i
   logit = isinf(bias) && bias < 0 ? kBannedLogit : logit + bias;
 }
 
+// One thread an id, blockIdx.y (striding) a masked row: a warp's 32 ids are one mask word,
+// which its lanes read together, and its writes are contiguous.
+__global__ void mask_logits_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
+                                   const int32_t* __restrict__ mask_rows, const uint32_t* __restrict__ masks,
+                                   int64_t words, int n) {
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= vocab) return;
+  for (int i = blockIdx.y; i < n; i += gridDim.y) {
+    const int64_t row = mask_rows[i];
+    if (row < 0 || row >= rows) continue;
+    if (((masks[i * words + id / 32] >> (id % 32)) & 1u) == 0) logits[row * vocab + id] = kBannedLogit;
+  }
+}
+
 // rows == nullptr: every row uses `uniform` with the key (step, row).
 void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const SamplingParams& uniform,
                            uint64_t step, bool penalise, const int32_t* history,
@@ -748,6 +763,16 @@ void launch_adjust_logits(Tensor logits, const int32_t* entries, int n, Stream s
   adjust_logits_kernel<<<ceil_div(n, kThreads), kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols,
                                                                        entries, n);
   QWENRT_CUDA_LAUNCHED("adjust_logits", std::to_string(n) + " entries, logits " + shape_string(logits));
+}
+
+void launch_mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n, Stream stream) {
+  QWENRT_CHECK(logits.dtype == DType::kF32, "mask_logits: logits must be fp32 (" + shape_string(logits) + ")");
+  if (n <= 0 || logits.cols == 0) return;
+  constexpr int kThreads = 256;
+  const dim3 grid(ceil_div(logits.cols, kThreads), static_cast<unsigned>(std::min(n, 65535)));
+  mask_logits_kernel<<<grid, kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols, rows, masks,
+                                                    token_mask_words(logits.cols), n);
+  QWENRT_CUDA_LAUNCHED("mask_logits", std::to_string(n) + " rows, logits " + shape_string(logits));
 }
 
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
