@@ -27,6 +27,7 @@ struct Scheduler::Sequence {
   std::unique_ptr<SequenceBlocks> blocks;  // null while waiting
   int chunk = 0;                           // tokens this step computes
   std::vector<int32_t> held_ids;           // ids it may not sample before min_tokens
+  std::vector<uint32_t> mask;              // the constraint's mask for this step's draw
 
   int computed() const { return blocks ? blocks->length() : 0; }
   int pending() const { return static_cast<int>(tokens.size()) - computed(); }
@@ -290,6 +291,10 @@ void Scheduler::launch() {
                                     ? std::span<const int32_t>(sequence->held_ids)
                                     : std::span<const int32_t>(),
                                 sequence->request.logit_bias});
+    if (samples && sequence->request.constraint != nullptr) {
+      sequence->mask.resize(static_cast<size_t>(token_mask_words(engine_.config().vocab_size)));
+      if (sequence->request.constraint->next_mask(sequence->mask)) inputs_.back().allowed = sequence->mask;
+    }
   }
   try {
     engine_.begin_step(inputs_, true);
@@ -330,8 +335,13 @@ void Scheduler::complete() {
     const bool may_stop = sequence.generated >= request.min_tokens;
     const bool is_eos = !request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
     const bool is_stop = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
+    bool constraint_ended = false;
+    if (request.constraint != nullptr) {
+      request.constraint->accept(token);
+      constraint_ended = request.constraint->ended();
+    }
     FinishReason reason = FinishReason::kNone;
-    if (may_stop && (is_eos || is_stop)) {
+    if (constraint_ended || (may_stop && (is_eos || is_stop))) {
       reason = FinishReason::kStop;
     } else if (sequence.generated >= request.max_new_tokens ||
                static_cast<int>(sequence.tokens.size()) > engine_.max_context()) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/token_constraint.h"
 #include "qwenrt/engine.h"
 
 namespace qwenrt {
@@ -34,6 +35,9 @@ struct SequenceRequest {
   uint64_t stream = 0;      // choice index: the random stream within the seed
   int top_logprobs = -1;    // >= 0: report each token's log-probability and this many alternatives
   std::vector<TokenBias> logit_bias;  // added to the logits of every draw (each id once)
+  // What each draw may pick (structured output), told every id drawn; the sequence stops
+  // (kStop) once it has ended. One per sequence: it keeps the sequence's state.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // kError: the forward pass failed for the batch (e.g. non-finite logits); the server stays up.

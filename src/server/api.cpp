@@ -136,10 +136,6 @@ void refuse_unsupported(const json& body) {
     throw ApiError(400, "invalid_request_error", "'" + name + "' is not supported by this server" + why, name,
                    "unsupported_parameter");
   };
-  if (const json* v = field(body, "response_format");
-      v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
-    refuse("response_format", " (only {\"type\": \"text\"})");
-  }
   if (const json* v = field(body, "best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     refuse("best_of", " (only 1)");
   }
@@ -194,6 +190,73 @@ std::string check_model(const json& body, const RequestLimits& limits) {
 }
 
 // The fields chat and completions share; `prompt` must already be set.
+// The ids that end a constrained text: the chat turn's end ids, and the model's EOS.
+std::vector<int32_t> text_end_ids(const ModelText& model, const GenerationRequest& out) {
+  std::vector<int32_t> ids = out.chat ? out.stop_ids : std::vector<int32_t>();
+  if (model.config != nullptr) {
+    for (const int32_t id : model.config->eos_token_ids) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+// response_format: {"type": "text"} (free), {"type": "json_object"} (any JSON object) or
+// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}.
+// A forced tool call's grammar, when there is one, takes the answer instead.
+void parse_response_format(const json& body, const ModelText& model, GenerationRequest& out) {
+  const json* format = field(body, "response_format");
+  if (format == nullptr) return;
+  if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string()) {
+    throw invalid_request("'response_format' must be an object with a 'type' (\"text\", \"json_object\" or "
+                          "\"json_schema\")",
+                          "response_format");
+  }
+  const std::string type = (*format)["type"].get<std::string>();
+  std::shared_ptr<const structured::Grammar> grammar;
+  if (type == "text") {
+    return;
+  } else if (type == "json_object") {
+    grammar = std::make_shared<const structured::Grammar>(structured::any_json_object_grammar());
+  } else if (type == "json_schema") {
+    const json* spec = field(*format, "json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      throw invalid_request("'response_format.json_schema' must be an object with the 'schema'",
+                            "response_format.json_schema");
+    }
+    const json* schema = field(*spec, "schema");
+    if (schema == nullptr) {
+      throw invalid_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+    }
+    try {
+      grammar = std::make_shared<const structured::Grammar>(structured::compile_json_schema(*schema));
+    } catch (const Error& error) {
+      throw invalid_request(std::string("'response_format.json_schema.schema': ") + error.what(),
+                            "response_format.json_schema.schema");
+    }
+  } else {
+    throw ApiError(400, "invalid_request_error",
+                   "'response_format' of type '" + type +
+                       "' is not supported by this server (\"text\", \"json_object\" and \"json_schema\" are)",
+                   "response_format", "unsupported_parameter");
+  }
+  if (out.structured) return;  // a forced tool call's grammar answers
+  structured::ConstraintOptions options;
+  options.grammar = std::move(grammar);
+  options.end_ids = text_end_ids(model, out);
+  if (out.chat && out.may_think) {
+    // Reasoning comes before the answer, free; the grammar applies after </think>.
+    const auto open = model.tokenizer->token_to_id("<think>");
+    const auto close = model.tokenizer->token_to_id("</think>");
+    if (open && close) {
+      options.think_open = *open;
+      options.think_close = *close;
+      options.thinking = out.reasoning_open;
+    }
+  }
+  out.structured = std::move(options);
+}
+
 void parse_common(const json& body, const ModelText& model, const RequestLimits& limits, GenerationRequest& out,
                   int default_max_tokens) {
   refuse_unsupported(body);
@@ -254,6 +317,12 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     // No seed: every request its own stream (a counter keeps them apart).
     s.seed = process_unique_bits();
   }
+  parse_response_format(body, model, out);
+  if (out.structured && out.min_tokens > 0) {
+    throw invalid_request("'min_tokens' cannot be combined with structured output (the grammar decides where the "
+                          "answer ends)",
+                          "min_tokens");
+  }
 
   if (const json* stop = field(body, "stop")) {
     if (stop->is_string()) {
@@ -302,9 +371,11 @@ std::string message_text(const json& message, size_t index) {
 }
 
 // The answer begins with the call: its opening (with a named tool, up to the arguments) ends
-// the prompt, and the output parser reads it first. The model writes the rest; nothing
-// constrains it to valid JSON (a call that does not parse comes back as content).
-void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string>& name, GenerationRequest& out) {
+// the prompt, and the output parser reads it first. The model writes the rest under a
+// grammar: the call's JSON, a tool's name and arguments that fit that tool's parameters
+// schema, then </tool_call>; where several calls may come, more calls or the turn's end.
+void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string>& name, const json& tools,
+                     GenerationRequest& out) {
   const auto append = [&](std::string_view text, bool control) {
     const std::vector<int32_t> ids = tokenizer.encode(text, control);
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
@@ -325,9 +396,29 @@ void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string
   append(kToolCallOpen, true);
   append(opening, false);
   out.forced_tool_text = std::string(kToolCallOpen) + opening;
+  const auto open_id = tokenizer.token_to_id(std::string(kToolCallOpen));
+  const auto close_id = tokenizer.token_to_id(std::string(kToolCallClose));
+  if (open_id && close_id) {
+    std::vector<std::pair<std::string, nlohmann::ordered_json>> callable;
+    for (const auto& tool : tools) {
+      const std::string tool_name = tool["function"]["name"].get<std::string>();
+      if (name && tool_name != *name) continue;
+      const json* parameters = field(tool["function"], "parameters");
+      callable.emplace_back(tool_name, parameters != nullptr ? *parameters : json());
+    }
+    structured::ConstraintOptions options;
+    options.grammar = std::make_shared<const structured::Grammar>(structured::compile_tool_calls(callable));
+    options.prefix = opening;
+    options.end_ids = {*close_id};
+    if (!out.single_tool_call) {
+      options.call_open = *open_id;
+      options.final_ids = out.stop_ids;
+    }
+    out.structured = std::move(options);
+  }
   if (out.single_tool_call) {
     // One call is all the answer holds: it ends at the call's close.
-    if (const auto close = tokenizer.token_to_id(std::string(kToolCallClose))) out.stop_ids.push_back(*close);
+    if (close_id) out.stop_ids.push_back(*close_id);
   }
 }
 
@@ -463,7 +554,8 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
       if (text.find_first_not_of(" \n") != std::string::npos) break;
     }
   }
-  if (forced) force_tool_call(*model.tokenizer, forced_name, out);
+  out.may_think = !forced && !(extra.contains("enable_thinking") && extra["enable_thinking"] == false);
+  if (forced) force_tool_call(*model.tokenizer, forced_name, tools, out);
   parse_common(body, model, limits, out, limits.max_context);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));

@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
+#include "structured/constraint.h"
 
 namespace qwenrt {
 class Tokenizer;
@@ -83,6 +85,10 @@ struct GenerationRequest {
   bool reasoning_open = false;    // the prompt itself opened <think> (thinking-only templates)
   std::string forced_tool_text;   // tool_choice forced a call: the call's opening, which ends the prompt
   bool named_tool_choice = false;  // tool_choice named the function (OpenAI then finishes with "stop")
+  bool may_think = false;         // chat: the template lets the model open <think> (enable_thinking not false)
+  // Structured output (response_format, or a forced tool call's JSON): the grammar and what
+  // comes around its text; the service adds the vocabulary. Empty: free text.
+  std::optional<structured::ConstraintOptions> structured;
 };
 
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);

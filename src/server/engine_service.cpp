@@ -119,6 +119,9 @@ int EngineService::active_requests() const {
 }
 
 std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& request) {
+  if (request.structured) {
+    std::call_once(vocabulary_once_, [&] { vocabulary_ = std::make_shared<const structured::Vocabulary>(tokenizer_); });
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
   if (options_.max_requests > 0 && active_ >= options_.max_requests) {
@@ -142,6 +145,12 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;
     uint64_t id = 0;
     try {
+      if (request.structured) {
+        // Each choice its own: the constraint follows its sequence's text.
+        structured::ConstraintOptions options = *request.structured;
+        options.vocabulary = vocabulary_;
+        sequence.constraint = std::make_shared<structured::GrammarConstraint>(std::move(options));
+      }
       id = scheduler_.submit(std::move(sequence));
     } catch (const Error& error) {
       for (uint64_t earlier : submitted) scheduler_.cancel(earlier);

@@ -1,0 +1,841 @@
+#include "structured/json_grammar.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace qwenrt::structured {
+
+using nlohmann::ordered_json;
+
+// ---- literal tries ----
+
+void LiteralTrie::add(std::string_view text, int32_t tag) {
+  int32_t node = 0;
+  auto note = [&](int32_t at) {
+    Node& n = nodes[static_cast<size_t>(at)];
+    n.min_tag = std::min(n.min_tag, tag);
+    n.max_tag = std::max(n.max_tag, tag);
+    n.tags.insert(std::upper_bound(n.tags.begin(), n.tags.end(), tag), tag);
+  };
+  note(0);
+  for (const char c : text) {
+    const auto byte = static_cast<uint8_t>(c);
+    int32_t next = child(node, byte);
+    if (next < 0) {
+      next = static_cast<int32_t>(nodes.size());
+      nodes[static_cast<size_t>(node)].children.emplace_back(byte, next);
+      nodes.emplace_back();
+    }
+    node = next;
+    note(node);
+  }
+  if (nodes[static_cast<size_t>(node)].tag < 0) nodes[static_cast<size_t>(node)].tag = tag;
+}
+
+int32_t LiteralTrie::child(int32_t node, uint8_t byte) const {
+  for (const auto& [b, next] : nodes[static_cast<size_t>(node)].children) {
+    if (b == byte) return next;
+  }
+  return -1;
+}
+
+bool LiteralTrie::has_tag_in(int32_t node, int32_t lo, int32_t hi) const {
+  const Node& n = nodes[static_cast<size_t>(node)];
+  if (n.max_tag < lo || n.min_tag > hi) return false;
+  if (n.min_tag >= lo && n.max_tag <= hi) return true;
+  const auto it = std::lower_bound(n.tags.begin(), n.tags.end(), lo);
+  return it != n.tags.end() && *it <= hi;
+}
+
+// ---- compiling a schema ----
+
+namespace {
+
+Grammar base_grammar() {
+  Grammar g;
+  g.nodes.resize(7);
+  g.nodes[kAnyNode].kind = NodeKind::kAny;
+  g.nodes[kAnyObjectNode].kind = NodeKind::kObject;
+  g.nodes[kAnyObjectNode].additional = kAnyNode;
+  g.nodes[kAnyArrayNode].kind = NodeKind::kArray;
+  g.nodes[kAnyArrayNode].items = kAnyNode;
+  g.nodes[kStringNode].kind = NodeKind::kString;
+  g.nodes[kNumberNode].kind = NodeKind::kNumber;
+  LiteralTrie booleans;
+  booleans.add("true", 0);
+  booleans.add("false", 1);
+  LiteralTrie null;
+  null.add("null", 0);
+  g.tries.push_back(std::move(booleans));
+  g.tries.push_back(std::move(null));
+  g.nodes[kBooleanNode].kind = NodeKind::kLiterals;
+  g.nodes[kBooleanNode].literals = 0;
+  g.nodes[kNullNode].kind = NodeKind::kLiterals;
+  g.nodes[kNullNode].literals = 1;
+  return g;
+}
+
+// Keywords that only annotate (or, for `format`, annotate by default since draft 2019-09).
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title",    "description", "default",  "examples", "$schema", "$id",        "$comment",
+    "deprecated", "readOnly",  "writeOnly", "format",  "$defs",   "definitions", "strict",
+    "contentEncoding", "contentMediaType", "$anchor"};
+// Keywords understood here.
+const std::set<std::string, std::less<>> kHandled = {
+    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+    "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength"};
+// Keywords that constrain values but are not enforced: refused by name.
+const std::set<std::string, std::less<>> kRefused = {
+    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
+    "maxProperties", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems", "patternProperties",
+    "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "not", "if", "then",
+    "else", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
+
+constexpr int kMaxSchemaDepth = 64;
+constexpr size_t kMaxNodes = 20000;
+
+class Compiler {
+ public:
+  Compiler() : g_(base_grammar()) {}
+
+  // A schema with its own root (what its references point into), compiled into this grammar.
+  int32_t compile_root(const ordered_json& root, const std::string& path) {
+    root_ = &root;
+    refs_.clear();
+    return compile(root, path, 0);
+  }
+
+  // {"name": <name>, "arguments": <that tool's parameters>} for one of the tools.
+  int32_t tool_calls(const std::vector<std::pair<std::string, ordered_json>>& tools) {
+    std::vector<int32_t> calls;
+    for (const auto& [name, parameters] : tools) {
+      const std::string path = "tool '" + name + "' parameters #";
+      // A tool's parameters describe it to the model; where they hold what the grammar cannot
+      // enforce, the call is still held to its shape, with any object as its arguments.
+      int32_t arguments = kAnyObjectNode;
+      if (!parameters.is_null()) {
+        try {
+          arguments = compile_root(parameters, path);
+        } catch (const Error&) {
+          arguments = kAnyObjectNode;
+        }
+      }
+      const int32_t name_node = literals({ordered_json(name)}, path);
+      LiteralTrie keys;
+      keys.add(ordered_json("name").dump().substr(1), 0);
+      keys.add(ordered_json("arguments").dump().substr(1), 1);
+      g_.tries.push_back(std::move(keys));
+      const int32_t node = new_node(NodeKind::kObject, path);
+      SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+      n.property_nodes = {name_node, arguments};
+      n.required = {1, 1};
+      n.key_trie = static_cast<int32_t>(g_.tries.size() - 1);
+      calls.push_back(node);
+    }
+    if (calls.size() == 1) return calls[0];
+    const int32_t node = new_node(NodeKind::kAnyOf, "tools");
+    g_.nodes[static_cast<size_t>(node)].alternatives = std::move(calls);
+    return node;
+  }
+
+  Grammar take(int32_t root) {
+    g_.root = root;
+    return std::move(g_);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
+    throw Error(ErrorCategory::kInvalidArgument, "schema at " + path + ": " + what);
+  }
+
+  int32_t new_node(NodeKind kind, const std::string& path) {
+    if (g_.nodes.size() >= kMaxNodes) fail(path, "the schema is too large (over " + std::to_string(kMaxNodes) + " parts)");
+    g_.nodes.emplace_back();
+    g_.nodes.back().kind = kind;
+    return static_cast<int32_t>(g_.nodes.size() - 1);
+  }
+
+  static int32_t count(const ordered_json& schema, const char* key, const std::string& path, int32_t fallback) {
+    const auto it = schema.find(key);
+    if (it == schema.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1'000'000) {
+      fail(path, std::string("'") + key + "' must be a non-negative integer");
+    }
+    return static_cast<int32_t>(it->get<int64_t>());
+  }
+
+  int32_t literals(const std::vector<ordered_json>& values, const std::string& path) {
+    if (values.empty()) fail(path, "'enum' is empty: no value could match");
+    LiteralTrie trie;
+    for (size_t i = 0; i < values.size(); ++i) trie.add(values[i].dump(), static_cast<int32_t>(i));
+    g_.tries.push_back(std::move(trie));
+    const int32_t node = new_node(NodeKind::kLiterals, path);
+    g_.nodes[static_cast<size_t>(node)].literals = static_cast<int32_t>(g_.tries.size() - 1);
+    return node;
+  }
+
+  const ordered_json& resolve(const std::string& ref, const std::string& path) {
+    if (ref == "#") return *root_;
+    if (ref.rfind("#/", 0) != 0) fail(path, "'$ref' " + ref + " is not supported (only references inside the schema, \"#/...\")");
+    const ordered_json* at = root_;
+    size_t start = 2;
+    while (start <= ref.size()) {
+      size_t end = ref.find('/', start);
+      if (end == std::string::npos) end = ref.size();
+      std::string part = ref.substr(start, end - start);
+      for (size_t p = 0; (p = part.find('~', p)) != std::string::npos; ++p) {
+        if (p + 1 < part.size() && part[p + 1] == '1') part.replace(p, 2, "/");
+        else if (p + 1 < part.size() && part[p + 1] == '0') part.replace(p, 2, "~");
+      }
+      if (!at->is_object() || !at->contains(part)) fail(path, "'$ref' " + ref + " points to nothing in the schema");
+      at = &(*at)[part];
+      start = end + 1;
+    }
+    return *at;
+  }
+
+  int32_t compile(const ordered_json& schema, const std::string& path, int depth) {
+    if (depth > kMaxSchemaDepth) fail(path, "nested too deeply (over " + std::to_string(kMaxSchemaDepth) + " levels)");
+    if (schema.is_boolean()) {
+      if (schema.get<bool>()) return kAnyNode;
+      fail(path, "the schema false allows no value");
+    }
+    if (!schema.is_object()) fail(path, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : schema.items()) {
+      if (kRefused.count(key) != 0) {
+        fail(path, "'" + key + "' is not supported (this server cannot enforce it while generating)");
+      }
+    }
+    if (const auto it = schema.find("$ref"); it != schema.end()) {
+      if (!it->is_string()) fail(path, "'$ref' must be a string");
+      for (const auto& [key, value] : schema.items()) {
+        if (key != "$ref" && kHandled.count(key) != 0) fail(path, "'$ref' beside '" + key + "' is not supported");
+      }
+      const std::string ref = it->get<std::string>();
+      if (const auto known = refs_.find(ref); known != refs_.end()) return known->second;
+      // Reserved before compiling, so that a recursive reference finds it.
+      const int32_t node = new_node(NodeKind::kAny, path);
+      refs_[ref] = node;
+      const int32_t target = compile(resolve(ref, path), ref, depth + 1);
+      SchemaNode copy = g_.nodes[static_cast<size_t>(target)];
+      g_.nodes[static_cast<size_t>(node)] = std::move(copy);
+      return node;
+    }
+    if (const auto it = schema.find("const"); it != schema.end()) return literals({*it}, path);
+    if (const auto it = schema.find("enum"); it != schema.end()) {
+      if (!it->is_array()) fail(path, "'enum' must be an array");
+      return literals(std::vector<ordered_json>(it->begin(), it->end()), path);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (!it->is_array() || it->empty()) fail(path, std::string("'") + key + "' must be a non-empty array");
+      for (const auto& [other, value] : schema.items()) {
+        if (other != key && kHandled.count(other) != 0) fail(path, std::string("'") + key + "' beside '" + other + "' is not supported");
+      }
+      std::vector<int32_t> alternatives;
+      for (size_t i = 0; i < it->size(); ++i) {
+        alternatives.push_back(compile((*it)[i], path + "/" + key + "/" + std::to_string(i), depth + 1));
+      }
+      const int32_t node = new_node(NodeKind::kAnyOf, path);
+      g_.nodes[static_cast<size_t>(node)].alternatives = std::move(alternatives);
+      return node;
+    }
+    std::vector<std::string> types;
+    if (const auto it = schema.find("type"); it != schema.end()) {
+      if (it->is_string()) {
+        types.push_back(it->get<std::string>());
+      } else if (it->is_array() && !it->empty()) {
+        for (const auto& t : *it) {
+          if (!t.is_string()) fail(path, "'type' must be a string or an array of strings");
+          types.push_back(t.get<std::string>());
+        }
+      } else {
+        fail(path, "'type' must be a string or an array of strings");
+      }
+    } else if (schema.contains("properties") || schema.contains("additionalProperties") || schema.contains("required")) {
+      types.push_back("object");
+    } else if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+      types.push_back("array");
+    } else if (schema.contains("minLength") || schema.contains("maxLength")) {
+      types.push_back("string");
+    } else {
+      return kAnyNode;
+    }
+    std::vector<int32_t> alternatives;
+    for (const std::string& type : types) alternatives.push_back(typed(schema, type, path, depth));
+    if (alternatives.size() == 1) return alternatives[0];
+    const int32_t node = new_node(NodeKind::kAnyOf, path);
+    g_.nodes[static_cast<size_t>(node)].alternatives = std::move(alternatives);
+    return node;
+  }
+
+  int32_t typed(const ordered_json& schema, const std::string& type, const std::string& path, int depth) {
+    if (type == "null") return kNullNode;
+    if (type == "boolean") return kBooleanNode;
+    if (type == "number") return kNumberNode;
+    if (type == "integer") return new_node(NodeKind::kInteger, path);
+    if (type == "string") {
+      const int32_t min_length = count(schema, "minLength", path, 0);
+      const int32_t max_length = count(schema, "maxLength", path, -1);
+      if (min_length == 0 && max_length < 0) return kStringNode;
+      if (max_length >= 0 && min_length > max_length) fail(path, "'minLength' is over 'maxLength'");
+      const int32_t node = new_node(NodeKind::kString, path);
+      g_.nodes[static_cast<size_t>(node)].min_items = min_length;
+      g_.nodes[static_cast<size_t>(node)].max_items = max_length;
+      return node;
+    }
+    if (type == "array") {
+      int32_t items = kAnyNode;
+      if (const auto it = schema.find("items"); it != schema.end()) {
+        if (it->is_array()) fail(path, "'items' as an array (tuple form) is not supported");
+        items = compile(*it, path + "/items", depth + 1);
+      }
+      const int32_t min_items = count(schema, "minItems", path, 0);
+      const int32_t max_items = count(schema, "maxItems", path, -1);
+      if (max_items >= 0 && min_items > max_items) fail(path, "'minItems' is over 'maxItems'");
+      const int32_t node = new_node(NodeKind::kArray, path);
+      SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+      n.items = items;
+      n.min_items = min_items;
+      n.max_items = max_items;
+      return node;
+    }
+    if (type == "object") return object(schema, path, depth);
+    fail(path, "unknown type '" + type + "'");
+  }
+
+  int32_t object(const ordered_json& schema, const std::string& path, int depth) {
+    std::vector<std::string> names;
+    std::vector<int32_t> nodes;
+    if (const auto it = schema.find("properties"); it != schema.end()) {
+      if (!it->is_object()) fail(path, "'properties' must be an object");
+      if (it->size() > 10000) fail(path, "over 10,000 properties");
+      for (const auto& [name, value] : it->items()) {
+        names.push_back(name);
+        nodes.push_back(compile(value, path + "/properties/" + name, depth + 1));
+      }
+    }
+    std::vector<uint8_t> required(names.size(), 0);
+    if (const auto it = schema.find("required"); it != schema.end()) {
+      if (!it->is_array()) fail(path, "'required' must be an array of property names");
+      for (const auto& name : *it) {
+        if (!name.is_string()) fail(path, "'required' must be an array of property names");
+        const auto at = std::find(names.begin(), names.end(), name.get<std::string>());
+        if (at == names.end()) {
+          fail(path, "required property '" + name.get<std::string>() + "' is not among 'properties' (declare it there)");
+        }
+        required[static_cast<size_t>(at - names.begin())] = 1;
+      }
+    }
+    // Left out, additionalProperties counts as false where properties are declared (the
+    // OpenAI API's strict mode) and as any value where none are ({"type": "object"}).
+    int32_t additional = names.empty() ? kAnyNode : -1;
+    if (const auto it = schema.find("additionalProperties"); it != schema.end()) {
+      if (it->is_boolean()) {
+        additional = it->get<bool>() ? kAnyNode : -1;
+      } else {
+        additional = compile(*it, path + "/additionalProperties", depth + 1);
+      }
+    }
+    LiteralTrie keys;
+    for (size_t i = 0; i < names.size(); ++i) {
+      // A key is matched after its opening quote: its JSON text less that quote.
+      keys.add(ordered_json(names[i]).dump().substr(1), static_cast<int32_t>(i));
+    }
+    g_.tries.push_back(std::move(keys));
+    const int32_t node = new_node(NodeKind::kObject, path);
+    SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+    n.property_nodes = std::move(nodes);
+    n.required = std::move(required);
+    n.key_trie = static_cast<int32_t>(g_.tries.size() - 1);
+    n.additional = additional;
+    return node;
+  }
+
+  const ordered_json* root_ = nullptr;
+  Grammar g_;
+  std::map<std::string, int32_t> refs_;
+};
+
+}  // namespace
+
+Grammar compile_json_schema(const ordered_json& schema) {
+  Compiler compiler;
+  const int32_t root = compiler.compile_root(schema, "#");
+  return compiler.take(root);
+}
+
+Grammar compile_tool_calls(const std::vector<std::pair<std::string, ordered_json>>& tools) {
+  QWENRT_CHECK(!tools.empty(), "a tool-call grammar without tools");
+  Compiler compiler;
+  const int32_t root = compiler.tool_calls(tools);
+  return compiler.take(root);
+}
+
+Grammar any_json_object_grammar() {
+  Grammar g = base_grammar();
+  g.root = kAnyObjectNode;
+  return g;
+}
+
+// ---- UTF-8 inside strings ----
+
+// States: 0 between characters; 1 one continuation byte to come (80-BF); 2 two (80-BF);
+// 3 two after E0 (A0-BF first); 4 two after ED (80-9F first); 5 three (80-BF); 6 three after
+// F0 (90-BF first); 7 three after F4 (80-8F first).
+int next_utf8_state(int state, uint8_t byte) {
+  switch (state) {
+    case 0:
+      if (byte < 0x80) return 0;
+      if (byte >= 0xC2 && byte <= 0xDF) return 1;
+      if (byte == 0xE0) return 3;
+      if (byte == 0xED) return 4;
+      if (byte >= 0xE1 && byte <= 0xEF) return 2;
+      if (byte == 0xF0) return 6;
+      if (byte >= 0xF1 && byte <= 0xF3) return 5;
+      if (byte == 0xF4) return 7;
+      return -1;
+    case 1: return byte >= 0x80 && byte <= 0xBF ? 0 : -1;
+    case 2: return byte >= 0x80 && byte <= 0xBF ? 1 : -1;
+    case 3: return byte >= 0xA0 && byte <= 0xBF ? 1 : -1;
+    case 4: return byte >= 0x80 && byte <= 0x9F ? 1 : -1;
+    case 5: return byte >= 0x80 && byte <= 0xBF ? 2 : -1;
+    case 6: return byte >= 0x90 && byte <= 0xBF ? 2 : -1;
+    case 7: return byte >= 0x80 && byte <= 0x8F ? 2 : -1;
+    default: return -1;
+  }
+}
+
+int plain_string_byte(int state, uint8_t byte) {
+  if (byte == '"' || byte == '\\' || byte < 0x20) return -1;
+  return next_utf8_state(state, byte);
+}
+
+// ---- the matcher ----
+
+namespace {
+
+enum FrameType : uint8_t { kRootEnd, kValue, kObject, kKey, kArray, kString, kNumber, kLiteral };
+
+// A string's content state (Frame::state of kString and kKey): 0-7 UTF-8 states, then the
+// escape states.
+constexpr uint8_t kAfterBackslash = 8;
+constexpr uint8_t kHex1 = 9;  // 9..12: hex digits of \uXXXX still to come, 4..1
+
+enum ObjectState : uint8_t { kObjOpen, kObjAfterComma, kObjColon, kObjAfterValue };
+enum ArrayState : uint8_t { kArrOpen, kArrAfterComma, kArrAfterValue };
+enum NumberState : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
+
+bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
+bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+
+// A string's content after `byte` from content state `state`: the new state, or -1 when the
+// byte is refused; `closed` when it was the closing quote; `started` when it began a character.
+int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started) {
+  closed = false;
+  started = false;
+  if (state == kAfterBackslash) {
+    if (byte == 'u') return kHex1;
+    return std::strchr("\"\\/bfnrt", byte) != nullptr && byte != 0 ? 0 : -1;
+  }
+  if (state >= kHex1) {
+    if (!is_hex(byte)) return -1;
+    return state == kHex1 + 3 ? 0 : state + 1;
+  }
+  if (state == 0) {
+    if (byte == '"') {
+      closed = true;
+      return 0;
+    }
+    if (byte == '\\') {
+      started = true;
+      return kAfterBackslash;
+    }
+    if (byte < 0x20) return -1;
+    const int next = next_utf8_state(0, byte);
+    if (next >= 0) started = true;
+    return next;
+  }
+  return next_utf8_state(state, byte);
+}
+
+}  // namespace
+
+bool Stack::operator==(const Stack& other) const {
+  return depth == other.depth &&
+         std::memcmp(frames.data(), other.frames.data(), static_cast<size_t>(depth) * sizeof(Frame)) == 0;
+}
+
+JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {}
+
+MatchState JsonMatcher::start() const {
+  MatchState state;
+  Stack stack;
+  stack.frames[0] = Frame{kRootEnd, 0, 0, 0, 0, 0};
+  stack.frames[1] = Frame{kValue, 0, 0, grammar_->root, 0, 0};
+  stack.depth = 2;
+  state.stacks.push_back(stack);
+  return state;
+}
+
+namespace {
+
+void push_unique(MatchState& out, const Stack& stack) {
+  for (const Stack& s : out.stacks) {
+    if (s == stack) return;
+  }
+  if (out.stacks.size() < static_cast<size_t>(kMaxAlternatives)) out.stacks.push_back(stack);
+}
+
+// 1: `byte` is whitespace the frame takes; -1: whitespace over the limit; 0: not whitespace.
+int whitespace(Frame& f, uint8_t byte) {
+  if (!is_ws(byte)) return 0;
+  return ++f.ws <= kMaxWhitespace ? 1 : -1;
+}
+
+}  // namespace
+
+// Feeds one byte to one stack; each stack it may become goes to `out`.
+void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
+  const Grammar& g = *grammar_;
+  // Alternatives met on the way (anyOf) are stepped through `pending`.
+  Stack stack = in;
+  for (;;) {
+    if (stack.depth == 0) return;
+    Frame& f = stack.frames[static_cast<size_t>(stack.depth - 1)];
+    const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
+    switch (f.type) {
+      case kRootEnd:
+        if (whitespace(f, byte) > 0) push_unique(out, stack);
+        return;
+      case kValue: {
+        if (const int ws = whitespace(f, byte); ws != 0) {
+          if (ws > 0) push_unique(out, stack);
+          return;
+        }
+        const uint16_t ws = f.ws;
+        switch (node.kind) {
+          case NodeKind::kAnyOf:
+            for (const int32_t alternative : node.alternatives) {
+              Stack branch = stack;
+              branch.frames[static_cast<size_t>(branch.depth - 1)] = Frame{kValue, 0, ws, alternative, 0, 0};
+              step(branch, byte, out);
+            }
+            return;
+          case NodeKind::kAny: {
+            int32_t next = -1;
+            if (byte == '{') next = kAnyObjectNode;
+            else if (byte == '[') next = kAnyArrayNode;
+            else if (byte == '"') next = kStringNode;
+            else if (byte == '-' || is_digit(byte)) next = kNumberNode;
+            else if (byte == 't' || byte == 'f') next = kBooleanNode;
+            else if (byte == 'n') next = kNullNode;
+            if (next < 0) return;
+            f = Frame{kValue, 0, ws, next, 0, 0};
+            continue;
+          }
+          case NodeKind::kObject:
+            if (byte != '{') return;
+            f = Frame{kObject, kObjOpen, 0, f.node, 0, -1};
+            push_unique(out, stack);
+            return;
+          case NodeKind::kArray:
+            if (byte != '[') return;
+            f = Frame{kArray, kArrOpen, 0, f.node, 0, 0};
+            push_unique(out, stack);
+            return;
+          case NodeKind::kString:
+            if (byte != '"') return;
+            f = Frame{kString, 0, 0, f.node, 0, 0};
+            push_unique(out, stack);
+            return;
+          case NodeKind::kNumber:
+          case NodeKind::kInteger:
+            if (byte == '-') f = Frame{kNumber, kNumMinus, 0, f.node, 1, 0};
+            else if (byte == '0') f = Frame{kNumber, kNumZero, 0, f.node, 1, 0};
+            else if (is_digit(byte)) f = Frame{kNumber, kNumInt, 0, f.node, 1, 0};
+            else return;
+            push_unique(out, stack);
+            return;
+          case NodeKind::kLiterals: {
+            const int32_t next = g.tries[static_cast<size_t>(node.literals)].child(0, byte);
+            if (next < 0) return;
+            f = Frame{kLiteral, 0, 0, f.node, next, 0};
+            const LiteralTrie::Node& at = g.tries[static_cast<size_t>(node.literals)].nodes[static_cast<size_t>(next)];
+            if (at.tag >= 0 && at.children.empty()) --stack.depth;
+            push_unique(out, stack);
+            return;
+          }
+        }
+        return;
+      }
+      case kLiteral: {
+        const LiteralTrie& trie = g.tries[static_cast<size_t>(node.literals)];
+        const int32_t next = trie.child(f.a, byte);
+        if (next >= 0) {
+          f.a = next;
+          const LiteralTrie::Node& at = trie.nodes[static_cast<size_t>(next)];
+          if (at.tag >= 0 && at.children.empty()) --stack.depth;
+          push_unique(out, stack);
+          return;
+        }
+        if (trie.nodes[static_cast<size_t>(f.a)].tag < 0) return;
+        --stack.depth;  // complete; the byte is the parent's
+        continue;
+      }
+      case kNumber: {
+        const bool integer = node.kind == NodeKind::kInteger;
+        int next = -1;
+        bool ends = false;
+        switch (f.state) {
+          case kNumMinus: next = byte == '0' ? kNumZero : is_digit(byte) ? kNumInt : -1; break;
+          case kNumZero:
+          case kNumInt:
+          case kNumFrac:
+            if (f.state == kNumInt && is_digit(byte)) next = kNumInt;
+            else if (f.state == kNumFrac && is_digit(byte)) next = kNumFrac;
+            else if (byte == '.' && f.state != kNumFrac && !integer) next = kNumDot;
+            else if ((byte == 'e' || byte == 'E') && !integer) next = kNumE;
+            else ends = true;
+            break;
+          case kNumDot: next = is_digit(byte) ? kNumFrac : -1; break;
+          case kNumE: next = byte == '+' || byte == '-' ? kNumESign : is_digit(byte) ? kNumExp : -1; break;
+          case kNumESign: next = is_digit(byte) ? kNumExp : -1; break;
+          case kNumExp:
+            // At most kMaxExponentDigits: every number written stays a finite double.
+            if (is_digit(byte)) next = f.b < kMaxExponentDigits ? kNumExp : -1;
+            else ends = true;
+            break;
+          default: return;
+        }
+        if (ends) {
+          --stack.depth;  // complete; the byte is the parent's
+          continue;
+        }
+        if (next < 0 || ++f.a > kMaxNumberBytes) return;
+        if (next == kNumExp) ++f.b;
+        f.state = static_cast<uint8_t>(next);
+        push_unique(out, stack);
+        return;
+      }
+      case kString: {
+        bool closed = false, started = false;
+        const int next = string_byte(f.state, byte, closed, started);
+        if (next < 0) return;
+        if (closed) {
+          if (f.a < node.min_items) return;
+          --stack.depth;
+          push_unique(out, stack);
+          return;
+        }
+        // Characters are counted only where the schema bounds them (a free string's frame
+        // stays the same through plain text: the vocabulary mask's shortcut needs that).
+        if (started && (node.min_items > 0 || node.max_items >= 0)) {
+          if (node.max_items >= 0 && f.a >= node.max_items) return;
+          f.a = std::min(f.a + 1, 1 << 30);
+        }
+        f.state = static_cast<uint8_t>(next);
+        push_unique(out, stack);
+        return;
+      }
+      case kKey: {
+        // f.node: the object; f.a: the position in its name trie (-1: off the names);
+        // f.b: the parent object's allowed range of declared names, packed lo << 16 | hi
+        // (hi 0xFFFF: none).
+        Frame& parent = stack.frames[static_cast<size_t>(stack.depth - 2)];
+        const int32_t lo = f.b >> 16, hi = f.b & 0xFFFF;
+        bool closed = false, started = false;
+        const int next_state = string_byte(f.state, byte, closed, started);
+        if (next_state < 0) return;
+        if (f.a >= 0) {
+          const LiteralTrie& names = g.tries[static_cast<size_t>(node.key_trie)];
+          const int32_t next = names.child(f.a, byte);
+          if (next >= 0 && hi != 0xFFFF && names.has_tag_in(next, lo, hi)) {
+            const int32_t tag = names.nodes[static_cast<size_t>(next)].tag;
+            if (closed && tag >= lo && tag <= hi) {
+              parent.a = tag + 1;
+              parent.b = node.property_nodes[static_cast<size_t>(tag)];
+              parent.state = kObjColon;
+              --stack.depth;
+              push_unique(out, stack);
+              return;
+            }
+            if (!closed) {
+              f.a = next;
+              f.state = static_cast<uint8_t>(next_state);
+              push_unique(out, stack);
+              return;
+            }
+          }
+          f.a = -1;
+        }
+        if (node.additional < 0) return;
+        if (closed) {
+          parent.b = node.additional;
+          parent.state = kObjColon;
+          --stack.depth;
+        } else {
+          f.state = static_cast<uint8_t>(next_state);
+        }
+        push_unique(out, stack);
+        return;
+      }
+      case kObject: {
+        // f.a: the next declared property that may come; f.b: the schema of the value after
+        // the colon.
+        const auto properties = static_cast<int32_t>(node.property_nodes.size());
+        int32_t last = properties - 1;  // the names allowed next: a..last (no required one skipped)
+        for (int32_t i = f.a; i < properties; ++i) {
+          if (node.required[static_cast<size_t>(i)] != 0) {
+            last = i;
+            break;
+          }
+        }
+        bool required_left = false;
+        for (int32_t i = f.a; i < properties; ++i) required_left = required_left || node.required[static_cast<size_t>(i)] != 0;
+        const bool any_key = f.a < properties || node.additional >= 0;
+        if (const int ws = whitespace(f, byte); ws != 0) {
+          if (ws > 0) push_unique(out, stack);
+          return;
+        }
+        f.ws = 0;
+        switch (f.state) {
+          case kObjOpen:
+          case kObjAfterComma:
+            if (byte == '"' && any_key) {
+              if (stack.depth >= kMaxDepth) return;
+              const bool named = f.a < properties && node.key_trie >= 0;
+              const int32_t range = named ? (f.a << 16 | last) : 0xFFFF;
+              stack.frames[static_cast<size_t>(stack.depth)] = Frame{kKey, 0, 0, f.node, named ? 0 : -1, range};
+              ++stack.depth;
+              push_unique(out, stack);
+            } else if (byte == '}' && f.state == kObjOpen && !required_left) {
+              --stack.depth;
+              push_unique(out, stack);
+            }
+            return;
+          case kObjColon:
+            if (byte != ':' || stack.depth >= kMaxDepth) return;
+            f.state = kObjAfterValue;
+            stack.frames[static_cast<size_t>(stack.depth)] = Frame{kValue, 0, 0, f.b, 0, 0};
+            ++stack.depth;
+            push_unique(out, stack);
+            return;
+          case kObjAfterValue:
+            if (byte == ',' && any_key) {
+              f.state = kObjAfterComma;
+              push_unique(out, stack);
+            } else if (byte == '}' && !required_left) {
+              --stack.depth;
+              push_unique(out, stack);
+            }
+            return;
+          default: return;
+        }
+      }
+      case kArray: {
+        if (const int ws = whitespace(f, byte); ws != 0) {
+          if (ws > 0) push_unique(out, stack);
+          return;
+        }
+        f.ws = 0;
+        const bool more = node.max_items < 0 || f.a < node.max_items;
+        if (f.state == kArrAfterValue) {
+          if (byte == ',' && more) {
+            f.state = kArrAfterComma;
+            push_unique(out, stack);
+          } else if (byte == ']' && f.a >= node.min_items) {
+            --stack.depth;
+            push_unique(out, stack);
+          }
+          return;
+        }
+        if (f.state == kArrOpen && byte == ']') {
+          if (node.min_items == 0) {
+            --stack.depth;
+            push_unique(out, stack);
+          }
+          return;
+        }
+        if (!more || stack.depth >= kMaxDepth) return;
+        ++f.a;
+        f.state = kArrAfterValue;
+        stack.frames[static_cast<size_t>(stack.depth)] = Frame{kValue, 0, 0, node.items, 0, 0};
+        ++stack.depth;
+        continue;  // the byte starts the item
+      }
+      default:
+        return;
+    }
+  }
+}
+
+void JsonMatcher::advance(const MatchState& in, uint8_t byte, MatchState& out) const {
+  out.stacks.clear();
+  for (const Stack& stack : in.stacks) step(stack, byte, out);
+}
+
+bool JsonMatcher::advance_all(MatchState& state, std::string_view bytes) const {
+  MatchState next;
+  for (const char c : bytes) {
+    advance(state, static_cast<uint8_t>(c), next);
+    std::swap(state, next);
+    if (state.dead()) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// The stack with its finished number or literal on top taken off (they end only when the
+// next byte is not theirs); false when the top cannot end here.
+bool settle(const Grammar& g, Stack& stack) {
+  while (stack.depth > 0) {
+    const Frame& f = stack.frames[static_cast<size_t>(stack.depth - 1)];
+    if (f.type == kNumber) {
+      if (f.state != kNumZero && f.state != kNumInt && f.state != kNumFrac && f.state != kNumExp) return false;
+      --stack.depth;
+    } else if (f.type == kLiteral) {
+      const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
+      if (g.tries[static_cast<size_t>(node.literals)].nodes[static_cast<size_t>(f.a)].tag < 0) return false;
+      --stack.depth;
+    } else {
+      return true;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool JsonMatcher::accepting(const MatchState& state) const {
+  for (Stack stack : state.stacks) {
+    if (settle(*grammar_, stack) && stack.depth == 1 && stack.frames[0].type == kRootEnd) return true;
+  }
+  return false;
+}
+
+bool JsonMatcher::only_end(const MatchState& state) const {
+  for (const Stack& stack : state.stacks) {
+    if (stack.depth != 1 || stack.frames[0].type != kRootEnd) return false;
+  }
+  return !state.stacks.empty();
+}
+
+int JsonMatcher::free_string_state(const MatchState& state) {
+  if (state.stacks.size() != 1) return -1;
+  const Stack& stack = state.stacks[0];
+  const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
+  // A string without bounds, or a key off the declared names (where any key may come).
+  const bool free_key = top.type == kKey && top.a < 0;
+  if (!((top.type == kString && top.node == kStringNode) || free_key) || top.state >= kUtf8States) return -1;
+  return top.state;
+}
+
+}  // namespace qwenrt::structured

@@ -1,0 +1,149 @@
+// Structured output: the JSON texts a request allows, as a grammar compiled from a JSON
+// Schema (or "any JSON object"), and a byte-level matcher that says after every byte whether
+// the text so far can still become such a JSON text.
+//
+// The matcher is a pushdown automaton whose stack frames are small fixed records (no
+// allocation while it runs: the token mask walks the whole vocabulary through it every
+// draw). Alternatives (anyOf, a list of types) are followed side by side as a set of stacks,
+// as an Earley parser would keep its items. What it enforces:
+// - the value's type, an object's declared properties in their declared order (a required
+//   one may not be skipped; an optional one may), other keys only where the schema allows
+//   them (`additionalProperties` left out counts as false: the strict mode of the OpenAI
+//   API), array items, `minItems`/`maxItems`, `enum`/`const` (written as the canonical
+//   JSON text of the value), `anyOf`/`oneOf` (both as anyOf), `$ref` into `$defs` or
+//   `definitions` (recursion allowed);
+// - JSON's own rules: escapes, valid UTF-8 in strings, no control characters, numbers
+//   without leading zeros (integers without fraction or exponent);
+// - bounds that keep a runaway generation finite: at most kMaxWhitespace whitespace bytes in
+//   a row, numbers of at most kMaxNumberBytes bytes with exponents of at most two digits
+//   (so each is a finite double), nesting at most kMaxDepth deep.
+// Keywords that would change what is valid but are not enforced (pattern, format, minimum,
+// minLength, ...) are refused by name when the schema is compiled, never silently dropped.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace qwenrt::structured {
+
+inline constexpr int kMaxDepth = 32;         // nested frames (objects, arrays, keys, values)
+inline constexpr int kMaxWhitespace = 20;    // whitespace bytes in a row between tokens of JSON
+inline constexpr int kMaxNumberBytes = 32;   // bytes of one number
+inline constexpr int kMaxExponentDigits = 2; // digits of its exponent (every number a finite double)
+inline constexpr int kMaxAlternatives = 64;  // stacks followed at once (anyOf)
+
+// A byte trie over a set of literal strings (enum and const texts, property names). Node 0 is
+// the root; a node where a literal ends carries its tag.
+struct LiteralTrie {
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;
+    int32_t tag = -1;
+    int32_t min_tag = INT32_MAX, max_tag = -1;  // tags in this subtree
+    std::vector<int32_t> tags;                  // every tag in this subtree, sorted
+  };
+  std::vector<Node> nodes = std::vector<Node>(1);
+  void add(std::string_view text, int32_t tag);
+  int32_t child(int32_t node, uint8_t byte) const;
+  // True when a literal in node's subtree has a tag in [lo, hi].
+  bool has_tag_in(int32_t node, int32_t lo, int32_t hi) const;
+};
+
+enum class NodeKind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiterals, kAnyOf };
+
+struct SchemaNode {
+  NodeKind kind = NodeKind::kAny;
+  // kObject: declared properties in order (names in `key_trie`, tagged by index), and the
+  // schema of any other key's value (-1: none allowed).
+  std::vector<int32_t> property_nodes;
+  std::vector<uint8_t> required;
+  int32_t key_trie = -1;
+  int32_t additional = -1;
+  // kArray
+  int32_t items = -1;
+  int32_t min_items = 0, max_items = -1;
+  // kLiterals: the trie of the allowed JSON texts
+  int32_t literals = -1;
+  // kAnyOf
+  std::vector<int32_t> alternatives;
+};
+
+struct Grammar {
+  std::vector<SchemaNode> nodes;
+  std::vector<LiteralTrie> tries;
+  int32_t root = 0;
+};
+
+// Node indices every grammar has, for "any value" and its parts.
+inline constexpr int32_t kAnyNode = 0, kAnyObjectNode = 1, kAnyArrayNode = 2, kStringNode = 3, kNumberNode = 4,
+                         kBooleanNode = 5, kNullNode = 6;
+
+// A JSON Schema as a grammar. Throws Error(kInvalidArgument) naming the place in the schema
+// ("#/properties/zip") and the keyword for what it cannot enforce or does not understand.
+Grammar compile_json_schema(const nlohmann::ordered_json& schema);
+// Any JSON object (the OpenAI API's {"type": "json_object"}).
+Grammar any_json_object_grammar();
+// A tool call as Qwen writes one: {"name": NAME, "arguments": ARGUMENTS} where NAME is one of
+// the tools' names and ARGUMENTS fits that tool's parameters schema (null, or a schema this
+// compiler refuses: any object). Each schema is its own root for its references.
+Grammar compile_tool_calls(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& tools);
+
+// One frame of the matcher's stack (a fixed 16-byte record).
+struct Frame {
+  uint8_t type = 0;   // FrameType (json_grammar.cpp)
+  uint8_t state = 0;
+  uint16_t ws = 0;    // whitespace bytes in a row
+  int32_t node = 0;   // the schema node
+  int32_t a = 0, b = 0;
+};
+
+struct Stack {
+  int depth = 0;
+  std::array<Frame, kMaxDepth> frames;
+  bool operator==(const Stack& other) const;
+};
+
+// The matcher's state: every stack still alive. Empty: the text cannot be completed.
+struct MatchState {
+  std::vector<Stack> stacks;
+  bool dead() const { return stacks.empty(); }
+};
+
+class JsonMatcher {
+ public:
+  explicit JsonMatcher(std::shared_ptr<const Grammar> grammar);
+  // The state before any byte: a root value to come (whitespace first allowed).
+  MatchState start() const;
+  // `out` = `in` after `byte` (out may not alias in). Reuses out's storage.
+  void advance(const MatchState& in, uint8_t byte, MatchState& out) const;
+  // Advances `state` over `bytes` in place; false (and a dead state) when one is refused.
+  bool advance_all(MatchState& state, std::string_view bytes) const;
+  // True when the text so far is a complete value (only trailing whitespace may follow).
+  bool accepting(const MatchState& state) const;
+  // True when nothing but the end (and whitespace) may follow.
+  bool only_end(const MatchState& state) const;
+  // When `state` is one stack inside a free string, at UTF-8 state 0-7, that state (the
+  // vocabulary mask's shortcut: every byte of plain text keeps it in that string); else -1.
+  static int free_string_state(const MatchState& state);
+  const Grammar& grammar() const { return *grammar_; }
+
+ private:
+  void step(const Stack& stack, uint8_t byte, MatchState& out) const;
+  std::shared_ptr<const Grammar> grammar_;
+};
+
+// The UTF-8 decoder states a string's content moves through (0: between characters).
+// next_utf8_state returns -1 for a byte not allowed in that state.
+int next_utf8_state(int state, uint8_t byte);
+// A byte a free string takes as plain text in UTF-8 state `state` (not a quote, backslash or
+// control byte), and the state after it; -1 when it is not plain there.
+int plain_string_byte(int state, uint8_t byte);
+inline constexpr int kUtf8States = 8;
+
+}  // namespace qwenrt::structured

@@ -1,0 +1,151 @@
+#include "structured/token_mask.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tokenizer/tokenizer.h"
+
+namespace qwenrt::structured {
+
+namespace {
+
+std::vector<std::string> ordinary_tokens(const Tokenizer& tokenizer) {
+  std::vector<std::string> tokens(static_cast<size_t>(tokenizer.vocab_size()));
+  std::vector<uint8_t> added(tokens.size(), 0);
+  for (const AddedToken& token : tokenizer.added_tokens()) {
+    if (token.id >= 0 && static_cast<size_t>(token.id) < added.size()) added[static_cast<size_t>(token.id)] = 1;
+  }
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (added[id] == 0) tokens[id] = std::string(tokenizer.token_bytes(static_cast<int32_t>(id)));
+  }
+  return tokens;
+}
+
+thread_local std::vector<MatchState> scratch;
+
+void set_bit(std::span<uint32_t> mask, int32_t id) {
+  const auto word = static_cast<size_t>(id) / 32;
+  if (word < mask.size()) mask[word] |= 1u << (static_cast<uint32_t>(id) % 32);
+}
+
+}  // namespace
+
+Vocabulary::Vocabulary(const Tokenizer& tokenizer) { build(ordinary_tokens(tokenizer)); }
+Vocabulary::Vocabulary(const std::vector<std::string>& tokens) { build(tokens); }
+
+std::string_view Vocabulary::bytes(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < tokens_.size() ? std::string_view(tokens_[static_cast<size_t>(id)])
+                                                               : std::string_view();
+}
+
+void Vocabulary::build(const std::vector<std::string>& tokens) {
+  tokens_ = tokens;
+  std::vector<int32_t> sorted;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (!tokens[id].empty()) sorted.push_back(static_cast<int32_t>(id));
+  }
+  std::sort(sorted.begin(), sorted.end(), [&](int32_t x, int32_t y) {
+    return tokens[static_cast<size_t>(x)] < tokens[static_cast<size_t>(y)] ||
+           (tokens[static_cast<size_t>(x)] == tokens[static_cast<size_t>(y)] && x < y);
+  });
+  order_ = sorted;
+  // Sorted, the tokens below a trie node are one run of `order_`: the trie is built in one
+  // pass, each token adding the nodes past its common prefix with the one before.
+  nodes_.assign(1, Node{});
+  nodes_[0].begin = 0;
+  std::vector<int32_t> path = {0};  // path[d]: the node at depth d of the last token
+  std::vector<int32_t> last_child = {-1};
+  const std::string* previous = nullptr;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const std::string& text = tokens[static_cast<size_t>(sorted[i])];
+    size_t common = 0;
+    if (previous != nullptr) {
+      while (common < previous->size() && common < text.size() && (*previous)[common] == text[common]) ++common;
+    }
+    while (path.size() > common + 1) {
+      nodes_[static_cast<size_t>(path.back())].end = static_cast<int32_t>(i);
+      path.pop_back();
+      last_child.pop_back();
+    }
+    for (size_t d = common; d < text.size(); ++d) {
+      const auto id = static_cast<int32_t>(nodes_.size());
+      Node node;
+      node.byte = static_cast<uint8_t>(text[d]);
+      node.begin = static_cast<int32_t>(i);
+      nodes_.push_back(node);
+      const int32_t parent = path.back();
+      if (last_child.back() < 0) nodes_[static_cast<size_t>(parent)].first_child = id;
+      else nodes_[static_cast<size_t>(last_child.back())].next_sibling = id;
+      last_child.back() = id;
+      path.push_back(id);
+      last_child.push_back(-1);
+    }
+    max_length_ = std::max(max_length_, text.size());
+    Node& at = nodes_[static_cast<size_t>(path.back())];
+    if (at.token < 0) at.token = sorted[i];
+    previous = &text;
+  }
+  while (!path.empty()) {
+    nodes_[static_cast<size_t>(path.back())].end = static_cast<int32_t>(sorted.size());
+    path.pop_back();
+  }
+  // Children have larger indices than their parents: one backward pass settles `plain`.
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    Node& node = nodes_[n];
+    uint8_t plain = 0xFF;
+    for (int32_t c = node.first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+      const Node& child = nodes_[static_cast<size_t>(c)];
+      for (int s = 0; s < kUtf8States; ++s) {
+        const int next = plain_string_byte(s, child.byte);
+        if (next < 0 || ((child.plain >> next) & 1) == 0) plain = static_cast<uint8_t>(plain & ~(1u << s));
+      }
+    }
+    node.plain = plain;
+  }
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& text = tokens[id];
+    if (!text.empty() && text.size() <= 8 &&
+        std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; })) {
+      whitespace_.push_back(static_cast<int32_t>(id));
+    }
+  }
+  std::stable_sort(whitespace_.begin(), whitespace_.end(), [&](int32_t x, int32_t y) {
+    return tokens[static_cast<size_t>(x)].size() < tokens[static_cast<size_t>(y)].size();
+  });
+}
+
+size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std::span<uint32_t> mask) const {
+  std::fill(mask.begin(), mask.end(), 0u);
+  size_t steps = 0;
+  if (state.dead()) return steps;
+  // One state a depth, sized before the walk: its frames hold references into it.
+  if (scratch.size() < max_length_ + 2) scratch.resize(max_length_ + 2);
+  walk(matcher, 0, state, 0, mask, steps);
+  return steps;
+}
+
+void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& state, int depth,
+                      std::span<uint32_t> mask, size_t& steps) const {
+  for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+    const Node& child = nodes_[static_cast<size_t>(c)];
+    MatchState& next = scratch[static_cast<size_t>(depth) + 1];
+    matcher.advance(state, child.byte, next);
+    ++steps;
+    if (next.dead()) continue;
+    // Tokens spelled by exactly these bytes come first in the subtree's run.
+    int32_t i = child.begin;
+    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
+      set_bit(mask, order_[static_cast<size_t>(i)]);
+    }
+    if (child.first_child < 0) continue;
+    const int free = JsonMatcher::free_string_state(next);
+    if (free >= 0 && ((child.plain >> free) & 1) != 0) {
+      for (; i < child.end; ++i) set_bit(mask, order_[static_cast<size_t>(i)]);
+      continue;
+    }
+    walk(matcher, c, next, depth + 1, mask, steps);
+    // `next` (scratch[depth + 1]) is reused by the next sibling: the call above used deeper slots only.
+  }
+}
+
+}  // namespace qwenrt::structured

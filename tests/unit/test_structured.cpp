@@ -1,0 +1,367 @@
+// Structured output: the JSON matcher against nlohmann's parser (the outside reference for
+// what is JSON), schemas accepted and refused, and the vocabulary mask against stepping
+// every token through the matcher one by one.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "structured/constraint.h"
+#include "structured/json_grammar.h"
+#include "structured/token_mask.h"
+
+namespace qwenrt::structured {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::shared_ptr<const Grammar> schema(const std::string& text) {
+  return std::make_shared<const Grammar>(compile_json_schema(ordered_json::parse(text)));
+}
+
+// True when the whole text is a complete value of the grammar.
+bool matches(const std::shared_ptr<const Grammar>& grammar, const std::string& text) {
+  JsonMatcher matcher(grammar);
+  MatchState state = matcher.start();
+  return matcher.advance_all(state, text) && matcher.accepting(state);
+}
+
+// True when the text can still be completed (every byte taken).
+bool viable(const std::shared_ptr<const Grammar>& grammar, const std::string& text) {
+  JsonMatcher matcher(grammar);
+  MatchState state = matcher.start();
+  return matcher.advance_all(state, text);
+}
+
+TEST(JsonMatcher, AnyValueAgreesWithAJsonParser) {
+  const auto any = schema("true");
+  const std::vector<std::string> cases = {
+      "{}", "[]", "0", "-0", "12", "-1.5e+3", "1E-2", "0.25", "true", "false", "null", "\"\"", "\"a\\\"b\\\\c\\/\"",
+      "\"\\u00e9\\n\\t\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "{\"a\": [1, {\"b\": null}], \"c\": \"d\"}",
+      " {\n  \"k\": 1\n} ", "[1,2,3]",
+      // not JSON
+      "01", "-", "1.", "1e", "1e+", ".5", "+1", "{\"a\":1,}", "[1,]", "{'a':1}", "{\"a\" 1}", "{a:1}", "tru", "nul",
+      "\"abc", "\"\x01\"", "\"\\x\"", "\"\\u12g4\"", "\"\xc0\x80\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"",
+      "\"\xe2\x82\"", "[1 2]", "{\"a\":}", "}", "{\"a\":1}}", "[[]", "1 2", "\"\xff\""};
+  for (const std::string& text : cases) {
+    EXPECT_EQ(matches(any, text), ordered_json::accept(text)) << text;
+  }
+}
+
+// Random values written compactly or indented, and single-byte mutations of them: the
+// matcher's verdict is the parser's (the values stay inside the matcher's limits).
+TEST(JsonMatcher, RandomDocumentsAndMutationsAgreeWithAJsonParser) {
+  std::mt19937 rng(7);
+  std::function<ordered_json(int)> value = [&](int depth) -> ordered_json {
+    const int kind = static_cast<int>(rng() % (depth > 3 ? 5 : 7));
+    switch (kind) {
+      case 0: return nullptr;
+      case 1: return rng() % 2 == 0;
+      case 2: return static_cast<int64_t>(rng() % 2000) - 1000;
+      case 3: return static_cast<double>(rng() % 100000) / 64.0 - 500.0;
+      case 4: {
+        std::string s;
+        const char* pieces[] = {"a", "Z", " ", "\"", "\\", "\n", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "/", "\t", "\x01"};
+        for (int i = static_cast<int>(rng() % 6); i > 0; --i) s += pieces[rng() % 12];
+        return s;
+      }
+      case 5: {
+        ordered_json a = ordered_json::array();
+        for (int i = static_cast<int>(rng() % 4); i > 0; --i) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        ordered_json o = ordered_json::object();
+        for (int i = static_cast<int>(rng() % 4); i > 0; --i) o["k" + std::to_string(rng() % 10)] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  const auto any = schema("{}");
+  const std::string alphabet = "{}[]\",:0123456789-+.eEtrufalsn \n\\u\x01\xc3\xa9";
+  int refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    const ordered_json doc = value(0);
+    const std::string text = doc.dump(rng() % 2 == 0 ? -1 : 2);
+    ASSERT_TRUE(matches(any, text)) << text;
+    for (int m = 0; m < 8; ++m) {
+      std::string mutated = text;
+      const size_t at = rng() % (mutated.size() + 1);
+      const int op = static_cast<int>(rng() % 3);
+      const char c = alphabet[rng() % alphabet.size()];
+      if (op == 0 && at < mutated.size()) mutated[at] = c;
+      else if (op == 1) mutated.insert(mutated.begin() + static_cast<std::ptrdiff_t>(at), c);
+      else if (at < mutated.size()) mutated.erase(at, 1);
+      // Exponents of three digits or more are the matcher's limit, not JSON's.
+      if (std::regex_search(mutated, std::regex("[eE][-+]?[0-9]{3}"))) continue;
+      const bool valid = ordered_json::accept(mutated);
+      EXPECT_EQ(matches(any, mutated), valid) << mutated;
+      refused += valid ? 0 : 1;
+    }
+  }
+  EXPECT_GT(refused, 500);  // the mutations do reach invalid texts
+}
+
+TEST(JsonMatcher, PrefixesOfValidTextsStayViable) {
+  const auto any = schema("true");
+  const std::string text = "{\"a\": [1.5e-3, \"x\\u0041\xc3\xa9\", {\"b\": false}], \"c\": null}";
+  for (size_t n = 0; n <= text.size(); ++n) EXPECT_TRUE(viable(any, text.substr(0, n))) << n;
+}
+
+TEST(JsonMatcher, JsonObjectModeWantsAnObjectAtTheTop) {
+  const auto object = std::make_shared<const Grammar>(any_json_object_grammar());
+  EXPECT_TRUE(matches(object, "{\"x\": [1, {\"y\": \"z\"}]}"));
+  EXPECT_TRUE(matches(object, "  {}"));
+  EXPECT_FALSE(viable(object, "["));
+  EXPECT_FALSE(viable(object, "\"a\""));
+  EXPECT_FALSE(viable(object, "1"));
+}
+
+TEST(JsonMatcher, LimitsKeepAGenerationFinite) {
+  const auto any = schema("true");
+  EXPECT_TRUE(viable(any, "[" + std::string(kMaxWhitespace, ' ')));
+  EXPECT_FALSE(viable(any, "[" + std::string(kMaxWhitespace + 1, ' ')));
+  EXPECT_TRUE(viable(any, std::string(kMaxNumberBytes, '1')));
+  EXPECT_FALSE(viable(any, std::string(kMaxNumberBytes + 1, '1')));
+  EXPECT_TRUE(matches(any, "-1.5e-99"));
+  EXPECT_FALSE(viable(any, "1e100"));
+  EXPECT_TRUE(viable(any, std::string(kMaxDepth - 2, '[')));
+  EXPECT_FALSE(viable(any, std::string(kMaxDepth + 1, '[')));
+}
+
+TEST(JsonSchema, PropertiesInOrderRequiredAndOptional) {
+  const auto g = schema(R"({"type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "tags"]})");
+  EXPECT_TRUE(matches(g, R"({"name": "Ann", "age": 31, "tags": []})"));
+  EXPECT_TRUE(matches(g, R"({"name": "Ann", "tags": ["a", "b"]})"));
+  EXPECT_TRUE(matches(g, "{\n  \"name\" : \"Ann\" ,\n  \"tags\" : [ ]\n}"));
+  EXPECT_FALSE(matches(g, R"({"name": "Ann"})"));                    // a required one missing
+  EXPECT_FALSE(viable(g, R"({"tags": [], )"));                      // out of order
+  EXPECT_FALSE(viable(g, R"({"name": "Ann", "extra": 1)"));         // additionalProperties left out: none
+  EXPECT_FALSE(viable(g, R"({"name": "Ann", "age": 3.5)"));          // integer
+  EXPECT_FALSE(viable(g, R"({"name": 5)"));
+  EXPECT_FALSE(viable(g, R"({"name": "Ann", "tags": [1)"));
+  EXPECT_TRUE(viable(g, R"({"nam)"));
+  EXPECT_FALSE(viable(g, R"({"nax)"));
+}
+
+TEST(JsonSchema, AdditionalPropertiesAndFreeObjects) {
+  const auto open = schema(R"({"type": "object", "properties": {"a": {"type": "number"}}, "additionalProperties": true})");
+  EXPECT_TRUE(matches(open, R"({"a": 1, "b": [true]})"));
+  EXPECT_TRUE(matches(open, R"({"b": "x"})"));
+  EXPECT_TRUE(matches(open, R"({"ab": "x"})"));  // a key that starts like a declared one
+  const auto typed = schema(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(matches(typed, R"({"x": 1, "y": 2})"));
+  EXPECT_FALSE(viable(typed, R"({"x": "no")"));
+  const auto bare = schema(R"({"type": "object"})");  // no properties declared: any keys
+  EXPECT_TRUE(matches(bare, R"({"x": {"y": [null]}})"));
+}
+
+TEST(JsonSchema, EnumConstAnyOfAndTypeLists) {
+  const auto e = schema(R"({"enum": ["red", "green", 1, 12, null, {"k": [1]}]})");
+  for (const char* ok : {"\"red\"", "\"green\"", "1", "12", "null", "{\"k\":[1]}"}) EXPECT_TRUE(matches(e, ok)) << ok;
+  for (const char* bad : {"\"blue\"", "2", "123", "\"re\"", "{\"k\": [1]}"}) EXPECT_FALSE(matches(e, bad)) << bad;
+  const auto c = schema(R"({"const": "fixed"})");
+  EXPECT_TRUE(matches(c, "\"fixed\""));
+  EXPECT_FALSE(matches(c, "\"fixe\""));
+  const auto any_of = schema(R"({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "array", "items": {"type": "boolean"}}]})");
+  EXPECT_TRUE(matches(any_of, "\"ab\""));
+  EXPECT_FALSE(matches(any_of, "\"abc\""));
+  EXPECT_TRUE(matches(any_of, "[true, false]"));
+  EXPECT_FALSE(matches(any_of, "[1]"));
+  const auto nullable = schema(R"({"type": ["integer", "null"]})");
+  EXPECT_TRUE(matches(nullable, "-7"));
+  EXPECT_TRUE(matches(nullable, "null"));
+  EXPECT_FALSE(matches(nullable, "1.5"));
+}
+
+TEST(JsonSchema, StringLengthsCountCharactersNotBytes) {
+  const auto g = schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(matches(g, "\"a\""));
+  EXPECT_TRUE(matches(g, "\"ab\""));
+  EXPECT_TRUE(matches(g, "\"\xc3\xa9\xe2\x82\xac\\n\""));  // é € \n: three characters
+  EXPECT_FALSE(matches(g, "\"abcd\""));
+}
+
+TEST(JsonSchema, ArraysCountTheirItems) {
+  const auto g = schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})");
+  EXPECT_FALSE(matches(g, "[]"));
+  EXPECT_TRUE(matches(g, "[1]"));
+  EXPECT_TRUE(matches(g, "[1, 2]"));
+  EXPECT_FALSE(viable(g, "[1, 2,"));
+}
+
+TEST(JsonSchema, ReferencesAndRecursion) {
+  const auto g = schema(R"({"$defs": {"node": {"type": "object",
+      "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["value"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(matches(g, R"({"value": 1, "children": [{"value": 2}, {"value": 3, "children": []}]})"));
+  EXPECT_FALSE(viable(g, R"({"value": 1, "children": [{"value": "x")"));
+  // Pydantic's form: the model under definitions, annotations beside $ref.
+  const auto p = schema(R"({"definitions": {"Pet": {"title": "Pet", "type": "object",
+      "properties": {"kind": {"enum": ["cat", "dog"]}}, "required": ["kind"]}},
+      "type": "object", "properties": {"pet": {"$ref": "#/definitions/Pet", "description": "the pet"}}, "required": ["pet"]})");
+  EXPECT_TRUE(matches(p, R"({"pet": {"kind": "dog"}})"));
+  EXPECT_FALSE(matches(p, R"({"pet": {"kind": "cow"}})"));
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
+      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})", "#/properties/n: 'minimum'"},
+      {R"({"allOf": [{"type": "string"}]})", "'allOf'"},
+      {R"({"type": "object", "required": ["x"]})", "'x'"},
+      {R"({"type": "wat"})", "unknown type 'wat'"},
+      {R"({"enum": []})", "'enum' is empty"},
+      {R"({"$ref": "#/$defs/missing"})", "points to nothing"},
+      {R"({"$ref": "https://example.com/s.json"})", "only references inside the schema"},
+      {R"(false)", "allows no value"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 1})", "'minItems' is over 'maxItems'"},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      compile_json_schema(ordered_json::parse(text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.category(), ErrorCategory::kInvalidArgument);
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+    }
+  }
+  // Annotations and format (an annotation since draft 2019-09) are accepted.
+  EXPECT_NO_THROW(compile_json_schema(ordered_json::parse(
+      R"({"title": "T", "description": "d", "type": "string", "format": "date-time", "default": "x", "examples": ["y"]})")));
+}
+
+// A vocabulary of single bytes, JSON-ish pieces and UTF-8 fragments; the mask must be
+// exactly the tokens that step through the matcher one by one, in every state met while
+// writing a few documents.
+TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const char* piece : {"\"", "\":", "\": \"", "\",", "\", \"", "{\"", "{\n", "\n}", "},", "}]", "[\"", "\"]", "true",
+                            "false", "null", "nu", "12", "0.", "e-", "name", "na", "age", "tags", "ing", "é", "\xc3",
+                            "\xa9\"", "\xa9x", "\xe2\x82", "\xac", "€", "  ", "\n  ", "\\n", "\\\"", "\\u00", "e9\"",
+                            "hello world", "\"name\"", " \"", "\x01x", "\"\n", "1,", "23]", "red", "\"red\"", "gre"}) {
+    tokens.emplace_back(piece);
+  }
+  tokens.emplace_back();  // not text
+  const Vocabulary vocabulary(tokens);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"true", "{\"name\": \"caf\xc3\xa9 \xe2\x82\xac\\u00e9\", \"n\": [1, 2.5, null, {\"x\": true}]}"},
+      {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+          "color": {"enum": ["red", "green"]}}, "required": ["name"]})",
+       "{\"name\": \"a\\\"b\xc3\xa9\", \"age\": 12, \"color\": \"green\"}"},
+      {R"({"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}})", "{\"k\xc3\xa9y\": \"abc\"}"},
+  };
+  const size_t words = (tokens.size() + 31) / 32;
+  for (const auto& [schema_text, doc] : runs) {
+    const auto grammar = schema(schema_text);
+    JsonMatcher matcher(grammar);
+    MatchState state = matcher.start();
+    for (size_t n = 0; n <= doc.size(); ++n) {
+      std::vector<uint32_t> mask(words);
+      vocabulary.fill(matcher, state, mask);
+      for (size_t id = 0; id < tokens.size(); ++id) {
+        MatchState probe = state;
+        const bool expected = !tokens[id].empty() && matcher.advance_all(probe, tokens[id]);
+        const bool got = ((mask[id / 32] >> (id % 32)) & 1) != 0;
+        ASSERT_EQ(got, expected) << "after " << doc.substr(0, n) << " token " << id << " '" << tokens[id] << "'";
+      }
+      if (n < doc.size()) {
+        ASSERT_TRUE(matcher.advance_all(state, doc.substr(n, 1))) << doc.substr(0, n + 1);
+      }
+    }
+    EXPECT_TRUE(matcher.accepting(state));
+  }
+}
+
+TEST(GrammarConstraint, ThinkingFirstThenTheTextThenItsEnd) {
+  // Ids: the 256 bytes, then <think> 256, </think> 257, <end> 258 (not text).
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  tokens.resize(259);
+  ConstraintOptions options;
+  options.grammar = schema(R"({"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]})");
+  options.vocabulary = std::make_shared<const Vocabulary>(tokens);
+  options.end_ids = {258};
+  options.think_open = 256;
+  options.think_close = 257;
+  GrammarConstraint constraint(options);
+  std::vector<uint32_t> mask(9);
+  auto allowed = [&](int32_t id) { return ((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1) != 0; };
+  ASSERT_TRUE(constraint.next_mask(mask));
+  EXPECT_TRUE(allowed(256));
+  EXPECT_TRUE(allowed('{'));
+  EXPECT_TRUE(allowed(' '));
+  EXPECT_FALSE(allowed('['));
+  EXPECT_FALSE(allowed(258));
+  constraint.accept(256);
+  EXPECT_FALSE(constraint.next_mask(mask));  // thinking: free
+  constraint.accept('x');
+  constraint.accept(257);
+  for (const char c : std::string("\n\n{\"a\": 1")) {
+    ASSERT_TRUE(constraint.next_mask(mask));
+    ASSERT_TRUE(allowed(static_cast<uint8_t>(c))) << c;
+    EXPECT_FALSE(allowed(256));
+    constraint.accept(static_cast<uint8_t>(c));
+  }
+  ASSERT_TRUE(constraint.next_mask(mask));
+  EXPECT_FALSE(allowed(258));
+  EXPECT_FALSE(allowed('2'));
+  constraint.accept('}');
+  ASSERT_TRUE(constraint.next_mask(mask));
+  EXPECT_TRUE(allowed(258));
+  EXPECT_TRUE(allowed('\n'));
+  EXPECT_FALSE(allowed('{'));
+  EXPECT_FALSE(constraint.ended());
+  constraint.accept(258);
+  EXPECT_TRUE(constraint.ended());
+}
+
+TEST(GrammarConstraint, ForcedCallsStartFromTheirOpeningAndMayRepeat) {
+  // Ids: bytes, then <tool_call> 256, </tool_call> 257, <|im_end|> 258.
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  tokens.resize(259);
+  ConstraintOptions options;
+  options.grammar = schema(R"({"type": "object", "properties": {"name": {"const": "f"},
+      "arguments": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+      "required": ["name", "arguments"]})");
+  options.vocabulary = std::make_shared<const Vocabulary>(tokens);
+  options.prefix = "{\"name\": \"";
+  options.end_ids = {257};
+  options.call_open = 256;
+  options.final_ids = {258};
+  GrammarConstraint constraint(options);
+  std::vector<uint32_t> mask(9);
+  auto allowed = [&](int32_t id) { return ((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1) != 0; };
+  for (const char c : std::string("f\", \"arguments\": {\"x\": 5}}\n")) {
+    ASSERT_TRUE(constraint.next_mask(mask));
+    ASSERT_TRUE(allowed(static_cast<uint8_t>(c))) << c;
+    constraint.accept(static_cast<uint8_t>(c));
+  }
+  ASSERT_TRUE(constraint.next_mask(mask));
+  EXPECT_TRUE(allowed(257));
+  constraint.accept(257);
+  ASSERT_TRUE(constraint.next_mask(mask));
+  EXPECT_TRUE(allowed(256));
+  EXPECT_TRUE(allowed(258));
+  EXPECT_TRUE(allowed('\n'));
+  EXPECT_FALSE(allowed('{'));
+  constraint.accept('\n');
+  constraint.accept(256);
+  ASSERT_TRUE(constraint.next_mask(mask));  // a second call, written whole by the model
+  EXPECT_TRUE(allowed('\n'));
+  EXPECT_TRUE(allowed('{'));
+  EXPECT_FALSE(allowed('f'));
+  options.prefix = "{\"name\": \"g";
+  EXPECT_THROW(GrammarConstraint{options}, Error);
+}
+
+}  // namespace
+}  // namespace qwenrt::structured
