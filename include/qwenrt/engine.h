@@ -252,8 +252,11 @@ class Engine {
   // begin_step stages and issues the forward pass and the draw (it returns before the
   // device is done; `inputs` may go once it returns), end_step waits for the sampled ids.
   // Between the two nothing else may use the engine. `want_logprobs`: end_step will be
-  // given a `logprobs` vector.
-  void begin_step(std::span<const StepInput> inputs, bool want_logprobs = false);
+  // given a `logprobs` vector. `before_draw`, when given, runs once the forward pass is
+  // issued and before the masks (StepInput::allowed) are read: the host fills them while
+  // the device runs the pass (the spans must already have their size).
+  void begin_step(std::span<const StepInput> inputs, bool want_logprobs = false,
+                  const std::function<void()>& before_draw = nullptr);
   void end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs = nullptr);
   // The last step that sampled (StepTiming::index 0: none yet).
   const StepTiming& last_step_timing() const { return last_step_timing_; }
@@ -311,6 +314,7 @@ class Engine {
   std::vector<int32_t> step_logit_rows_, step_out_host_, step_lens_host_, step_history_host_, step_adjust_host_;
   std::vector<int32_t> step_mask_rows_host_;
   std::vector<uint32_t> step_masks_host_;
+  std::vector<std::span<const uint32_t>> step_mask_spans_;  // read after begin_step's before_draw
   std::vector<SampleRow> step_rows_host_;
   std::vector<float> step_logits_host_;
   // The step between begin_step and end_step: per input whether it samples and its

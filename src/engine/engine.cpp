@@ -345,7 +345,7 @@ void Engine::step(std::span<const StepInput> inputs, std::vector<int32_t>& sampl
   end_step(sampled, logprobs);
 }
 
-void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
+void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, const std::function<void()>& before_draw) {
   QWENRT_CHECK(!step_in_flight_, "a step begun while the previous one is not finished");
   step_chunks_.clear();
   step_logit_rows_.clear();
@@ -353,6 +353,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   step_adjust_host_.clear();
   step_mask_rows_host_.clear();
   step_masks_host_.clear();
+  step_mask_spans_.clear();
   step_samples_.clear();
   step_top_logprobs_.clear();
   int32_t offset = 0;
@@ -385,7 +386,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
                    "a step input's token mask has " + std::to_string(input.allowed.size()) + " words (a vocabulary of " +
                        std::to_string(model_->config().vocab_size) + " ids takes " + std::to_string(mask_words) + ")");
       step_mask_rows_host_.push_back(row_index);
-      step_masks_host_.insert(step_masks_host_.end(), input.allowed.begin(), input.allowed.end());
+      step_mask_spans_.push_back(input.allowed);  // read once the pass is issued (before_draw)
     }
     step_logit_rows_.push_back(offset - 1);
     SampleRow row = input.sampling;
@@ -430,10 +431,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
     if (!step_adjust_host_.empty()) {
       backend_->copy_to_device(step_adjust_, step_adjust_host_.data(), step_adjust_host_.size() * sizeof(int32_t));
     }
-    if (!step_mask_rows_host_.empty()) {
-      backend_->copy_to_device(step_mask_rows_, step_mask_rows_host_.data(), step_mask_rows_host_.size() * sizeof(int32_t));
-      backend_->copy_to_device(step_masks_, step_masks_host_.data(), step_masks_host_.size() * sizeof(uint32_t));
-    }
   }
   // Only steps that sample are timed: they end synchronised anyway (the sampled ids come
   // back), so reading the timer adds no wait.
@@ -455,6 +452,16 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs) {
   // banned ids and those a mask leaves out get a logit no draw picks (the mask last: it only
   // takes ids away, whatever their bias).
   step_logprobs_wanted_ = want_logprobs;
+  // The masks are the caller's to fill while the device runs the pass (a grammar's walk of
+  // the vocabulary), then go up behind it.
+  if (before_draw) before_draw();
+  if (!step_mask_rows_host_.empty()) {
+    for (const std::span<const uint32_t> mask : step_mask_spans_) {
+      step_masks_host_.insert(step_masks_host_.end(), mask.begin(), mask.end());
+    }
+    backend_->copy_to_device(step_mask_rows_, step_mask_rows_host_.data(), step_mask_rows_host_.size() * sizeof(int32_t));
+    backend_->copy_to_device(step_masks_, step_masks_host_.data(), step_masks_host_.size() * sizeof(uint32_t));
+  }
   if (want_logprobs && step_logits_adjusted()) copy_logprob_rows();
   if (!step_adjust_host_.empty()) {
     backend_->adjust_logits(logits, step_adjust_, static_cast<int>(step_adjust_host_.size() / 3));

@@ -25,6 +25,8 @@
 
 namespace qwenrt {
 
+class ThreadPool;
+
 struct SequenceRequest {
   std::vector<int32_t> prompt;
   int max_new_tokens = 16;  // generation also stops at the context limit
@@ -101,6 +103,7 @@ class Scheduler {
   bool shares_prefix(const Sequence& sequence) const;
   bool admit(Sequence& sequence, int budget);
   void fail_batch();
+  void fill_masks();
   void update_stats();
 
   Engine& engine_;
@@ -117,6 +120,8 @@ class Scheduler {
   std::vector<SequenceEvent> events_;
   std::vector<StepInput> inputs_;
   std::vector<Sequence*> batch_;  // this step's sequences
+  std::vector<Sequence*> constrained_;  // those of them that draw under a constraint
+  std::unique_ptr<ThreadPool> mask_pool_;  // their masks' threads (made at the first)
   bool launched_ = false;         // a forward pass issued and not yet completed
   int budget_ = 0;                // this step's batch tokens left
   std::vector<int32_t> sampled_;

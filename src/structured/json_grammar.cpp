@@ -828,13 +828,16 @@ bool JsonMatcher::only_end(const MatchState& state) const {
   return !state.stacks.empty();
 }
 
-int JsonMatcher::free_string_state(const MatchState& state) {
+int JsonMatcher::free_string_state(const MatchState& state, int32_t& budget) const {
   if (state.stacks.size() != 1) return -1;
   const Stack& stack = state.stacks[0];
   const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
-  // A string without bounds, or a key off the declared names (where any key may come).
-  const bool free_key = top.type == kKey && top.a < 0;
-  if (!((top.type == kString && top.node == kStringNode) || free_key) || top.state >= kUtf8States) return -1;
+  if (top.state >= kUtf8States) return -1;
+  budget = INT32_MAX;
+  if (top.type == kKey) return top.a < 0 ? top.state : -1;  // a key off the declared names: any key
+  if (top.type != kString) return -1;
+  const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
+  if (node.max_items >= 0) budget = node.max_items - top.a;
   return top.state;
 }
 

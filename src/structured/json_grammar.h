@@ -128,9 +128,10 @@ class JsonMatcher {
   bool accepting(const MatchState& state) const;
   // True when nothing but the end (and whitespace) may follow.
   bool only_end(const MatchState& state) const;
-  // When `state` is one stack inside a free string, at UTF-8 state 0-7, that state (the
-  // vocabulary mask's shortcut: every byte of plain text keeps it in that string); else -1.
-  static int free_string_state(const MatchState& state);
+  // When `state` is one stack inside a string whose content is free, at UTF-8 state 0-7,
+  // that state (the vocabulary mask's shortcut: plain text keeps it in that string), with in
+  // `budget` how many more characters the string takes (INT32_MAX: no bound); else -1.
+  int free_string_state(const MatchState& state, int32_t& budget) const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

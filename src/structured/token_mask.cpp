@@ -93,14 +93,18 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
   for (size_t n = nodes_.size(); n-- > 0;) {
     Node& node = nodes_[n];
     uint8_t plain = 0xFF;
+    int chars = 0;
     for (int32_t c = node.first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
       const Node& child = nodes_[static_cast<size_t>(c)];
+      // A character starts at every byte but a continuation byte.
+      chars = std::max(chars, child.chars + ((child.byte & 0xC0) != 0x80 ? 1 : 0));
       for (int s = 0; s < kUtf8States; ++s) {
         const int next = plain_string_byte(s, child.byte);
         if (next < 0 || ((child.plain >> next) & 1) == 0) plain = static_cast<uint8_t>(plain & ~(1u << s));
       }
     }
     node.plain = plain;
+    node.chars = static_cast<uint16_t>(std::min(chars, 0xFFFF));
   }
   for (size_t id = 0; id < tokens.size(); ++id) {
     const std::string& text = tokens[id];
@@ -138,8 +142,9 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       set_bit(mask, order_[static_cast<size_t>(i)]);
     }
     if (child.first_child < 0) continue;
-    const int free = JsonMatcher::free_string_state(next);
-    if (free >= 0 && ((child.plain >> free) & 1) != 0) {
+    int32_t budget = 0;
+    const int free = matcher.free_string_state(next, budget);
+    if (free >= 0 && ((child.plain >> free) & 1) != 0 && child.chars <= budget) {
       for (; i < child.end; ++i) set_bit(mask, order_[static_cast<size_t>(i)]);
       continue;
     }

@@ -44,6 +44,7 @@ class Vocabulary {
     int32_t begin = 0, end = 0;    // this subtree's tokens: order_[begin, end)
     uint8_t byte = 0;
     uint8_t plain = 0;             // bit s: every token below is plain text from UTF-8 state s
+    uint16_t chars = 0;            // most characters a token below adds (saturating)
   };
   void build(const std::vector<std::string>& tokens);
   void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth,

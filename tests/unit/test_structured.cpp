@@ -257,6 +257,7 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
           "color": {"enum": ["red", "green"]}}, "required": ["name"]})",
        "{\"name\": \"a\\\"b\xc3\xa9\", \"age\": 12, \"color\": \"green\"}"},
       {R"({"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}})", "{\"k\xc3\xa9y\": \"abc\"}"},
+      {R"({"type": "string", "minLength": 1, "maxLength": 12})", "\"hello worl\xc3\xa9\""},
   };
   const size_t words = (tokens.size() + 31) / 32;
   for (const auto& [schema_text, doc] : runs) {
