@@ -493,10 +493,24 @@ void push_unique(MatchState& out, const Stack& stack) {
   if (out.stacks.size() < static_cast<size_t>(kMaxAlternatives)) out.stacks.push_back(stack);
 }
 
-// 1: `byte` is whitespace the frame takes; -1: whitespace over the limit; 0: not whitespace.
-int whitespace(Frame& f, uint8_t byte) {
+// 1: `byte` is whitespace the frame takes; -1: whitespace refused there; 0: not whitespace.
+// Around the root value (`outer`, or a grammar with free whitespace) any whitespace up to
+// kMaxWhitespace bytes; between the tokens inside it, what JSON writers put there: nothing,
+// one space, or one line break ("\n" or "\r\n") and an indent of spaces and tabs. Frame::ws
+// then holds 0 (nothing yet), 1 (a space: the gap is done), 2 (after "\r"), or 3 + the
+// indent's length.
+constexpr uint16_t kAfterCarriageReturn = 2;
+
+int whitespace(Frame& f, uint8_t byte, bool free) {
   if (!is_ws(byte)) return 0;
-  return ++f.ws <= kMaxWhitespace ? 1 : -1;
+  if (free) return ++f.ws <= kMaxWhitespace ? 1 : -1;
+  int next = -1;
+  if (f.ws == 0) next = byte == ' ' ? 1 : byte == '\n' ? 3 : byte == '\r' ? 2 : -1;
+  else if (f.ws == 2) next = byte == '\n' ? 3 : -1;
+  else if (f.ws >= 3 && (byte == ' ' || byte == '\t') && f.ws - 3 < kMaxIndent) next = f.ws + 1;
+  if (next < 0) return -1;
+  f.ws = static_cast<uint16_t>(next);
+  return 1;
 }
 
 }  // namespace
@@ -512,13 +526,15 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
     const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
     switch (f.type) {
       case kRootEnd:
-        if (whitespace(f, byte) > 0) push_unique(out, stack);
+        if (whitespace(f, byte, true) > 0) push_unique(out, stack);
         return;
       case kValue: {
-        if (const int ws = whitespace(f, byte); ws != 0) {
+        const bool free = g.free_whitespace || stack.depth == 2;
+        if (const int ws = whitespace(f, byte, free); ws != 0) {
           if (ws > 0) push_unique(out, stack);
           return;
         }
+        if (!free && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
         const uint16_t ws = f.ws;
         switch (node.kind) {
           case NodeKind::kAnyOf:
@@ -700,10 +716,11 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         bool required_left = false;
         for (int32_t i = f.a; i < properties; ++i) required_left = required_left || node.required[static_cast<size_t>(i)] != 0;
         const bool any_key = f.a < properties || node.additional >= 0;
-        if (const int ws = whitespace(f, byte); ws != 0) {
+        if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
           if (ws > 0) push_unique(out, stack);
           return;
         }
+        if (!g.free_whitespace && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
         f.ws = 0;
         switch (f.state) {
           case kObjOpen:
@@ -740,10 +757,11 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         }
       }
       case kArray: {
-        if (const int ws = whitespace(f, byte); ws != 0) {
+        if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
           if (ws > 0) push_unique(out, stack);
           return;
         }
+        if (!g.free_whitespace && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
         f.ws = 0;
         const bool more = node.max_items < 0 || f.a < node.max_items;
         if (f.state == kArrAfterValue) {

@@ -12,13 +12,19 @@
 //   API), array items, `minItems`/`maxItems`, `enum`/`const` (written as the canonical
 //   JSON text of the value), `anyOf`/`oneOf` (both as anyOf), `$ref` into `$defs` or
 //   `definitions` (recursion allowed);
+//   `minLength`/`maxLength` of strings (in characters);
 // - JSON's own rules: escapes, valid UTF-8 in strings, no control characters, numbers
 //   without leading zeros (integers without fraction or exponent);
-// - bounds that keep a runaway generation finite: at most kMaxWhitespace whitespace bytes in
-//   a row, numbers of at most kMaxNumberBytes bytes with exponents of at most two digits
-//   (so each is a finite double), nesting at most kMaxDepth deep.
-// Keywords that would change what is valid but are not enforced (pattern, format, minimum,
-// minLength, ...) are refused by name when the schema is compiled, never silently dropped.
+// - whitespace as JSON writers lay it out: between the tokens inside the value nothing, one
+//   space, or one line break and an indent (at most kMaxIndent spaces and tabs), so that a
+//   model cannot pad its answer with runs of blanks; around the value up to kMaxWhitespace
+//   bytes of any (Grammar::free_whitespace allows that in every gap);
+// - bounds that keep a runaway generation finite: numbers of at most kMaxNumberBytes bytes
+//   with exponents of at most two digits (so each is a finite double), nesting at most
+//   kMaxDepth deep.
+// Keywords that would change what is valid but are not enforced (pattern, minimum,
+// uniqueItems, ...) are refused by name when the schema is compiled, never silently dropped;
+// `format` is an annotation (as JSON Schema has it since draft 2019-09) and is not enforced.
 #pragma once
 
 #include <array>
@@ -34,7 +40,8 @@
 namespace qwenrt::structured {
 
 inline constexpr int kMaxDepth = 32;         // nested frames (objects, arrays, keys, values)
-inline constexpr int kMaxWhitespace = 20;    // whitespace bytes in a row between tokens of JSON
+inline constexpr int kMaxWhitespace = 20;    // whitespace bytes around the root value
+inline constexpr int kMaxIndent = 32;        // spaces and tabs after a line break inside it
 inline constexpr int kMaxNumberBytes = 32;   // bytes of one number
 inline constexpr int kMaxExponentDigits = 2; // digits of its exponent (every number a finite double)
 inline constexpr int kMaxAlternatives = 64;  // stacks followed at once (anyOf)
@@ -78,6 +85,7 @@ struct Grammar {
   std::vector<SchemaNode> nodes;
   std::vector<LiteralTrie> tries;
   int32_t root = 0;
+  bool free_whitespace = false;  // any whitespace (up to kMaxWhitespace bytes a gap) everywhere
 };
 
 // Node indices every grammar has, for "any value" and its parts.

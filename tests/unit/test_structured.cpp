@@ -81,13 +81,18 @@ TEST(JsonMatcher, RandomDocumentsAndMutationsAgreeWithAJsonParser) {
       }
     }
   };
-  const auto any = schema("{}");
+  // Whitespace as any JSON allows it (the matcher's own default lays it out as writers do).
+  auto free_any = std::make_shared<Grammar>(compile_json_schema(ordered_json::parse("{}")));
+  free_any->free_whitespace = true;
+  const std::shared_ptr<const Grammar> any = free_any;
+  const auto laid_out = schema("{}");
   const std::string alphabet = "{}[]\",:0123456789-+.eEtrufalsn \n\\u\x01\xc3\xa9";
   int refused = 0;
   for (int i = 0; i < 400; ++i) {
     const ordered_json doc = value(0);
     const std::string text = doc.dump(rng() % 2 == 0 ? -1 : 2);
     ASSERT_TRUE(matches(any, text)) << text;
+    ASSERT_TRUE(matches(laid_out, text)) << text;  // compact and indented writers' layouts
     for (int m = 0; m < 8; ++m) {
       std::string mutated = text;
       const size_t at = rng() % (mutated.size() + 1);
@@ -123,8 +128,15 @@ TEST(JsonMatcher, JsonObjectModeWantsAnObjectAtTheTop) {
 
 TEST(JsonMatcher, LimitsKeepAGenerationFinite) {
   const auto any = schema("true");
-  EXPECT_TRUE(viable(any, "[" + std::string(kMaxWhitespace, ' ')));
-  EXPECT_FALSE(viable(any, "[" + std::string(kMaxWhitespace + 1, ' ')));
+  // Around the value: any whitespace, up to kMaxWhitespace bytes.
+  EXPECT_TRUE(matches(any, std::string(kMaxWhitespace, ' ') + "1" + std::string(kMaxWhitespace - 1, '\n') + "\t"));
+  EXPECT_FALSE(viable(any, std::string(kMaxWhitespace + 1, ' ')));
+  EXPECT_FALSE(viable(any, "1" + std::string(kMaxWhitespace + 1, '\n')));
+  // Inside it: nothing, one space, or one line break and an indent.
+  for (const char* ok : {"[1,2]", "[ 1, 2 ]", "[\n  1,\n\t2\n]", "{\r\n  \"a\" : 1\n}"}) EXPECT_TRUE(matches(any, ok)) << ok;
+  for (const char* bad : {"[  1", "[\t1", "[\n\n1", "[ \n1", "[\n 1  ,", "{\"a\"\r:", "[\r 1", "[1\r]"}) EXPECT_FALSE(viable(any, bad)) << bad;
+  EXPECT_TRUE(viable(any, "[\n" + std::string(kMaxIndent, ' ')));
+  EXPECT_FALSE(viable(any, "[\n" + std::string(kMaxIndent + 1, ' ')));
   EXPECT_TRUE(viable(any, std::string(kMaxNumberBytes, '1')));
   EXPECT_FALSE(viable(any, std::string(kMaxNumberBytes + 1, '1')));
   EXPECT_TRUE(matches(any, "-1.5e-99"));
