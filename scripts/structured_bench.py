@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+# Structured output against a running `qwenrt serve`: the decode rate of one stream free and
+# under grammars (json_object, json_schema), then 16 and 64 streams at once, and that every
+# answer that ends parses (and fits its schema). Standard library only.
+#   scripts/structured_bench.py PORT
+import json, sys, time, threading, urllib.request
+URL = "http://127.0.0.1:%s/v1/completions" % sys.argv[1]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
+          "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}, "ok": {"type": "boolean"}},
+          "required": ["name", "age", "tags", "ok"]}
+def stream(body):
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    req = urllib.request.Request(URL, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    t0 = time.perf_counter(); first = None; text = ""; finish = None; usage = None
+    with urllib.request.urlopen(req) as r:
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]": continue
+            d = json.loads(line[6:])
+            if d.get("usage"): usage = d["usage"]
+            for c in d["choices"]:
+                if c.get("text"):
+                    if first is None: first = time.perf_counter()
+                    text += c["text"]
+                if c.get("finish_reason"): finish = c["finish_reason"]
+    end = time.perf_counter()
+    n = usage["completion_tokens"]
+    rate = (n - 1) / (end - first) if first and n > 1 else 0
+    return rate, n, finish, text
+base = {"prompt": "Describe a person as JSON:", "temperature": 1.0}
+kinds = {"free": {"max_tokens": 256, "ignore_eos": True},
+         "json_object": {"max_tokens": 256, "response_format": {"type": "json_object"}},
+         "json_schema": {"max_tokens": 256, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}}}
+for kind, extra in kinds.items():
+    rates = []; ok = 0; stops = 0
+    for seed in range(5):
+        rate, n, finish, text = stream({**base, **extra, "seed": seed})
+        rates.append(rate)
+        if finish == "stop":
+            stops += 1
+            v = json.loads(text); ok += 1
+            if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int), text
+    rates.sort()
+    print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); stopped {stops}/5, parsed {ok}", flush=True)
+for conc in (16, 64):
+    for kind in ("free", "json_schema"):
+        out = [None] * conc
+        def work(i):
+            out[i] = stream({**base, **kinds[kind], "seed": 100 + i, "max_tokens": 128})
+        t0 = time.perf_counter()
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(conc)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        wall = time.perf_counter() - t0
+        toks = sum(o[1] for o in out)
+        bad = 0
+        for o in out:
+            if o[2] == "stop":
+                try: json.loads(o[3])
+                except Exception: bad += 1
+        print(f"{conc} streams {kind}: {toks / wall:.0f} generated tok/s over {wall:.2f} s, per-stream median {sorted(o[0] for o in out)[conc // 2]:.1f}, stopped {sum(o[2] == 'stop' for o in out)}, unparsable {bad}", flush=True)
