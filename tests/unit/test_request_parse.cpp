@@ -277,3 +277,100 @@ TEST(RequestParse, AForcedToolCallClosesAThinkingOnlyTemplatesReasoning) {
 
 }  // namespace
 }  // namespace qwenrt::server
+
+namespace qwenrt::server {
+namespace {
+
+TEST(RequestParse, StructuredOutput) {
+  static const Fixture fixture;
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  const auto id = [&](const char* token) { return *fixture.tokenizer.token_to_id(token); };
+  // No response_format, or "text": free.
+  EXPECT_FALSE(chat("{" + messages + "}").structured);
+  EXPECT_FALSE(chat("{" + messages + R"(,"response_format":{"type":"text"}})").structured);
+  // json_object on chat: ends at the turn's end ids and the model's EOS; reasoning first.
+  const GenerationRequest object = chat("{" + messages + R"(,"response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(object.structured);
+  for (const int32_t end : object.stop_ids) {
+    EXPECT_NE(std::find(object.structured->end_ids.begin(), object.structured->end_ids.end(), end),
+              object.structured->end_ids.end());
+  }
+  for (const int32_t eos : fixture.config.eos_token_ids) {
+    EXPECT_NE(std::find(object.structured->end_ids.begin(), object.structured->end_ids.end(), eos),
+              object.structured->end_ids.end());
+  }
+  EXPECT_EQ(object.structured->think_open, id("<think>"));
+  EXPECT_EQ(object.structured->think_close, id("</think>"));
+  EXPECT_TRUE(object.structured->prefix.empty());
+  EXPECT_EQ(object.structured->call_open, -1);
+  // Without thinking, the grammar starts at once; on completions there is no reasoning.
+  EXPECT_EQ(chat("{" + messages + R"(,"response_format":{"type":"json_object"},
+      "chat_template_kwargs":{"enable_thinking":false}})").structured->think_open, -1);
+  const GenerationRequest text = completion(R"({"prompt":"x","response_format":{"type":"json_schema",
+      "json_schema":{"name":"n","schema":{"type":"object","properties":{"a":{"type":"integer"}}}}}})");
+  ASSERT_TRUE(text.structured);
+  EXPECT_EQ(text.structured->think_open, -1);
+  EXPECT_EQ(text.structured->end_ids, fixture.config.eos_token_ids);
+
+  const auto refused = [&](const std::string& body, const std::string& param, const std::string& words) {
+    try {
+      chat("{" + messages + "," + body + "}");
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << body;
+      EXPECT_EQ(error.param, param) << body;
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+    }
+  };
+  refused(R"("response_format":"json")", "response_format", "'type'");
+  refused(R"("response_format":{"type":"grammar"})", "response_format", "'grammar'");
+  refused(R"("response_format":{"type":"json_schema"})", "response_format.json_schema", "'schema'");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"name":"n"}})", "response_format.json_schema.schema",
+          "required");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object",
+      "properties":{"zip":{"type":"string","pattern":"^[0-9]+$"}}}}})",
+          "response_format.json_schema.schema", "#/properties/zip: 'pattern'");
+  refused(R"("response_format":{"type":"json_object"},"min_tokens":2)", "min_tokens", "structured output");
+}
+
+TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
+  static const Fixture fixture;
+  const auto id = [&](const char* token) { return *fixture.tokenizer.token_to_id(token); };
+  const std::string tools = R"("messages":[{"role":"user","content":"hi"}],"tools":[
+      {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        "properties":{"city":{"type":"string"}},"required":["city"]}}},
+      {"type":"function","function":{"name":"lookup","parameters":{"type":"object",
+        "properties":{"n":{"type":"integer","minimum":1}}}}}])";
+  const GenerationRequest named = chat("{" + tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  ASSERT_TRUE(named.structured);
+  EXPECT_EQ(named.structured->prefix, "\n{\"name\": \"get_weather\", \"arguments\":");
+  EXPECT_EQ(named.structured->end_ids, std::vector<int32_t>{id("</tool_call>")});
+  EXPECT_EQ(named.structured->call_open, -1);  // one call
+  EXPECT_EQ(named.structured->think_open, -1);
+  structured::JsonMatcher matcher(named.structured->grammar);
+  structured::MatchState state = matcher.start();
+  ASSERT_TRUE(matcher.advance_all(state, named.structured->prefix));
+  structured::MatchState fits = state, misses = state;
+  EXPECT_TRUE(matcher.advance_all(fits, R"( {"city": "Paris"}})") && matcher.accepting(fits));
+  EXPECT_FALSE(matcher.advance_all(misses, R"( {"town": )"));
+
+  // "required", parallel calls: any of the tools, more calls after each; a tool whose
+  // schema the grammar cannot enforce (minimum) still gets an object for its arguments.
+  const GenerationRequest required = chat("{" + tools + R"(,"tool_choice":"required"})");
+  ASSERT_TRUE(required.structured);
+  EXPECT_EQ(required.structured->prefix, "\n{\"name\": \"");
+  EXPECT_EQ(required.structured->call_open, id("<tool_call>"));
+  EXPECT_EQ(required.structured->final_ids, required.stop_ids);
+  structured::JsonMatcher any_tool(required.structured->grammar);
+  for (const std::string call : {R"(lookup", "arguments": {"n": 0, "x": [true]}})", R"(get_weather", "arguments": {"city": "Rome"}})"}) {
+    structured::MatchState s = any_tool.start();
+    EXPECT_TRUE(any_tool.advance_all(s, required.structured->prefix + call) && any_tool.accepting(s)) << call;
+  }
+  structured::MatchState unknown = any_tool.start();
+  EXPECT_FALSE(any_tool.advance_all(unknown, required.structured->prefix + "other\""));
+  const GenerationRequest single = chat("{" + tools + R"(,"tool_choice":"required","parallel_tool_calls":false})");
+  EXPECT_EQ(single.structured->call_open, -1);
+}
+
+}  // namespace
+}  // namespace qwenrt::server
