@@ -367,7 +367,9 @@ void Scheduler::complete() {
       constraint_ended = request.constraint->ended();
     }
     FinishReason reason = FinishReason::kNone;
-    if (constraint_ended || (may_stop && (is_eos || is_stop))) {
+    if (constraint_ended && request.constraint->cut()) {
+      reason = FinishReason::kLength;
+    } else if (constraint_ended || (may_stop && (is_eos || is_stop))) {
       reason = FinishReason::kStop;
     } else if (sequence.generated >= request.max_new_tokens ||
                static_cast<int>(sequence.tokens.size()) > engine_.max_context()) {

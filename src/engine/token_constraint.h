@@ -19,6 +19,9 @@ class TokenConstraint {
   virtual void accept(int32_t id) = 0;
   // True once the text is complete and the id that ends it was drawn: the sequence stops.
   virtual bool ended() const = 0;
+  // With ended(): the text ended unfinished, where its rule left no way on (a limit of the
+  // grammar); the sequence is reported cut (as by max_tokens), not stopped.
+  virtual bool cut() const { return false; }
 };
 
 }  // namespace qwenrt

@@ -38,7 +38,13 @@ void GrammarConstraint::restart_text(bool with_prefix) {
 bool GrammarConstraint::next_mask(std::span<uint32_t> mask) {
   switch (phase_) {
     case Phase::kThinking:
-      return false;
+      // Free, but the answer may not end before its reasoning does.
+      std::fill(mask.begin(), mask.end(), ~0u);
+      for (const int32_t id : options_.end_ids) {
+        const auto word = static_cast<size_t>(id) / 32;
+        if (id >= 0 && word < mask.size()) mask[word] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+      }
+      return true;
     case Phase::kBetweenCalls:
       std::fill(mask.begin(), mask.end(), 0u);
       allow(mask, options_.call_open);
@@ -57,8 +63,11 @@ bool GrammarConstraint::next_mask(std::span<uint32_t> mask) {
   }
   options_.vocabulary->fill(matcher_, state_, mask);
   const bool any = std::any_of(mask.begin(), mask.end(), [](uint32_t word) { return word != 0; });
-  // Complete, or (never expected: every byte is some token's) nowhere left to go: the end.
-  if (matcher_.accepting(state_) || !any) {
+  const bool complete = matcher_.accepting(state_);
+  // Nowhere left to go unfinished (not expected: the grammar refuses what it cannot finish,
+  // and every byte is some token's): the end, reported as a cut.
+  stuck_ = !any && !complete;
+  if (complete || stuck_) {
     for (const int32_t id : options_.end_ids) allow(mask, id);
   }
   if (phase_ == Phase::kMaybeThink) allow(mask, options_.think_open);
@@ -96,6 +105,11 @@ void GrammarConstraint::accept(int32_t id) {
       break;
   }
   if (contains(options_.end_ids, id)) {
+    if (stuck_) {
+      cut_ = true;
+      phase_ = Phase::kEnded;
+      return;
+    }
     if (options_.call_open >= 0) {
       phase_ = Phase::kBetweenCalls;
       between_whitespace_ = 0;
@@ -106,7 +120,8 @@ void GrammarConstraint::accept(int32_t id) {
   }
   if (!matcher_.advance_all(state_, options_.vocabulary->bytes(id))) {
     // A token the mask did not allow (it cannot happen through the scheduler): the text can
-    // no longer be completed, so it ends here.
+    // no longer be completed, so it ends here, cut.
+    cut_ = true;
     phase_ = Phase::kEnded;
   }
 }

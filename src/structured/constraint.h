@@ -36,6 +36,7 @@ class GrammarConstraint final : public TokenConstraint {
   bool next_mask(std::span<uint32_t> mask) override;
   void accept(int32_t id) override;
   bool ended() const override { return phase_ == Phase::kEnded; }
+  bool cut() const override { return cut_; }
 
  private:
   enum class Phase { kMaybeThink, kThinking, kText, kBetweenCalls, kEnded };
@@ -45,6 +46,8 @@ class GrammarConstraint final : public TokenConstraint {
   MatchState state_, next_;
   Phase phase_ = Phase::kText;
   int between_whitespace_ = 0;  // whitespace tokens since the last call
+  bool stuck_ = false;          // the last mask found no way on: its end ids end the text cut
+  bool cut_ = false;
 };
 
 }  // namespace qwenrt::structured

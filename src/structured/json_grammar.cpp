@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -111,6 +112,12 @@ class Compiler {
 
   // {"name": <name>, "arguments": <that tool's parameters>} for one of the tools.
   int32_t tool_calls(const std::vector<std::pair<std::string, ordered_json>>& tools) {
+    if (tools.size() > static_cast<size_t>(kMaxAlternatives)) {
+      // More tools than alternatives a matcher follows: one of the names, with any object.
+      std::vector<ordered_json> names;
+      for (const auto& tool : tools) names.emplace_back(tool.first);
+      return call_object(literals(names, "tools"), kAnyObjectNode, "tools");
+    }
     std::vector<int32_t> calls;
     for (const auto& [name, parameters] : tools) {
       const std::string path = "tool '" + name + "' parameters #";
@@ -118,23 +125,16 @@ class Compiler {
       // enforce, the call is still held to its shape, with any object as its arguments.
       int32_t arguments = kAnyObjectNode;
       if (!parameters.is_null()) {
+        bool usable = true;
         try {
-          arguments = compile_root(parameters, path);
+          Compiler alone;  // every check a schema of its own gets, the whole grammar's included
+          alone.take(alone.compile_root(parameters, path));
         } catch (const Error&) {
-          arguments = kAnyObjectNode;
+          usable = false;
         }
+        if (usable) arguments = compile_root(parameters, path);
       }
-      const int32_t name_node = literals({ordered_json(name)}, path);
-      LiteralTrie keys;
-      keys.add(ordered_json("name").dump().substr(1), 0);
-      keys.add(ordered_json("arguments").dump().substr(1), 1);
-      g_.tries.push_back(std::move(keys));
-      const int32_t node = new_node(NodeKind::kObject, path);
-      SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
-      n.property_nodes = {name_node, arguments};
-      n.required = {1, 1};
-      n.key_trie = static_cast<int32_t>(g_.tries.size() - 1);
-      calls.push_back(node);
+      calls.push_back(call_object(literals({ordered_json(name)}, path), arguments, path));
     }
     if (calls.size() == 1) return calls[0];
     const int32_t node = new_node(NodeKind::kAnyOf, "tools");
@@ -142,9 +142,97 @@ class Compiler {
     return node;
   }
 
+  int32_t call_object(int32_t name_node, int32_t arguments, const std::string& path) {
+    LiteralTrie keys;
+    keys.add(ordered_json("name").dump().substr(1), 0);
+    keys.add(ordered_json("arguments").dump().substr(1), 1);
+    g_.tries.push_back(std::move(keys));
+    const int32_t node = new_node(NodeKind::kObject, path);
+    SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+    n.property_nodes = {name_node, arguments};
+    n.required = {1, 1};
+    n.key_trie = static_cast<int32_t>(g_.tries.size() - 1);
+    return node;
+  }
+
   Grammar take(int32_t root) {
     g_.root = root;
+    flatten_alternatives();
+    count_frames();
+    if (1 + g_.nodes[static_cast<size_t>(root)].min_frames > kMaxDepth) {
+      fail("#", "the schema requires nesting deeper than " + std::to_string(kMaxDepth - 2) +
+                    " levels, or without end (a required property or item that recurses)");
+    }
     return std::move(g_);
+  }
+
+  // anyOf of anyOf becomes one list (a matcher never steps through an anyOf that holds
+  // another: no nesting to multiply the work a byte costs); a cycle of them reads no byte.
+  void flatten_alternatives() {
+    std::vector<uint8_t> mark(g_.nodes.size(), 0);  // 1: being flattened, 2: done
+    std::function<void(size_t)> flatten = [&](size_t v) {
+      if (mark[v] == 2) return;
+      if (mark[v] == 1) fail("#", "'anyOf' leads back to itself without a value in between");
+      mark[v] = 1;
+      std::vector<int32_t> flat;
+      auto add = [&](int32_t a) {
+        if (std::find(flat.begin(), flat.end(), a) == flat.end()) flat.push_back(a);
+      };
+      const std::vector<int32_t> alternatives = g_.nodes[v].alternatives;
+      for (const int32_t a : alternatives) {
+        if (g_.nodes[static_cast<size_t>(a)].kind == NodeKind::kAnyOf) {
+          flatten(static_cast<size_t>(a));
+          for (const int32_t b : g_.nodes[static_cast<size_t>(a)].alternatives) add(b);
+        } else {
+          add(a);
+        }
+      }
+      if (flat.size() > static_cast<size_t>(kMaxAlternatives)) {
+        fail("#", "'anyOf' (or a list of types) with over " + std::to_string(kMaxAlternatives) + " alternatives");
+      }
+      g_.nodes[v].alternatives = std::move(flat);
+      mark[v] = 2;
+    };
+    for (size_t v = 0; v < g_.nodes.size(); ++v) {
+      if (g_.nodes[v].kind == NodeKind::kAnyOf) flatten(v);
+    }
+  }
+
+  // The frames a value of each node needs at least (itself, then what it must hold), so
+  // that the matcher never enters a value the depth left cannot complete.
+  void count_frames() {
+    constexpr int32_t kTooDeep = kMaxDepth + 1;
+    for (SchemaNode& node : g_.nodes) node.min_frames = kTooDeep;
+    for (int round = 0; round <= kMaxDepth + 1; ++round) {
+      bool changed = false;
+      for (SchemaNode& node : g_.nodes) {
+        int32_t need = 1;
+        switch (node.kind) {
+          case NodeKind::kObject:
+            for (size_t i = 0; i < node.required.size(); ++i) {
+              if (node.required[i] != 0) {
+                need = std::max(need, 1 + g_.nodes[static_cast<size_t>(node.property_nodes[i])].min_frames);
+              }
+            }
+            break;
+          case NodeKind::kArray:
+            if (node.min_items > 0) need = 1 + g_.nodes[static_cast<size_t>(node.items)].min_frames;
+            break;
+          case NodeKind::kAnyOf:
+            need = kTooDeep;
+            for (const int32_t a : node.alternatives) need = std::min(need, g_.nodes[static_cast<size_t>(a)].min_frames);
+            break;
+          default:
+            break;
+        }
+        need = std::min(need, kTooDeep);
+        if (need != node.min_frames) {
+          node.min_frames = need;
+          changed = true;
+        }
+      }
+      if (!changed) break;
+    }
   }
 
  private:
@@ -176,6 +264,42 @@ class Compiler {
     const int32_t node = new_node(NodeKind::kLiterals, path);
     g_.nodes[static_cast<size_t>(node)].literals = static_cast<int32_t>(g_.tries.size() - 1);
     return node;
+  }
+
+  // enum and const: the values (const, or enum's, or those of enum equal to const) that
+  // also fit the keywords beside them (a type, lengths, ...), each as its JSON text.
+  int32_t literal_values(const ordered_json& schema, const std::string& path, int depth) {
+    std::vector<ordered_json> values;
+    if (const auto it = schema.find("enum"); it != schema.end()) {
+      if (!it->is_array()) fail(path, "'enum' must be an array");
+      values.assign(it->begin(), it->end());
+      if (const auto c = schema.find("const"); c != schema.end()) {
+        std::erase_if(values, [&](const ordered_json& v) { return v.dump() != c->dump(); });
+        if (values.empty()) fail(path, "'const' is not among 'enum': no value could match");
+      }
+    } else {
+      values.push_back(schema["const"]);
+    }
+    ordered_json rest = schema;
+    rest.erase("enum");
+    rest.erase("const");
+    for (const char* key : {"anyOf", "oneOf", "$ref"}) {
+      if (rest.contains(key)) fail(path, std::string("'enum' or 'const' beside '") + key + "' is not supported");
+    }
+    const bool constrained = std::any_of(rest.items().begin(), rest.items().end(),
+                                         [](const auto& item) { return kHandled.count(item.key()) != 0; });
+    if (constrained && !values.empty()) {
+      const int32_t check = compile(rest, path, depth + 1);
+      auto grammar = std::make_shared<Grammar>(g_);
+      grammar->root = check;
+      const JsonMatcher matcher(grammar);
+      std::erase_if(values, [&](const ordered_json& v) {
+        MatchState state = matcher.start();
+        return !(matcher.advance_all(state, v.dump()) && matcher.accepting(state));
+      });
+      if (values.empty()) fail(path, "no value of 'enum' or 'const' fits the keywords beside it");
+    }
+    return literals(values, path);
   }
 
   const ordered_json& resolve(const std::string& ref, const std::string& path) {
@@ -220,16 +344,17 @@ class Compiler {
       // Reserved before compiling, so that a recursive reference finds it.
       const int32_t node = new_node(NodeKind::kAny, path);
       refs_[ref] = node;
+      pending_.insert(node);
       const int32_t target = compile(resolve(ref, path), ref, depth + 1);
+      pending_.erase(node);
+      if (pending_.count(target) != 0 || target == node) {
+        fail(path, "'$ref' " + ref + " leads back to itself without a value in between");
+      }
       SchemaNode copy = g_.nodes[static_cast<size_t>(target)];
       g_.nodes[static_cast<size_t>(node)] = std::move(copy);
       return node;
     }
-    if (const auto it = schema.find("const"); it != schema.end()) return literals({*it}, path);
-    if (const auto it = schema.find("enum"); it != schema.end()) {
-      if (!it->is_array()) fail(path, "'enum' must be an array");
-      return literals(std::vector<ordered_json>(it->begin(), it->end()), path);
-    }
+    if (schema.contains("const") || schema.contains("enum")) return literal_values(schema, path, depth);
     for (const char* key : {"anyOf", "oneOf"}) {
       const auto it = schema.find(key);
       if (it == schema.end()) continue;
@@ -358,6 +483,7 @@ class Compiler {
   }
 
   const ordered_json* root_ = nullptr;
+  std::set<int32_t> pending_;  // references being compiled
   Grammar g_;
   std::map<std::string, int32_t> refs_;
 };
@@ -437,16 +563,43 @@ bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= '
 
 // A string's content after `byte` from content state `state`: the new state, or -1 when the
 // byte is refused; `closed` when it was the closing quote; `started` when it began a character.
-int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started) {
+// With `value` (a string's frame), \uXXXX escapes are decoded: a high surrogate must be
+// followed by an escaped low one (the pair is one character), a low one alone is refused;
+// *value holds the digits read so far, and is 0 between characters.
+constexpr uint8_t kAfterHighSurrogate = 13;  // "\" of the low surrogate to come
+constexpr uint8_t kLowSurrogateU = 14;       // its "u"
+constexpr uint8_t kLowHex1 = 15;             // 15..18: its hex digits
+
+int hex_value(uint8_t b) { return is_digit(b) ? b - '0' : (b | 0x20) - 'a' + 10; }
+
+int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started, int32_t* value) {
   closed = false;
   started = false;
   if (state == kAfterBackslash) {
-    if (byte == 'u') return kHex1;
+    if (byte == 'u') {
+      if (value != nullptr) *value = 0;
+      return kHex1;
+    }
     return std::strchr("\"\\/bfnrt", byte) != nullptr && byte != 0 ? 0 : -1;
+  }
+  if (state == kAfterHighSurrogate) return byte == '\\' ? kLowSurrogateU : -1;
+  if (state == kLowSurrogateU) {
+    if (byte != 'u') return -1;
+    *value = 0;
+    return kLowHex1;
   }
   if (state >= kHex1) {
     if (!is_hex(byte)) return -1;
-    return state == kHex1 + 3 ? 0 : state + 1;
+    const bool low = state >= kLowHex1;
+    const uint8_t last = low ? kLowHex1 + 3 : kHex1 + 3;
+    if (value == nullptr) return state == last ? 0 : state + 1;
+    *value = *value * 16 + hex_value(byte);
+    if (state != last) return state + 1;
+    const int32_t code = *value;
+    *value = 0;
+    if (low) return code >= 0xDC00 && code <= 0xDFFF ? 0 : -1;
+    if (code >= 0xD800 && code <= 0xDBFF) return kAfterHighSurrogate;
+    return code >= 0xDC00 && code <= 0xDFFF ? -1 : 0;
   }
   if (state == 0) {
     if (byte == '"') {
@@ -539,6 +692,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         switch (node.kind) {
           case NodeKind::kAnyOf:
             for (const int32_t alternative : node.alternatives) {
+              if (stack.depth - 1 + g.nodes[static_cast<size_t>(alternative)].min_frames > kMaxDepth) continue;
               Stack branch = stack;
               branch.frames[static_cast<size_t>(branch.depth - 1)] = Frame{kValue, 0, ws, alternative, 0, 0};
               step(branch, byte, out);
@@ -635,6 +789,9 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           continue;
         }
         if (next < 0 || ++f.a > kMaxNumberBytes) return;
+        // A sign, point or exponent mark needs a digit after it: room for one more byte.
+        const bool unfinished = next == kNumDot || next == kNumE || next == kNumESign;
+        if (unfinished && f.a + 1 > kMaxNumberBytes) return;
         if (next == kNumExp) ++f.b;
         f.state = static_cast<uint8_t>(next);
         push_unique(out, stack);
@@ -642,7 +799,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
       }
       case kString: {
         bool closed = false, started = false;
-        const int next = string_byte(f.state, byte, closed, started);
+        const int next = string_byte(f.state, byte, closed, started, &f.b);
         if (next < 0) return;
         if (closed) {
           if (f.a < node.min_items) return;
@@ -662,37 +819,46 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
       }
       case kKey: {
         // f.node: the object; f.a: the position in its name trie (-1: off the names);
-        // f.b: the parent object's allowed range of declared names, packed lo << 16 | hi
-        // (hi 0xFFFF: none).
+        // f.b: the parent object's declared names allowed here, packed lo << 16 | hi (hi
+        // 0xFFFF: none).
         Frame& parent = stack.frames[static_cast<size_t>(stack.depth - 2)];
         const int32_t lo = f.b >> 16, hi = f.b & 0xFFFF;
         bool closed = false, started = false;
-        const int next_state = string_byte(f.state, byte, closed, started);
+        const int next_state = string_byte(f.state, byte, closed, started, nullptr);
         if (next_state < 0) return;
+        // The value's frame will take the key's place: it must fit the depth left.
+        const auto fits = [&](int32_t value) {
+          return stack.depth - 1 + g.nodes[static_cast<size_t>(value)].min_frames <= kMaxDepth;
+        };
         if (f.a >= 0) {
           const LiteralTrie& names = g.tries[static_cast<size_t>(node.key_trie)];
           const int32_t next = names.child(f.a, byte);
-          if (next >= 0 && hi != 0xFFFF && names.has_tag_in(next, lo, hi)) {
-            const int32_t tag = names.nodes[static_cast<size_t>(next)].tag;
-            if (closed && tag >= lo && tag <= hi) {
+          if (next >= 0) {
+            const bool allowed_below = hi != 0xFFFF && names.has_tag_in(next, lo, hi);
+            if (closed) {
+              // A declared name, whole: its property if it may come here, else refused (a
+              // name repeated or out of its order is never another key).
+              const int32_t tag = names.nodes[static_cast<size_t>(next)].tag;
+              const int32_t value = node.property_nodes[static_cast<size_t>(tag)];
+              if (!allowed_below || tag < lo || tag > hi || !fits(value)) return;
               parent.a = tag + 1;
-              parent.b = node.property_nodes[static_cast<size_t>(tag)];
+              parent.b = value;
               parent.state = kObjColon;
               --stack.depth;
               push_unique(out, stack);
               return;
             }
-            if (!closed) {
-              f.a = next;
-              f.state = static_cast<uint8_t>(next_state);
-              push_unique(out, stack);
-              return;
-            }
+            if (!allowed_below && node.additional < 0) return;
+            f.a = next;
+            f.state = static_cast<uint8_t>(next_state);
+            push_unique(out, stack);
+            return;
           }
-          f.a = -1;
+          f.a = -1;  // off the names: another key, where the schema allows them
         }
         if (node.additional < 0) return;
         if (closed) {
+          if (!fits(node.additional)) return;
           parent.b = node.additional;
           parent.state = kObjColon;
           --stack.depth;
@@ -727,9 +893,9 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           case kObjAfterComma:
             if (byte == '"' && any_key) {
               if (stack.depth >= kMaxDepth) return;
-              const bool named = f.a < properties && node.key_trie >= 0;
-              const int32_t range = named ? (f.a << 16 | last) : 0xFFFF;
-              stack.frames[static_cast<size_t>(stack.depth)] = Frame{kKey, 0, 0, f.node, named ? 0 : -1, range};
+              const int32_t range = f.a < properties ? (f.a << 16 | last) : 0xFFFF;
+              const int32_t on_names = properties > 0 && node.key_trie >= 0 ? 0 : -1;
+              stack.frames[static_cast<size_t>(stack.depth)] = Frame{kKey, 0, 0, f.node, on_names, range};
               ++stack.depth;
               push_unique(out, stack);
             } else if (byte == '}' && f.state == kObjOpen && !required_left) {
@@ -781,7 +947,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           }
           return;
         }
-        if (!more || stack.depth >= kMaxDepth) return;
+        if (!more || stack.depth + g.nodes[static_cast<size_t>(node.items)].min_frames > kMaxDepth) return;
         ++f.a;
         f.state = kArrAfterValue;
         stack.frames[static_cast<size_t>(stack.depth)] = Frame{kValue, 0, 0, node.items, 0, 0};
@@ -846,17 +1012,20 @@ bool JsonMatcher::only_end(const MatchState& state) const {
   return !state.stacks.empty();
 }
 
-int JsonMatcher::free_string_state(const MatchState& state, int32_t& budget) const {
-  if (state.stacks.size() != 1) return -1;
-  const Stack& stack = state.stacks[0];
-  const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
-  if (top.state >= kUtf8States) return -1;
-  budget = INT32_MAX;
-  if (top.type == kKey) return top.a < 0 ? top.state : -1;  // a key off the declared names: any key
-  if (top.type != kString) return -1;
-  const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
-  if (node.max_items >= 0) budget = node.max_items - top.a;
-  return top.state;
+int JsonMatcher::free_strings(const MatchState& state,
+                              std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const {
+  int n = 0;
+  for (const Stack& stack : state.stacks) {
+    const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
+    if (top.state >= kUtf8States || n >= kMaxAlternatives) continue;
+    if (top.type == kKey && top.a < 0) {
+      out[static_cast<size_t>(n++)] = {top.state, INT32_MAX};  // a key off the declared names: any key
+    } else if (top.type == kString) {
+      const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
+      out[static_cast<size_t>(n++)] = {top.state, node.max_items >= 0 ? node.max_items - top.a : INT32_MAX};
+    }
+  }
+  return n;
 }
 
 }  // namespace qwenrt::structured

@@ -77,8 +77,10 @@ struct SchemaNode {
   int32_t min_items = 0, max_items = -1;
   // kLiterals: the trie of the allowed JSON texts
   int32_t literals = -1;
-  // kAnyOf
+  // kAnyOf (never another kAnyOf among them: nested ones are flattened)
   std::vector<int32_t> alternatives;
+  // Frames a value of this node needs at least: 1, or 1 + what its required parts need.
+  int32_t min_frames = 1;
 };
 
 struct Grammar {
@@ -136,10 +138,11 @@ class JsonMatcher {
   bool accepting(const MatchState& state) const;
   // True when nothing but the end (and whitespace) may follow.
   bool only_end(const MatchState& state) const;
-  // When `state` is one stack inside a string whose content is free, at UTF-8 state 0-7,
-  // that state (the vocabulary mask's shortcut: plain text keeps it in that string), with in
-  // `budget` how many more characters the string takes (INT32_MAX: no bound); else -1.
-  int free_string_state(const MatchState& state, int32_t& budget) const;
+  // For the vocabulary mask's shortcut: a token is allowed when any stack takes it, and a
+  // stack inside a string whose content is free takes all plain text (up to a length). For
+  // each such stack, its UTF-8 state (0-7) and how many more characters its string takes
+  // (INT32_MAX: no bound) go to `out`; returns how many.
+  int free_strings(const MatchState& state, std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

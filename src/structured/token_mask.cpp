@@ -142,9 +142,14 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       set_bit(mask, order_[static_cast<size_t>(i)]);
     }
     if (child.first_child < 0) continue;
-    int32_t budget = 0;
-    const int free = matcher.free_string_state(next, budget);
-    if (free >= 0 && ((child.plain >> free) & 1) != 0 && child.chars <= budget) {
+    std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives> strings;
+    const int n_strings = matcher.free_strings(next, strings);
+    bool whole = false;
+    for (int k = 0; k < n_strings && !whole; ++k) {
+      whole = ((child.plain >> strings[static_cast<size_t>(k)].first) & 1) != 0 &&
+              child.chars <= strings[static_cast<size_t>(k)].second;
+    }
+    if (whole) {
       for (; i < child.end; ++i) set_bit(mask, order_[static_cast<size_t>(i)]);
       continue;
     }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <chrono>
 #include <random>
 #include <regex>
 #include <string>
@@ -222,6 +223,109 @@ TEST(JsonSchema, ReferencesAndRecursion) {
   EXPECT_FALSE(matches(p, R"({"pet": {"kind": "cow"}})"));
 }
 
+TEST(JsonSchema, CyclesThatReadNothingAreRefused) {
+  for (const char* text : {R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})",
+                           R"({"anyOf":[{"$ref":"#"}]})", R"({"$ref":"#"})",
+                           R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"}) {
+    EXPECT_THROW(compile_json_schema(ordered_json::parse(text)), Error) << text;
+  }
+}
+
+// Alternatives within alternatives are one flat list: the work a byte costs does not
+// multiply with their nesting.
+TEST(JsonSchema, NestedAlternativesStayCheap) {
+  ordered_json defs = ordered_json::object();
+  const int depth = 25;  // 2^25 paths if each level's two were stepped through
+  for (int i = 0; i < depth; ++i) {
+    const std::string next = "#/$defs/a" + std::to_string(i + 1);
+    defs["a" + std::to_string(i)] = {{"anyOf", ordered_json::array({{{"$ref", next}}, {{"$ref", next}}})}};
+  }
+  defs["a" + std::to_string(depth)] = {{"type", "integer"}};
+  const auto start = std::chrono::steady_clock::now();
+  const auto g = std::make_shared<const Grammar>(compile_json_schema({{"$defs", defs}, {"$ref", "#/$defs/a0"}}));
+  EXPECT_TRUE(matches(g, "123"));
+  EXPECT_FALSE(matches(g, "1.5"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  ordered_json wide = ordered_json::array();
+  for (int i = 0; i <= kMaxAlternatives; ++i) wide.push_back({{"const", i}});
+  EXPECT_THROW(compile_json_schema({{"anyOf", wide}}), Error);
+}
+
+TEST(JsonSchema, NestingTheDepthCannotHoldIsRefusedOrAvoided) {
+  // Required all the way down: deeper than the matcher goes, or without end.
+  ordered_json deep = {{"type", "integer"}};
+  for (int i = 0; i < kMaxDepth; ++i) deep = {{"type", "object"}, {"properties", {{"k", deep}}}, {"required", {"k"}}};
+  EXPECT_THROW(compile_json_schema(deep), Error);
+  EXPECT_THROW(compile_json_schema(ordered_json::parse(
+                   R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})")),
+               Error);
+  // Optional recursion compiles; near the depth limit the matcher does not open what it
+  // could not close, so every viable text can still be finished.
+  const auto tree = schema(R"({"$defs":{"n":{"type":"object","properties":{"c":{"type":"array","items":{"$ref":"#/$defs/n"}}}}},
+      "$ref":"#/$defs/n"})");
+  std::string text;
+  for (int i = 0; i < kMaxDepth; ++i) text += "{\"c\":[";
+  JsonMatcher matcher(tree);
+  MatchState state = matcher.start();
+  size_t taken = 0;
+  for (; taken < text.size(); ++taken) {
+    MatchState next;
+    matcher.advance(state, static_cast<uint8_t>(text[taken]), next);
+    if (next.dead()) break;
+    state = next;
+  }
+  EXPECT_LT(taken, text.size());
+  std::string close;  // whatever was opened can be closed
+  for (size_t i = 0; i < taken; ++i) {
+    if (text[i] == '{') close = "}" + close;
+    if (text[i] == '[') close = "]" + close;
+  }
+  if (taken > 0 && text[taken - 1] == ':') close = "[]" + close.substr(1);  // after "c": an array first
+  EXPECT_TRUE(matcher.advance_all(state, close) && matcher.accepting(state)) << text.substr(0, taken) << close;
+}
+
+TEST(JsonSchema, DeclaredNamesAreNeverOtherKeys) {
+  const auto g = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
+      "required":["b"],"additionalProperties":{"type":"string"}})");
+  EXPECT_TRUE(matches(g, R"({"a":1,"b":2,"c":"x"})"));
+  EXPECT_FALSE(viable(g, R"({"b":1,"a")"));        // out of order
+  EXPECT_FALSE(viable(g, R"({"a":1,"b":2,"a")"));  // repeated
+  const auto open = schema(R"({"properties":{"a":{"type":"integer"}},"additionalProperties":true})");
+  EXPECT_FALSE(viable(open, R"({"a":1,"a")"));
+  EXPECT_TRUE(matches(open, R"({"ab":"x","a":1})"));  // other keys take no place in the order
+  EXPECT_TRUE(matches(open, R"({"a":1,"ab":"x"})"));
+}
+
+TEST(JsonSchema, EnumAndConstKeepOnlyValuesTheirSiblingsAllow) {
+  EXPECT_THROW(compile_json_schema(ordered_json::parse(R"({"type":"string","const":5})")), Error);
+  const auto g = schema(R"({"type":"string","enum":["a",1,"bcd"],"maxLength":2})");
+  EXPECT_TRUE(matches(g, "\"a\""));
+  EXPECT_FALSE(matches(g, "1"));
+  EXPECT_FALSE(matches(g, "\"bcd\""));
+  EXPECT_THROW(compile_json_schema(ordered_json::parse(R"({"enum":["a","b"],"const":"c"})")), Error);
+  EXPECT_TRUE(matches(schema(R"({"enum":["a","b"],"const":"b"})"), "\"b\""));
+}
+
+TEST(JsonMatcher, SurrogatePairsAreOneCharacterAndComeInPairs) {
+  const auto two = schema(R"({"type":"string","minLength":2})");
+  EXPECT_FALSE(matches(two, R"("\ud83d\ude00")"));
+  EXPECT_TRUE(matches(two, R"("\ud83d\ude00x")"));
+  const auto one = schema(R"({"type":"string","maxLength":1})");
+  EXPECT_TRUE(matches(one, R"("\ud83d\ude00")"));
+  EXPECT_FALSE(matches(one, R"("\ud800")"));      // a high surrogate alone
+  EXPECT_FALSE(matches(one, R"("\udc00")"));      // a low one alone
+  EXPECT_FALSE(matches(one, R"("\ud800\u0041")"));
+}
+
+TEST(JsonMatcher, NumbersNeverEndUnfinishableAtTheirLimit) {
+  const auto any = schema("true");
+  EXPECT_TRUE(viable(any, std::string(kMaxNumberBytes - 2, '1') + "e"));
+  EXPECT_FALSE(viable(any, std::string(kMaxNumberBytes - 1, '1') + "e"));
+  EXPECT_FALSE(viable(any, std::string(kMaxNumberBytes - 1, '1') + "."));
+  EXPECT_TRUE(viable(any, std::string(kMaxNumberBytes - 3, '1') + "e-"));
+  EXPECT_FALSE(viable(any, std::string(kMaxNumberBytes - 2, '1') + "e-"));
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
@@ -314,7 +418,11 @@ TEST(GrammarConstraint, ThinkingFirstThenTheTextThenItsEnd) {
   EXPECT_FALSE(allowed('['));
   EXPECT_FALSE(allowed(258));
   constraint.accept(256);
-  EXPECT_FALSE(constraint.next_mask(mask));  // thinking: free
+  ASSERT_TRUE(constraint.next_mask(mask));  // thinking: free, but the answer may not end there
+  EXPECT_TRUE(allowed('x'));
+  EXPECT_TRUE(allowed('['));
+  EXPECT_TRUE(allowed(257));
+  EXPECT_FALSE(allowed(258));
   constraint.accept('x');
   constraint.accept(257);
   for (const char c : std::string("\n\n{\"a\": 1")) {
