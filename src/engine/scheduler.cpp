@@ -368,6 +368,9 @@ void Scheduler::complete() {
     }
     FinishReason reason = FinishReason::kNone;
     if (constraint_ended && request.constraint->cut()) {
+      // Cut where the grammar had no way on: the end id drawn is no part of the text.
+      events_.back().token = -1;
+      events_.back().logprobs = StepLogprobs{};
       reason = FinishReason::kLength;
     } else if (constraint_ended || (may_stop && (is_eos || is_stop))) {
       reason = FinishReason::kStop;

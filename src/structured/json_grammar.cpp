@@ -1,6 +1,7 @@
 #include "structured/json_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -266,13 +267,16 @@ class Compiler {
     return node;
   }
 
-  // enum and const: the values (const, or enum's, or those of enum equal to const) that
-  // also fit the keywords beside them (a type, lengths, ...), each as its JSON text.
-  int32_t literal_values(const ordered_json& schema, const std::string& path, int depth) {
+  // enum and const: the values (const, or enum's, or those of enum equal to const), less
+  // those that an explicit `type` or a string's `minLength`/`maxLength` beside them refuse;
+  // each is then written as its JSON text. (Other keywords beside them are not checked
+  // against the values: an enum that holds a value they refuse allows it.)
+  int32_t literal_values(const ordered_json& schema, const std::string& path) {
     std::vector<ordered_json> values;
     if (const auto it = schema.find("enum"); it != schema.end()) {
       if (!it->is_array()) fail(path, "'enum' must be an array");
       values.assign(it->begin(), it->end());
+      if (values.empty()) fail(path, "'enum' is empty: no value could match");
       if (const auto c = schema.find("const"); c != schema.end()) {
         std::erase_if(values, [&](const ordered_json& v) { return v.dump() != c->dump(); });
         if (values.empty()) fail(path, "'const' is not among 'enum': no value could match");
@@ -280,25 +284,39 @@ class Compiler {
     } else {
       values.push_back(schema["const"]);
     }
-    ordered_json rest = schema;
-    rest.erase("enum");
-    rest.erase("const");
     for (const char* key : {"anyOf", "oneOf", "$ref"}) {
-      if (rest.contains(key)) fail(path, std::string("'enum' or 'const' beside '") + key + "' is not supported");
+      if (schema.contains(key)) fail(path, std::string("'enum' or 'const' beside '") + key + "' is not supported");
     }
-    const bool constrained = std::any_of(rest.items().begin(), rest.items().end(),
-                                         [](const auto& item) { return kHandled.count(item.key()) != 0; });
-    if (constrained && !values.empty()) {
-      const int32_t check = compile(rest, path, depth + 1);
-      auto grammar = std::make_shared<Grammar>(g_);
-      grammar->root = check;
-      const JsonMatcher matcher(grammar);
-      std::erase_if(values, [&](const ordered_json& v) {
-        MatchState state = matcher.start();
-        return !(matcher.advance_all(state, v.dump()) && matcher.accepting(state));
-      });
-      if (values.empty()) fail(path, "no value of 'enum' or 'const' fits the keywords beside it");
+    std::vector<std::string> types;
+    if (const auto it = schema.find("type"); it != schema.end()) {
+      if (it->is_string()) types.push_back(it->get<std::string>());
+      else if (it->is_array()) for (const auto& t : *it) if (t.is_string()) types.push_back(t.get<std::string>());
     }
+    const int32_t min_length = count(schema, "minLength", path, 0);
+    const int32_t max_length = count(schema, "maxLength", path, -1);
+    auto fits = [&](const ordered_json& v) {
+      auto is = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+      bool typed = types.empty();
+      if (v.is_null()) typed = typed || is("null");
+      else if (v.is_boolean()) typed = typed || is("boolean");
+      else if (v.is_number()) {
+        const bool integral = v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>();
+        typed = typed || is("number") || (is("integer") && integral);
+      } else if (v.is_string()) typed = typed || is("string");
+      else if (v.is_array()) typed = typed || is("array");
+      else if (v.is_object()) typed = typed || is("object");
+      if (!typed) return false;
+      if (v.is_string()) {
+        // Characters as JSON Schema counts them: code points (the UTF-8 lead bytes).
+        const std::string& text = v.get_ref<const std::string&>();
+        const auto n = static_cast<int32_t>(
+            std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
+        if (n < min_length || (max_length >= 0 && n > max_length)) return false;
+      }
+      return true;
+    };
+    std::erase_if(values, [&](const ordered_json& v) { return !fits(v); });
+    if (values.empty()) fail(path, "no value of 'enum' or 'const' fits the keywords beside it");
     return literals(values, path);
   }
 
@@ -354,7 +372,7 @@ class Compiler {
       g_.nodes[static_cast<size_t>(node)] = std::move(copy);
       return node;
     }
-    if (schema.contains("const") || schema.contains("enum")) return literal_values(schema, path, depth);
+    if (schema.contains("const") || schema.contains("enum")) return literal_values(schema, path);
     for (const char* key : {"anyOf", "oneOf"}) {
       const auto it = schema.find(key);
       if (it == schema.end()) continue;
@@ -834,7 +852,14 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           const LiteralTrie& names = g.tries[static_cast<size_t>(node.key_trie)];
           const int32_t next = names.child(f.a, byte);
           if (next >= 0) {
-            const bool allowed_below = hi != 0xFFFF && names.has_tag_in(next, lo, hi);
+            // Some name below may come here and its value fits.
+            bool allowed_below = false;
+            if (hi != 0xFFFF && names.has_tag_in(next, lo, hi)) {
+              const std::vector<int32_t>& tags = names.nodes[static_cast<size_t>(next)].tags;
+              for (auto t = std::lower_bound(tags.begin(), tags.end(), lo); t != tags.end() && *t <= hi && !allowed_below; ++t) {
+                allowed_below = fits(node.property_nodes[static_cast<size_t>(*t)]);
+              }
+            }
             if (closed) {
               // A declared name, whole: its property if it may come here, else refused (a
               // name repeated or out of its order is never another key).
@@ -881,7 +906,13 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         }
         bool required_left = false;
         for (int32_t i = f.a; i < properties; ++i) required_left = required_left || node.required[static_cast<size_t>(i)] != 0;
-        const bool any_key = f.a < properties || node.additional >= 0;
+        // A key may open only where one can finish with a value that fits the depth left
+        // (the value takes the key's frame, one above this object's).
+        const auto fits = [&](int32_t value) {
+          return stack.depth + g.nodes[static_cast<size_t>(value)].min_frames <= kMaxDepth;
+        };
+        bool any_key = node.additional >= 0 && fits(node.additional);
+        for (int32_t i = f.a; i <= last && !any_key; ++i) any_key = fits(node.property_nodes[static_cast<size_t>(i)]);
         if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
           if (ws > 0) push_unique(out, stack);
           return;

@@ -284,6 +284,45 @@ TEST(JsonSchema, NestingTheDepthCannotHoldIsRefusedOrAvoided) {
   EXPECT_TRUE(matcher.advance_all(state, close) && matcher.accepting(state)) << text.substr(0, taken) << close;
 }
 
+// Random walks, each byte drawn among those the matcher takes: a walk never reaches a
+// state with no byte to go on that is not complete.
+TEST(JsonMatcher, RandomWalksNeverGetStuck) {
+  const std::vector<std::string> schemas = {
+      R"({"$defs":{"n":{"type":"object","properties":{"b":{"type":"array","minItems":1,"items":{"$ref":"#/$defs/n"}}},
+          "additionalProperties":false}},"type":"object","properties":{"w":{"$ref":"#/$defs/n"}},"additionalProperties":false})",
+      R"({"$defs":{"n":{"type":"object","properties":{"c":{"type":"array","items":{"$ref":"#/$defs/n"}}}}},"$ref":"#/$defs/n"})",
+      R"({"$defs":{"l":{"anyOf":[{"type":"null"},{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/l"}},
+          "required":["v","next"]}]}},"$ref":"#/$defs/l"})",
+      R"({"type":"array","items":{"type":"array","items":{"type":"array"}}})",
+  };
+  const std::string alphabet = "{}[]\":,bcwvextruefalsn01-. ";
+  std::mt19937 rng(11);
+  for (const std::string& text : schemas) {
+    const auto g = schema(text);
+    JsonMatcher matcher(g);
+    for (int walk = 0; walk < 300; ++walk) {
+      MatchState state = matcher.start();
+      std::string written;
+      for (int step = 0; step < 400 && !matcher.accepting(state); ++step) {
+        std::vector<std::pair<char, MatchState>> ways;
+        for (const char c : alphabet) {
+          MatchState next;
+          matcher.advance(state, static_cast<uint8_t>(c), next);
+          if (!next.dead()) ways.emplace_back(c, std::move(next));
+        }
+        ASSERT_FALSE(ways.empty()) << text << "\nstuck after: " << written;
+        // Lean towards opening things, so that walks reach the depth limit.
+        size_t pick = rng() % ways.size();
+        for (size_t k = 0; k < ways.size(); ++k) {
+          if ((ways[k].first == '{' || ways[k].first == '[' || ways[k].first == '"') && rng() % 3 != 0) pick = k;
+        }
+        written += ways[pick].first;
+        state = std::move(ways[pick].second);
+      }
+    }
+  }
+}
+
 TEST(JsonSchema, DeclaredNamesAreNeverOtherKeys) {
   const auto g = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
       "required":["b"],"additionalProperties":{"type":"string"}})");
@@ -303,6 +342,15 @@ TEST(JsonSchema, EnumAndConstKeepOnlyValuesTheirSiblingsAllow) {
   EXPECT_FALSE(matches(g, "1"));
   EXPECT_FALSE(matches(g, "\"bcd\""));
   EXPECT_THROW(compile_json_schema(ordered_json::parse(R"({"enum":["a","b"],"const":"c"})")), Error);
+  // Keywords of one type do not refuse values of another (no "type" given).
+  const auto colors = schema(R"({"enum":["red","green",null],"maxLength":4})");
+  EXPECT_TRUE(matches(colors, "null"));
+  EXPECT_TRUE(matches(colors, "\"red\""));
+  EXPECT_FALSE(matches(colors, "\"green\""));
+  EXPECT_TRUE(matches(schema(R"({"const":5,"minItems":1})"), "5"));
+  EXPECT_TRUE(matches(schema(R"({"type":"integer","enum":[1.0]})"), "1.0"));  // 1.0 is an integer to JSON Schema
+  // enum beside what it cannot be checked against here is refused, not guessed.
+  EXPECT_THROW(compile_json_schema(ordered_json::parse(R"({"enum":[1],"anyOf":[{"type":"integer"}]})")), Error);
   EXPECT_TRUE(matches(schema(R"({"enum":["a","b"],"const":"b"})"), "\"b\""));
 }
 
