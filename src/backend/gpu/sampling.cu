@@ -693,8 +693,9 @@ __global__ void adjust_logits_kernel(float* __restrict__ logits, int64_t rows, i
   logit = isinf(bias) && bias < 0 ? kBannedLogit : logit + bias;
 }
 
-// One thread an id, blockIdx.y (striding) a masked row: a warp's 32 ids are one mask word,
-// which its lanes read together, and its writes are contiguous.
+// One thread an id, blockIdx.y (striding) a masked row: a mask word covers 32 ids (bits of a
+// uint32_t, whatever the warp width), read together by neighbouring lanes; writes are contiguous.
+constexpr int64_t kMaskWordBits = 32;
 __global__ void mask_logits_kernel(float* __restrict__ logits, int64_t rows, int64_t vocab,
                                    const int32_t* __restrict__ mask_rows, const uint32_t* __restrict__ masks,
                                    int64_t words, int n) {
@@ -703,7 +704,7 @@ __global__ void mask_logits_kernel(float* __restrict__ logits, int64_t rows, int
   for (int i = blockIdx.y; i < n; i += gridDim.y) {
     const int64_t row = mask_rows[i];
     if (row < 0 || row >= rows) continue;
-    if (((masks[i * words + id / 32] >> (id % 32)) & 1u) == 0) logits[row * vocab + id] = kBannedLogit;
+    if (((masks[i * words + id / kMaskWordBits] >> (id % kMaskWordBits)) & 1u) == 0) logits[row * vocab + id] = kBannedLogit;
   }
 }
 
