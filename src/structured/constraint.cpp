@@ -8,11 +8,6 @@ namespace qwenrt::structured {
 
 namespace {
 
-void allow(std::span<uint32_t> mask, int32_t id) {
-  const auto word = static_cast<size_t>(id) / 32;
-  if (id >= 0 && word < mask.size()) mask[word] |= 1u << (static_cast<uint32_t>(id) % 32);
-}
-
 bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
 constexpr int kMaxWhitespaceBetweenCalls = 2;  // tokens
@@ -40,22 +35,19 @@ bool GrammarConstraint::next_mask(std::span<uint32_t> mask) {
     case Phase::kThinking:
       // Free, but the answer may not end before its reasoning does.
       std::fill(mask.begin(), mask.end(), ~0u);
-      for (const int32_t id : options_.end_ids) {
-        const auto word = static_cast<size_t>(id) / 32;
-        if (id >= 0 && word < mask.size()) mask[word] &= ~(1u << (static_cast<uint32_t>(id) % 32));
-      }
+      for (const int32_t id : options_.end_ids) refuse_token(mask, id);
       return true;
     case Phase::kBetweenCalls:
       std::fill(mask.begin(), mask.end(), 0u);
-      allow(mask, options_.call_open);
-      for (const int32_t id : options_.final_ids) allow(mask, id);
+      allow_token(mask, options_.call_open);
+      for (const int32_t id : options_.final_ids) allow_token(mask, id);
       if (between_whitespace_ < kMaxWhitespaceBetweenCalls) {
-        for (const int32_t id : options_.vocabulary->whitespace_tokens()) allow(mask, id);
+        for (const int32_t id : options_.vocabulary->whitespace_tokens()) allow_token(mask, id);
       }
       return true;
     case Phase::kEnded:
       std::fill(mask.begin(), mask.end(), 0u);
-      for (const int32_t id : options_.end_ids) allow(mask, id);
+      for (const int32_t id : options_.end_ids) allow_token(mask, id);
       return true;
     case Phase::kMaybeThink:
     case Phase::kText:
@@ -68,9 +60,9 @@ bool GrammarConstraint::next_mask(std::span<uint32_t> mask) {
   // and every byte is some token's): the end, reported as a cut.
   stuck_ = !any && !complete;
   if (complete || stuck_) {
-    for (const int32_t id : options_.end_ids) allow(mask, id);
+    for (const int32_t id : options_.end_ids) allow_token(mask, id);
   }
-  if (phase_ == Phase::kMaybeThink) allow(mask, options_.think_open);
+  if (phase_ == Phase::kMaybeThink) allow_token(mask, options_.think_open);
   return true;
 }
 

@@ -160,6 +160,14 @@ class Compiler {
     g_.root = root;
     flatten_alternatives();
     count_frames();
+    for (SchemaNode& node : g_.nodes) {
+      if (node.kind != NodeKind::kObject) continue;
+      // next_required[i]: the first required property at or after i (the count: none).
+      node.next_required.assign(node.property_nodes.size() + 1, static_cast<int32_t>(node.property_nodes.size()));
+      for (size_t i = node.property_nodes.size(); i-- > 0;) {
+        node.next_required[i] = node.required[i] != 0 ? static_cast<int32_t>(i) : node.next_required[i + 1];
+      }
+    }
     if (1 + g_.nodes[static_cast<size_t>(root)].min_frames > kMaxDepth) {
       fail("#", "the schema requires nesting deeper than " + std::to_string(kMaxDepth - 2) +
                     " levels, or without end (a required property or item that recurses)");
@@ -521,11 +529,7 @@ Grammar compile_tool_calls(const std::vector<std::pair<std::string, ordered_json
   return compiler.take(root);
 }
 
-Grammar any_json_object_grammar() {
-  Grammar g = base_grammar();
-  g.root = kAnyObjectNode;
-  return g;
-}
+Grammar any_json_object_grammar() { return Compiler().take(kAnyObjectNode); }
 
 // ---- UTF-8 inside strings ----
 
@@ -897,22 +901,22 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         // f.a: the next declared property that may come; f.b: the schema of the value after
         // the colon.
         const auto properties = static_cast<int32_t>(node.property_nodes.size());
-        int32_t last = properties - 1;  // the names allowed next: a..last (no required one skipped)
-        for (int32_t i = f.a; i < properties; ++i) {
-          if (node.required[static_cast<size_t>(i)] != 0) {
-            last = i;
-            break;
-          }
-        }
-        bool required_left = false;
-        for (int32_t i = f.a; i < properties; ++i) required_left = required_left || node.required[static_cast<size_t>(i)] != 0;
+        // The names allowed next: a..last, no required one skipped.
+        const int32_t next_required = node.next_required[static_cast<size_t>(f.a)];
+        const int32_t last = next_required < properties ? next_required : properties - 1;
+        const bool required_left = next_required < properties;
         // A key may open only where one can finish with a value that fits the depth left
         // (the value takes the key's frame, one above this object's).
-        const auto fits = [&](int32_t value) {
-          return stack.depth + g.nodes[static_cast<size_t>(value)].min_frames <= kMaxDepth;
+        const auto key_may_come = [&] {
+          const auto fits = [&](int32_t value) {
+            return stack.depth + g.nodes[static_cast<size_t>(value)].min_frames <= kMaxDepth;
+          };
+          if (node.additional >= 0 && fits(node.additional)) return true;
+          for (int32_t i = f.a; i <= last; ++i) {
+            if (fits(node.property_nodes[static_cast<size_t>(i)])) return true;
+          }
+          return false;
         };
-        bool any_key = node.additional >= 0 && fits(node.additional);
-        for (int32_t i = f.a; i <= last && !any_key; ++i) any_key = fits(node.property_nodes[static_cast<size_t>(i)]);
         if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
           if (ws > 0) push_unique(out, stack);
           return;
@@ -922,7 +926,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         switch (f.state) {
           case kObjOpen:
           case kObjAfterComma:
-            if (byte == '"' && any_key) {
+            if (byte == '"' && key_may_come()) {
               if (stack.depth >= kMaxDepth) return;
               const int32_t range = f.a < properties ? (f.a << 16 | last) : 0xFFFF;
               const int32_t on_names = properties > 0 && node.key_trie >= 0 ? 0 : -1;
@@ -942,7 +946,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             push_unique(out, stack);
             return;
           case kObjAfterValue:
-            if (byte == ',' && any_key) {
+            if (byte == ',' && key_may_come()) {
               f.state = kObjAfterComma;
               push_unique(out, stack);
             } else if (byte == '}' && !required_left) {
@@ -1034,13 +1038,6 @@ bool JsonMatcher::accepting(const MatchState& state) const {
     if (settle(*grammar_, stack) && stack.depth == 1 && stack.frames[0].type == kRootEnd) return true;
   }
   return false;
-}
-
-bool JsonMatcher::only_end(const MatchState& state) const {
-  for (const Stack& stack : state.stacks) {
-    if (stack.depth != 1 || stack.frames[0].type != kRootEnd) return false;
-  }
-  return !state.stacks.empty();
 }
 
 int JsonMatcher::free_strings(const MatchState& state,

@@ -70,6 +70,7 @@ struct SchemaNode {
   // schema of any other key's value (-1: none allowed).
   std::vector<int32_t> property_nodes;
   std::vector<uint8_t> required;
+  std::vector<int32_t> next_required;  // [i]: the first required property at or after i (the count: none)
   int32_t key_trie = -1;
   int32_t additional = -1;
   // kArray
@@ -136,8 +137,6 @@ class JsonMatcher {
   bool advance_all(MatchState& state, std::string_view bytes) const;
   // True when the text so far is a complete value (only trailing whitespace may follow).
   bool accepting(const MatchState& state) const;
-  // True when nothing but the end (and whitespace) may follow.
-  bool only_end(const MatchState& state) const;
   // For the vocabulary mask's shortcut: a token is allowed when any stack takes it, and a
   // stack inside a string whose content is free takes all plain text (up to a length). For
   // each such stack, its UTF-8 state (0-7) and how many more characters its string takes

@@ -23,11 +23,6 @@ std::vector<std::string> ordinary_tokens(const Tokenizer& tokenizer) {
 
 thread_local std::vector<MatchState> scratch;
 
-void set_bit(std::span<uint32_t> mask, int32_t id) {
-  const auto word = static_cast<size_t>(id) / 32;
-  if (word < mask.size()) mask[word] |= 1u << (static_cast<uint32_t>(id) % 32);
-}
-
 }  // namespace
 
 Vocabulary::Vocabulary(const Tokenizer& tokenizer) { build(ordinary_tokens(tokenizer)); }
@@ -139,7 +134,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
     // Tokens spelled by exactly these bytes come first in the subtree's run.
     int32_t i = child.begin;
     for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
-      set_bit(mask, order_[static_cast<size_t>(i)]);
+      allow_token(mask, order_[static_cast<size_t>(i)]);
     }
     if (child.first_child < 0) continue;
     std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives> strings;
@@ -150,7 +145,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
               child.chars <= strings[static_cast<size_t>(k)].second;
     }
     if (whole) {
-      for (; i < child.end; ++i) set_bit(mask, order_[static_cast<size_t>(i)]);
+      for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
       continue;
     }
     walk(matcher, c, next, depth + 1, mask, steps);

@@ -21,6 +21,16 @@ class Tokenizer;
 
 namespace qwenrt::structured {
 
+// Token `id`'s bit in a mask (32 ids a word), set or cleared; ids outside it are ignored.
+inline void allow_token(std::span<uint32_t> mask, int32_t id) {
+  const auto word = static_cast<size_t>(id) / 32;
+  if (id >= 0 && word < mask.size()) mask[word] |= 1u << (static_cast<uint32_t>(id) % 32);
+}
+inline void refuse_token(std::span<uint32_t> mask, int32_t id) {
+  const auto word = static_cast<size_t>(id) / 32;
+  if (id >= 0 && word < mask.size()) mask[word] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+}
+
 class Vocabulary {
  public:
   // The tokenizer's ordinary tokens (added tokens such as <think> or <|im_end|> are never
@@ -35,7 +45,6 @@ class Vocabulary {
   // Token ids made only of whitespace bytes, shortest first.
   const std::vector<int32_t>& whitespace_tokens() const { return whitespace_; }
   std::string_view bytes(int32_t id) const;
-  size_t nodes() const { return nodes_.size(); }
 
  private:
   struct Node {
