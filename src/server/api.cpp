@@ -374,8 +374,9 @@ std::string message_text(const json& message, size_t index) {
 // the prompt, and the output parser reads it first. The model writes the rest under a
 // grammar: the call's JSON, a tool's name and arguments that fit that tool's parameters
 // schema, then </tool_call>; where several calls may come, more calls or the turn's end.
-void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string>& name, const json& tools,
+void force_tool_call(const ModelText& model, const std::optional<std::string>& name, const json& tools,
                      GenerationRequest& out) {
+  const Tokenizer& tokenizer = *model.tokenizer;
   const auto append = [&](std::string_view text, bool control) {
     const std::vector<int32_t> ids = tokenizer.encode(text, control);
     out.prompt.insert(out.prompt.end(), ids.begin(), ids.end());
@@ -412,7 +413,7 @@ void force_tool_call(const Tokenizer& tokenizer, const std::optional<std::string
     options.end_ids = {*close_id};
     if (!out.single_tool_call) {
       options.call_open = *open_id;
-      options.final_ids = out.stop_ids;
+      options.final_ids = text_end_ids(model, out);  // the turn's end and the model's EOS
     }
     out.structured = std::move(options);
   }
@@ -555,7 +556,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     }
   }
   out.may_think = !forced && !(extra.contains("enable_thinking") && extra["enable_thinking"] == false);
-  if (forced) force_tool_call(*model.tokenizer, forced_name, tools, out);
+  if (forced) force_tool_call(model, forced_name, tools, out);
   parse_common(body, model, limits, out, limits.max_context);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));

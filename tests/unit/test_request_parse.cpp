@@ -360,7 +360,13 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
   ASSERT_TRUE(required.structured);
   EXPECT_EQ(required.structured->prefix, "\n{\"name\": \"");
   EXPECT_EQ(required.structured->call_open, id("<tool_call>"));
-  EXPECT_EQ(required.structured->final_ids, required.stop_ids);
+  // After the calls, the turn's end or the model's EOS (as an unconstrained answer ends).
+  std::vector<int32_t> final_ids = required.stop_ids;
+  for (const int32_t eos : fixture.config.eos_token_ids) {
+    if (std::find(final_ids.begin(), final_ids.end(), eos) == final_ids.end()) final_ids.push_back(eos);
+  }
+  EXPECT_EQ(required.structured->final_ids, final_ids);
+  EXPECT_GT(final_ids.size(), required.stop_ids.size());
   structured::JsonMatcher any_tool(required.structured->grammar);
   for (const std::string call : {R"(lookup", "arguments": {"n": 0, "x": [true]}})", R"(get_weather", "arguments": {"city": "Rome"}})"}) {
     structured::MatchState s = any_tool.start();
