@@ -649,24 +649,42 @@ bool Stack::operator==(const Stack& other) const {
 
 JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {}
 
-MatchState JsonMatcher::start() const {
-  MatchState state;
-  Stack stack;
-  stack.frames[0] = Frame{kRootEnd, 0, 0, 0, 0, 0};
-  stack.frames[1] = Frame{kValue, 0, 0, grammar_->root, 0, 0};
-  stack.depth = 2;
-  state.stacks.push_back(stack);
-  return state;
+namespace {
+
+uint64_t stack_hash(const Stack& stack) {
+  static_assert(sizeof(Frame) == 16);
+  uint64_t h = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(stack.depth + 1);
+  for (int i = 0; i < stack.depth; ++i) {
+    uint64_t words[2];
+    std::memcpy(words, &stack.frames[static_cast<size_t>(i)], sizeof(words));
+    h = (h ^ words[0]) * 0xFF51AFD7ED558CCDull;
+    h = (h ^ (h >> 29) ^ words[1]) * 0xC4CEB9FE1A85EC53ull;
+  }
+  return h ^ (h >> 32);
+}
+
+}  // namespace
+
+// Hashes first: a state may hold up to kMaxAlternatives stacks, and the vocabulary mask adds
+// each of them at every trie node it walks.
+void add_stack(MatchState& out, const Stack& stack) {
+  static_assert(kMaxAlternatives < 255 && (kMaxAlternatives & (kMaxAlternatives - 1)) == 0);
+  constexpr size_t kSlots = 2 * kMaxAlternatives;
+  const uint64_t hash = stack_hash(stack);
+  size_t slot = hash % kSlots;
+  for (; out.slots[slot] != 0; slot = (slot + 1) % kSlots) {
+    const size_t i = out.slots[slot] - 1u;
+    if (out.hashes[i] == hash && out.storage[i] == stack) return;
+  }
+  if (out.count < static_cast<size_t>(kMaxAlternatives)) {
+    if (out.count == out.storage.size()) out.storage.emplace_back();
+    out.storage[out.count] = stack;
+    out.hashes[out.count] = hash;
+    out.slots[slot] = static_cast<uint8_t>(++out.count);
+  }
 }
 
 namespace {
-
-void push_unique(MatchState& out, const Stack& stack) {
-  for (const Stack& s : out.stacks) {
-    if (s == stack) return;
-  }
-  if (out.stacks.size() < static_cast<size_t>(kMaxAlternatives)) out.stacks.push_back(stack);
-}
 
 // 1: `byte` is whitespace the frame takes; -1: whitespace refused there; 0: not whitespace.
 // Around the root value (`outer`, or a grammar with free whitespace) any whitespace up to
@@ -690,6 +708,16 @@ int whitespace(Frame& f, uint8_t byte, bool free) {
 
 }  // namespace
 
+MatchState JsonMatcher::start() const {
+  MatchState state;
+  Stack stack;
+  stack.frames[0] = Frame{kRootEnd, 0, 0, 0, 0, 0};
+  stack.frames[1] = Frame{kValue, 0, 0, grammar_->root, 0, 0};
+  stack.depth = 2;
+  add_stack(state, stack);
+  return state;
+}
+
 // Feeds one byte to one stack; each stack it may become goes to `out`.
 void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
   const Grammar& g = *grammar_;
@@ -701,12 +729,12 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
     const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
     switch (f.type) {
       case kRootEnd:
-        if (whitespace(f, byte, true) > 0) push_unique(out, stack);
+        if (whitespace(f, byte, true) > 0) add_stack(out, stack);
         return;
       case kValue: {
         const bool free = g.free_whitespace || stack.depth == 2;
         if (const int ws = whitespace(f, byte, free); ws != 0) {
-          if (ws > 0) push_unique(out, stack);
+          if (ws > 0) add_stack(out, stack);
           return;
         }
         if (!free && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
@@ -735,17 +763,17 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           case NodeKind::kObject:
             if (byte != '{') return;
             f = Frame{kObject, kObjOpen, 0, f.node, 0, -1};
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           case NodeKind::kArray:
             if (byte != '[') return;
             f = Frame{kArray, kArrOpen, 0, f.node, 0, 0};
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           case NodeKind::kString:
             if (byte != '"') return;
             f = Frame{kString, 0, 0, f.node, 0, 0};
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           case NodeKind::kNumber:
           case NodeKind::kInteger:
@@ -753,7 +781,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             else if (byte == '0') f = Frame{kNumber, kNumZero, 0, f.node, 1, 0};
             else if (is_digit(byte)) f = Frame{kNumber, kNumInt, 0, f.node, 1, 0};
             else return;
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           case NodeKind::kLiterals: {
             const int32_t next = g.tries[static_cast<size_t>(node.literals)].child(0, byte);
@@ -761,7 +789,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             f = Frame{kLiteral, 0, 0, f.node, next, 0};
             const LiteralTrie::Node& at = g.tries[static_cast<size_t>(node.literals)].nodes[static_cast<size_t>(next)];
             if (at.tag >= 0 && at.children.empty()) --stack.depth;
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           }
         }
@@ -774,7 +802,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           f.a = next;
           const LiteralTrie::Node& at = trie.nodes[static_cast<size_t>(next)];
           if (at.tag >= 0 && at.children.empty()) --stack.depth;
-          push_unique(out, stack);
+          add_stack(out, stack);
           return;
         }
         if (trie.nodes[static_cast<size_t>(f.a)].tag < 0) return;
@@ -816,7 +844,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         if (unfinished && f.a + 1 > kMaxNumberBytes) return;
         if (next == kNumExp) ++f.b;
         f.state = static_cast<uint8_t>(next);
-        push_unique(out, stack);
+        add_stack(out, stack);
         return;
       }
       case kString: {
@@ -826,7 +854,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         if (closed) {
           if (f.a < node.min_items) return;
           --stack.depth;
-          push_unique(out, stack);
+          add_stack(out, stack);
           return;
         }
         // Characters are counted only where the schema bounds them (a free string's frame
@@ -836,7 +864,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           f.a = std::min(f.a + 1, 1 << 30);
         }
         f.state = static_cast<uint8_t>(next);
-        push_unique(out, stack);
+        add_stack(out, stack);
         return;
       }
       case kKey: {
@@ -874,13 +902,13 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
               parent.b = value;
               parent.state = kObjColon;
               --stack.depth;
-              push_unique(out, stack);
+              add_stack(out, stack);
               return;
             }
             if (!allowed_below && node.additional < 0) return;
             f.a = next;
             f.state = static_cast<uint8_t>(next_state);
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           }
           f.a = -1;  // off the names: another key, where the schema allows them
@@ -894,7 +922,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         } else {
           f.state = static_cast<uint8_t>(next_state);
         }
-        push_unique(out, stack);
+        add_stack(out, stack);
         return;
       }
       case kObject: {
@@ -918,7 +946,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           return false;
         };
         if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
-          if (ws > 0) push_unique(out, stack);
+          if (ws > 0) add_stack(out, stack);
           return;
         }
         if (!g.free_whitespace && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
@@ -932,10 +960,10 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
               const int32_t on_names = properties > 0 && node.key_trie >= 0 ? 0 : -1;
               stack.frames[static_cast<size_t>(stack.depth)] = Frame{kKey, 0, 0, f.node, on_names, range};
               ++stack.depth;
-              push_unique(out, stack);
+              add_stack(out, stack);
             } else if (byte == '}' && f.state == kObjOpen && !required_left) {
               --stack.depth;
-              push_unique(out, stack);
+              add_stack(out, stack);
             }
             return;
           case kObjColon:
@@ -943,15 +971,15 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             f.state = kObjAfterValue;
             stack.frames[static_cast<size_t>(stack.depth)] = Frame{kValue, 0, 0, f.b, 0, 0};
             ++stack.depth;
-            push_unique(out, stack);
+            add_stack(out, stack);
             return;
           case kObjAfterValue:
             if (byte == ',' && key_may_come()) {
               f.state = kObjAfterComma;
-              push_unique(out, stack);
+              add_stack(out, stack);
             } else if (byte == '}' && !required_left) {
               --stack.depth;
-              push_unique(out, stack);
+              add_stack(out, stack);
             }
             return;
           default: return;
@@ -959,7 +987,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
       }
       case kArray: {
         if (const int ws = whitespace(f, byte, g.free_whitespace); ws != 0) {
-          if (ws > 0) push_unique(out, stack);
+          if (ws > 0) add_stack(out, stack);
           return;
         }
         if (!g.free_whitespace && f.ws == kAfterCarriageReturn) return;  // "\r" without its "\n"
@@ -968,17 +996,17 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         if (f.state == kArrAfterValue) {
           if (byte == ',' && more) {
             f.state = kArrAfterComma;
-            push_unique(out, stack);
+            add_stack(out, stack);
           } else if (byte == ']' && f.a >= node.min_items) {
             --stack.depth;
-            push_unique(out, stack);
+            add_stack(out, stack);
           }
           return;
         }
         if (f.state == kArrOpen && byte == ']') {
           if (node.min_items == 0) {
             --stack.depth;
-            push_unique(out, stack);
+            add_stack(out, stack);
           }
           return;
         }
@@ -996,8 +1024,8 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
 }
 
 void JsonMatcher::advance(const MatchState& in, uint8_t byte, MatchState& out) const {
-  out.stacks.clear();
-  for (const Stack& stack : in.stacks) step(stack, byte, out);
+  out.clear();
+  for (const Stack& stack : in.stacks()) step(stack, byte, out);
 }
 
 bool JsonMatcher::advance_all(MatchState& state, std::string_view bytes) const {
@@ -1034,24 +1062,34 @@ bool settle(const Grammar& g, Stack& stack) {
 }  // namespace
 
 bool JsonMatcher::accepting(const MatchState& state) const {
-  for (Stack stack : state.stacks) {
+  for (Stack stack : state.stacks()) {
     if (settle(*grammar_, stack) && stack.depth == 1 && stack.frames[0].type == kRootEnd) return true;
   }
   return false;
 }
 
+int JsonMatcher::free_string(const Stack& stack, int32_t& room) const {
+  const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
+  if (top.state >= kUtf8States) return -1;
+  if (top.type == kKey && top.a < 0) {
+    room = INT32_MAX;  // a key off the declared names: any key
+    return top.state;
+  }
+  if (top.type == kString) {
+    const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
+    room = node.max_items >= 0 ? node.max_items - top.a : INT32_MAX;
+    return top.state;
+  }
+  return -1;
+}
+
 int JsonMatcher::free_strings(const MatchState& state,
                               std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const {
   int n = 0;
-  for (const Stack& stack : state.stacks) {
-    const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
-    if (top.state >= kUtf8States || n >= kMaxAlternatives) continue;
-    if (top.type == kKey && top.a < 0) {
-      out[static_cast<size_t>(n++)] = {top.state, INT32_MAX};  // a key off the declared names: any key
-    } else if (top.type == kString) {
-      const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
-      out[static_cast<size_t>(n++)] = {top.state, node.max_items >= 0 ? node.max_items - top.a : INT32_MAX};
-    }
+  for (const Stack& stack : state.stacks()) {
+    int32_t room = 0;
+    const int utf8 = free_string(stack, room);
+    if (utf8 >= 0 && n < kMaxAlternatives) out[static_cast<size_t>(n++)] = {static_cast<uint8_t>(utf8), room};
   }
   return n;
 }

@@ -29,7 +29,9 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -106,25 +108,51 @@ Grammar any_json_object_grammar();
 Grammar compile_tool_calls(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& tools);
 
 // One frame of the matcher's stack (a fixed 16-byte record).
+// (No default values: a stack's frames above its depth are never read, and the matcher
+// copies only the frames in use.)
 struct Frame {
-  uint8_t type = 0;   // FrameType (json_grammar.cpp)
-  uint8_t state = 0;
-  uint16_t ws = 0;    // whitespace bytes in a row
-  int32_t node = 0;   // the schema node
-  int32_t a = 0, b = 0;
+  uint8_t type;   // FrameType (json_grammar.cpp)
+  uint8_t state;
+  uint16_t ws;    // whitespace bytes in a row
+  int32_t node;   // the schema node
+  int32_t a, b;
 };
 
 struct Stack {
   int depth = 0;
   std::array<Frame, kMaxDepth> frames;
+  Stack() = default;
+  // Copies the frames in use only.
+  Stack(const Stack& other) : depth(other.depth) {
+    std::memcpy(frames.data(), other.frames.data(), static_cast<size_t>(depth) * sizeof(Frame));
+  }
+  Stack& operator=(const Stack& other) {
+    depth = other.depth;
+    std::memmove(frames.data(), other.frames.data(), static_cast<size_t>(depth) * sizeof(Frame));
+    return *this;
+  }
   bool operator==(const Stack& other) const;
 };
 
-// The matcher's state: every stack still alive. Empty: the text cannot be completed.
+// The matcher's state: every stack still alive, each once. Empty: the text cannot be completed.
 struct MatchState {
-  std::vector<Stack> stacks;
-  bool dead() const { return stacks.empty(); }
+  std::span<const Stack> stacks() const { return {storage.data(), count}; }
+  bool dead() const { return count == 0; }
+  void clear() {
+    count = 0;
+    slots.fill(0);
+  }
+  // storage[0, count) are the stacks (storage is kept from state to state: the vocabulary
+  // mask reuses one state a trie depth). For the check that keeps each stack once: hashes[i]
+  // is stack i's hash; `slots`, an open addressing table over them (1 + the index; 0: empty).
+  std::vector<Stack> storage;
+  size_t count = 0;
+  std::array<uint64_t, kMaxAlternatives> hashes{};
+  std::array<uint8_t, 2 * kMaxAlternatives> slots{};
 };
+
+// Adds `stack` to `state` unless it is there already.
+void add_stack(MatchState& state, const Stack& stack);
 
 class JsonMatcher {
  public:
@@ -142,6 +170,9 @@ class JsonMatcher {
   // each such stack, its UTF-8 state (0-7) and how many more characters its string takes
   // (INT32_MAX: no bound) go to `out`; returns how many.
   int free_strings(const MatchState& state, std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const;
+  // The same for one stack: its UTF-8 state, with the characters its string still takes in
+  // `room`; -1 when the stack is not inside such a string.
+  int free_string(const Stack& stack, int32_t& room) const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

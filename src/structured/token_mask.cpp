@@ -101,6 +101,33 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
     node.plain = plain;
     node.chars = static_cast<uint16_t>(std::min(chars, 0xFFFF));
   }
+  // The plain tokens of each UTF-8 state, by their characters (a character starts at every
+  // byte but a continuation byte, as a string frame counts them).
+  const size_t words = (tokens.size() + 31) / 32;
+  for (int s = 0; s < kUtf8States; ++s) {
+    std::vector<std::pair<int32_t, int32_t>> plain;  // (characters, id)
+    for (size_t id = 0; id < tokens.size(); ++id) {
+      const std::string& text = tokens[id];
+      if (text.empty()) continue;
+      int state = s, chars = 0;
+      for (const char c : text) {
+        const auto byte = static_cast<uint8_t>(c);
+        chars += (byte & 0xC0) != 0x80 ? 1 : 0;
+        if ((state = plain_string_byte(state, byte)) < 0) break;
+      }
+      if (state >= 0) plain.emplace_back(chars, static_cast<int32_t>(id));
+    }
+    std::sort(plain.begin(), plain.end());
+    const int32_t most = plain.empty() ? 0 : plain.back().first;
+    plain_fit_[s].assign(static_cast<size_t>(most) + 1, 0);
+    plain_all_[s].assign(words, 0u);
+    for (const auto& [chars, id] : plain) {
+      plain_[s].push_back(id);
+      ++plain_fit_[s][static_cast<size_t>(chars)];
+      allow_token(plain_all_[s], id);
+    }
+    for (size_t c = 1; c < plain_fit_[s].size(); ++c) plain_fit_[s][c] += plain_fit_[s][c - 1];
+  }
   for (size_t id = 0; id < tokens.size(); ++id) {
     const std::string& text = tokens[id];
     if (!text.empty() && text.size() <= 8 &&
@@ -113,20 +140,59 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
   });
 }
 
+void Vocabulary::allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const {
+  const std::vector<int32_t>& fit = plain_fit_[static_cast<size_t>(utf8)];
+  if (room < 0) return;
+  if (static_cast<size_t>(room) + 1 >= fit.size()) {
+    const std::vector<uint32_t>& all = plain_all_[static_cast<size_t>(utf8)];
+    for (size_t w = 0; w < mask.size() && w < all.size(); ++w) mask[w] |= all[w];
+    return;
+  }
+  const std::vector<int32_t>& ids = plain_[static_cast<size_t>(utf8)];
+  for (int32_t i = 0; i < fit[static_cast<size_t>(room)]; ++i) allow_token(mask, ids[static_cast<size_t>(i)]);
+}
+
 size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std::span<uint32_t> mask) const {
   std::fill(mask.begin(), mask.end(), 0u);
   size_t steps = 0;
   if (state.dead()) return steps;
   // One state a depth, sized before the walk: its frames hold references into it.
   if (scratch.size() < max_length_ + 2) scratch.resize(max_length_ + 2);
-  walk(matcher, 0, state, 0, mask, steps);
+  // The stacks inside free strings, grouped by their UTF-8 state: the plain tokens that fit
+  // the group's largest room come from the lists, and the group's walk skips every subtree
+  // of plain text. The other stacks are walked together.
+  thread_local std::array<MatchState, kUtf8States> groups;
+  thread_local MatchState rest;
+  std::array<int32_t, kUtf8States> room{};
+  for (MatchState& group : groups) group.clear();
+  rest.clear();
+  for (const Stack& stack : state.stacks()) {
+    int32_t fits = 0;
+    const int utf8 = matcher.free_string(stack, fits);
+    if (utf8 < 0) {
+      add_stack(rest, stack);
+    } else {
+      const auto s = static_cast<size_t>(utf8);
+      room[s] = groups[s].dead() ? fits : std::max(room[s], fits);
+      add_stack(groups[s], stack);
+    }
+  }
+  for (int s = 0; s < kUtf8States; ++s) {
+    if (groups[static_cast<size_t>(s)].dead()) continue;
+    allow_plain(s, room[static_cast<size_t>(s)], mask);
+    walk(matcher, 0, groups[static_cast<size_t>(s)], 0, s, mask, steps);
+  }
+  if (!rest.dead()) walk(matcher, 0, rest, 0, -1, mask, steps);
   return steps;
 }
 
-void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& state, int depth,
+void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& state, int depth, int utf8,
                       std::span<uint32_t> mask, size_t& steps) const {
   for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
     const Node& child = nodes_[static_cast<size_t>(c)];
+    const int after = utf8 >= 0 ? plain_string_byte(utf8, child.byte) : -1;
+    // Every token below is plain text from the group's string: the lists gave those that fit.
+    if (after >= 0 && ((child.plain >> after) & 1) != 0) continue;
     MatchState& next = scratch[static_cast<size_t>(depth) + 1];
     matcher.advance(state, child.byte, next);
     ++steps;
@@ -148,7 +214,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
       continue;
     }
-    walk(matcher, c, next, depth + 1, mask, steps);
+    walk(matcher, c, next, depth + 1, after, mask, steps);
     // `next` (scratch[depth + 1]) is reused by the next sibling: the call above used deeper slots only.
   }
 }

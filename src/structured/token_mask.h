@@ -3,12 +3,17 @@
 // The vocabulary's byte strings are laid out once as a trie. A mask walks it depth first
 // from the matcher's state, dropping a whole subtree at the first byte the matcher refuses,
 // so a state that allows little (after a value: a comma, a bracket) costs a few hundred
-// steps. Inside a free string almost every token is allowed: there each trie node knows,
-// for each UTF-8 state, whether every token below it is plain text (no quote, backslash or
-// control byte; valid UTF-8 from that state), and such a subtree is taken whole from a
-// list of its token ids, without stepping the matcher through it.
+// steps. Inside a free string almost every token is allowed. A token that is plain text
+// (no quote, backslash or control byte; valid UTF-8 from the string's UTF-8 state) is
+// allowed there exactly when its characters fit the string's room, so those tokens come
+// from lists made once (per UTF-8 state: the plain tokens by their number of characters),
+// and the walk for the stacks in such strings visits only the trie nodes with some token
+// below that is not plain text: each node knows, for each UTF-8 state, whether every token
+// below it is. Where a token closes one string and opens another, a plain subtree below
+// that point is taken whole when its longest token fits the new string's room.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -56,14 +61,24 @@ class Vocabulary {
     uint16_t chars = 0;            // most characters a token below adds (saturating)
   };
   void build(const std::vector<std::string>& tokens);
-  void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth,
+  // `utf8`: with the stacks of one free string group, the UTF-8 state after the path so far
+  // while it is plain text from the group's state (-1: not, or not such a group).
+  void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth, int utf8,
             std::span<uint32_t> mask, size_t& steps) const;
+  // Sets the tokens that are plain text from UTF-8 state `utf8` with at most `room` characters.
+  void allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const;
 
   std::vector<Node> nodes_;
   std::vector<int32_t> order_;  // token ids, depth-first
   std::vector<std::string> tokens_;
   std::vector<int32_t> whitespace_;
   size_t max_length_ = 0;  // bytes of the longest token
+  // For each UTF-8 state: the tokens that are plain text from it, fewest characters first;
+  // plain_fit_[s][c] is how many of them have at most c characters (c up to the most any has),
+  // and plain_all_[s] all of them as a mask.
+  std::array<std::vector<int32_t>, kUtf8States> plain_;
+  std::array<std::vector<int32_t>, kUtf8States> plain_fit_;
+  std::array<std::vector<uint32_t>, kUtf8States> plain_all_;
 };
 
 }  // namespace qwenrt::structured

@@ -410,7 +410,9 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
   for (const char* piece : {"\"", "\":", "\": \"", "\",", "\", \"", "{\"", "{\n", "\n}", "},", "}]", "[\"", "\"]", "true",
                             "false", "null", "nu", "12", "0.", "e-", "name", "na", "age", "tags", "ing", "é", "\xc3",
                             "\xa9\"", "\xa9x", "\xe2\x82", "\xac", "€", "  ", "\n  ", "\\n", "\\\"", "\\u00", "e9\"",
-                            "hello world", "\"name\"", " \"", "\x01x", "\"\n", "1,", "23]", "red", "\"red\"", "gre"}) {
+                            "hello world", "\"name\"", " \"", "\x01x", "\"\n", "1,", "23]", "red", "\"red\"", "gre",
+                            "ab", "abc", "abcd", "abcde", "a\xc3\xa9", "\xa9" "b", "\xa9" "bc\"", "x\", \"", "\", \"p", "p1",
+                            "\"p2\":", "ok\"}", "\"}"}) {
     tokens.emplace_back(piece);
   }
   tokens.emplace_back();  // not text
@@ -422,6 +424,15 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
        "{\"name\": \"a\\\"b\xc3\xa9\", \"age\": 12, \"color\": \"green\"}"},
       {R"({"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}})", "{\"k\xc3\xa9y\": \"abc\"}"},
       {R"({"type": "string", "minLength": 1, "maxLength": 12})", "\"hello worl\xc3\xa9\""},
+      // Several readings inside strings at once, with different rooms, then apart.
+      {R"({"anyOf": [{"type": "object", "properties": {"name": {"type": "string", "maxLength": 2}, "p1": {"type": "integer"}},
+                      "required": ["name", "p1"]},
+                     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5}, "p2": {"type": "string"}},
+                      "required": ["name", "p2"]},
+                     {"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "string", "maxLength": 3}}]})",
+       "{\"name\": \"a\xc3\xa9" "bc\", \"p2\": \"ok\"}"},
+      {R"({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "string", "maxLength": 4}, {"type": "array", "items": {"type": "string", "maxLength": 2}}]})",
+       "[\"\xc3\xa9" "b\", \"x\"]"},
   };
   const size_t words = (tokens.size() + 31) / 32;
   for (const auto& [schema_text, doc] : runs) {
