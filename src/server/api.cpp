@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -190,6 +191,29 @@ std::string check_model(const json& body, const RequestLimits& limits) {
 }
 
 // The fields chat and completions share; `prompt` must already be set.
+// reasoning_effort (OpenAI's, for models that reason): Qwen3 reasons or does not
+// (`enable_thinking`), with no graded effort, so "none" turns the reasoning off and every
+// other level leaves it on. Contradicting chat_template_kwargs.enable_thinking is an error;
+// a model without reasoning has nothing to turn off, and its template ignores the switch.
+void parse_reasoning_effort(const json& body, nlohmann::ordered_json& extra) {
+  const json* effort = field(body, "reasoning_effort");
+  if (effort == nullptr || effort->is_null()) return;
+  static constexpr std::array<std::string_view, 6> kLevels = {"none", "minimal", "low", "medium", "high", "xhigh"};
+  if (!effort->is_string() ||
+      std::find(kLevels.begin(), kLevels.end(), effort->get<std::string>()) == kLevels.end()) {
+    throw invalid_request("'reasoning_effort' must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\", "
+                          "\"xhigh\" (got " + effort->dump() + ")",
+                          "reasoning_effort");
+  }
+  const bool thinking = effort->get<std::string>() != "none";
+  if (const auto it = extra.find("enable_thinking"); it != extra.end() && it->is_boolean() && it->get<bool>() != thinking) {
+    throw invalid_request("'reasoning_effort' " + effort->dump() + " contradicts 'chat_template_kwargs.enable_thinking' " +
+                              it->dump(),
+                          "reasoning_effort");
+  }
+  extra["enable_thinking"] = thinking;
+}
+
 // The ids that end a constrained text: the chat turn's end ids, and the model's EOS.
 std::vector<int32_t> text_end_ids(const ModelText& model, const GenerationRequest& out) {
   std::vector<int32_t> ids = out.chat ? out.stop_ids : std::vector<int32_t>();
@@ -531,6 +555,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     extra = *kwargs;
   }
+  parse_reasoning_effort(body, extra);
   // A forced call is written from the answer's first token: no reasoning before it.
   if (forced) extra["enable_thinking"] = false;
   try {

@@ -176,6 +176,33 @@ GenerationRequest chat(const std::string& body) {
   return parse_chat_request(parse_json_body(body), text, limits);
 }
 
+TEST(RequestParse, ReasoningEffortNoneTurnsQwen3sReasoningOff) {
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string thinking = rendered_chat("{" + messages + "}");
+  const std::string not_thinking = rendered_chat("{" + messages + R"(,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_NE(thinking, not_thinking);
+  EXPECT_EQ(rendered_chat("{" + messages + R"(,"reasoning_effort":"none"})"), not_thinking);
+  EXPECT_FALSE(chat("{" + messages + R"(,"reasoning_effort":"none"})").may_think);
+  for (const char* level : {"minimal", "low", "medium", "high", "xhigh"}) {
+    EXPECT_EQ(rendered_chat("{" + messages + R"(,"reasoning_effort":")" + level + "\"}"), thinking) << level;
+    EXPECT_TRUE(chat("{" + messages + R"(,"reasoning_effort":")" + level + "\"}").may_think) << level;
+  }
+  EXPECT_EQ(rendered_chat("{" + messages + R"(,"reasoning_effort":null})"), thinking);
+  EXPECT_EQ(rendered_chat("{" + messages + R"(,"reasoning_effort":"none","chat_template_kwargs":{"enable_thinking":false}})"),
+            not_thinking);
+  for (const std::string bad : {R"("reasoning_effort":"maximal")", R"("reasoning_effort":3)",
+                                R"("reasoning_effort":"none","chat_template_kwargs":{"enable_thinking":true})",
+                                R"("reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false})"}) {
+    try {
+      chat("{" + messages + "," + bad + "}");
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "reasoning_effort") << bad;
+    }
+  }
+}
+
 TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   static const Fixture fixture;
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
