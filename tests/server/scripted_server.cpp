@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "server/generation.h"
@@ -21,7 +23,8 @@ class ScriptedService : public GenerationService {
  public:
   explicit ScriptedService(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
   ~ScriptedService() override {
-    for (auto& thread : threads_) thread.join();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (Writer& writer : writers_) writer.thread.join();
   }
 
   std::shared_ptr<RequestStream> start(const GenerationRequest& request) override {
@@ -41,7 +44,19 @@ class ScriptedService : public GenerationService {
     const std::string script = tokenizer_.decode(std::span<const int32_t>(ids).subspan(begin, end - begin));
     auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
     ++active_;
-    threads_.emplace_back([this, stream, script, n = request.n] {
+    // Connections call start() from their own threads: the writers' list is shared. Writers
+    // that are done are joined here, so a long test does not gather finished threads.
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = writers_.begin(); it != writers_.end();) {
+      if (*it->done) {
+        it->thread.join();
+        it = writers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread([this, stream, script, n = request.n, done] {
       for (int choice = 0; choice < n; ++choice) {
         // Three bytes per event: tags arrive split, as tokens would split them.
         for (size_t i = 0; i < script.size(); i += 3) {
@@ -57,7 +72,9 @@ class ScriptedService : public GenerationService {
         stream->push(std::move(last));
       }
       --active_;
+      *done = true;
     });
+    writers_.push_back(Writer{std::move(thread), std::move(done)});
     return stream;
   }
   int active_requests() const override { return active_; }
@@ -67,7 +84,12 @@ class ScriptedService : public GenerationService {
  private:
   const Tokenizer& tokenizer_;
   std::atomic<int> active_{0};
-  std::vector<std::thread> threads_;
+  struct Writer {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mutex_;
+  std::list<Writer> writers_;
 };
 
 }  // namespace
