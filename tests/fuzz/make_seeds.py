@@ -106,6 +106,22 @@ def main() -> None:
     for request in requests:
         write(out, "fuzz_request", json.dumps(request).encode())
 
+    # Schemas with documents that fit them (the masks are checked at every prefix).
+    structured = [
+        ({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5}, "age": {"type": "integer"}},
+          "required": ["name"]}, r'{"name": "ab\u00e9", "age": 12}'),
+        ({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "array", "items": {"type": "string"}},
+                    {"type": "object", "additionalProperties": {"type": "number"}}]}, '{"k\u00e9": -0.5e3}'),
+        ({"type": "array", "items": {"enum": ["red", "green", 3, None]}, "minItems": 1, "maxItems": 3},
+         '["red", 3, null]'),
+        ({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "boolean"},
+                                                             "next": {"$ref": "#/$defs/node"}}}},
+          "$ref": "#/$defs/node"}, '{"v": true, "next": {"next": {}}}'),
+        ({"type": ["string", "null"], "minLength": 1}, r'"\ud83d\ude00 \u20ac caf' + '\u00e9"'),
+    ]
+    for schema, document in structured:
+        write(out, "fuzz_structured", json.dumps(schema).encode() + SEP + document.encode())
+
     conversations = json.loads((DATA / "chat_template/conversations.json").read_text())
     for path in sorted(DATA.glob("templates/*.jinja")):
         for conversation in conversations[:12]:
