@@ -911,7 +911,11 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             add_stack(out, stack);
             return;
           }
-          f.a = -1;  // off the names: another key, where the schema allows them
+          // Off the names: another key, where the schema allows them. Not by an escape: that
+          // could spell a declared name another way ("\u0061ge" for "age", whose value would
+          // then go unchecked). Past the first byte no name has there, escapes are free.
+          if (byte == '\\' || f.state >= kAfterBackslash) return;
+          f.a = -1;
         }
         if (node.additional < 0) return;
         if (closed) {

@@ -333,6 +333,17 @@ TEST(JsonSchema, DeclaredNamesAreNeverOtherKeys) {
   EXPECT_FALSE(viable(open, R"({"a":1,"a")"));
   EXPECT_TRUE(matches(open, R"({"ab":"x","a":1})"));  // other keys take no place in the order
   EXPECT_TRUE(matches(open, R"({"a":1,"ab":"x"})"));
+  // Nor spelled another way with escapes: a key may not leave a declared name's spelling
+  // through one; once it differs from every name, escapes are free.
+  const auto ages = schema(R"({"properties":{"age":{"type":"integer"},"n\u00e9":{"type":"integer"}},
+      "additionalProperties":{"type":"string"}})");
+  EXPECT_TRUE(matches(ages, R"({"age":1})"));
+  EXPECT_TRUE(matches(ages, "{\"n\xc3\xa9\":1}"));
+  for (const char* spelled : {R"({"\u0061ge")", R"({"a\u0067e")", R"({"ag\u0065")", R"({"n\u00e9")", R"({"\/")"}) {
+    EXPECT_FALSE(viable(ages, spelled)) << spelled;
+  }
+  EXPECT_TRUE(matches(ages, R"({"age":1,"other\u0021\n":"x","x\"":"y"})"));
+  EXPECT_TRUE(matches(ages, R"({"b\u0061":"x"})"));
 }
 
 TEST(JsonSchema, EnumAndConstKeepOnlyValuesTheirSiblingsAllow) {
