@@ -874,8 +874,12 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         Frame& parent = stack.frames[static_cast<size_t>(stack.depth - 2)];
         const int32_t lo = f.b >> 16, hi = f.b & 0xFFFF;
         bool closed = false, started = false;
-        const int next_state = string_byte(f.state, byte, closed, started, nullptr);
+        // \uXXXX escapes are decoded as in values (a lone surrogate is refused); their digits
+        // so far are kept in the frame's whitespace count, which a key does not use.
+        int32_t escaped = f.ws;
+        const int next_state = string_byte(f.state, byte, closed, started, &escaped);
         if (next_state < 0) return;
+        f.ws = static_cast<uint16_t>(escaped);
         // The value's frame will take the key's place: it must fit the depth left.
         const auto fits = [&](int32_t value) {
           return stack.depth - 1 + g.nodes[static_cast<size_t>(value)].min_frames <= kMaxDepth;

@@ -374,6 +374,15 @@ TEST(JsonMatcher, SurrogatePairsAreOneCharacterAndComeInPairs) {
   EXPECT_FALSE(matches(one, R"("\ud800")"));      // a high surrogate alone
   EXPECT_FALSE(matches(one, R"("\udc00")"));      // a low one alone
   EXPECT_FALSE(matches(one, R"("\ud800\u0041")"));
+  // Keys too, declared or not.
+  const auto object = std::make_shared<const Grammar>(any_json_object_grammar());
+  EXPECT_TRUE(matches(object, R"({"\ud83d\ude00": 1, "a\u00e9\n": 2})"));
+  for (const char* lone : {R"({"\ud800": 1})", R"({"x\udc00": 1})", R"({"\ud800\u0041": 1})"}) {
+    EXPECT_FALSE(viable(object, lone)) << lone;
+  }
+  const auto declared = schema(R"({"properties":{"a":{"type":"integer"}},"additionalProperties":true})");
+  EXPECT_TRUE(matches(declared, R"({"a":1,"b\ud83d\ude00":2})"));
+  EXPECT_FALSE(viable(declared, R"({"a":1,"b\ud83d":)"));
 }
 
 TEST(JsonMatcher, NumbersNeverEndUnfinishableAtTheirLimit) {
