@@ -154,8 +154,7 @@ void Vocabulary::allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) c
 
 size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std::span<uint32_t> mask) const {
   std::fill(mask.begin(), mask.end(), 0u);
-  size_t steps = 0;
-  if (state.dead()) return steps;
+  if (state.dead()) return 0;
   // One state a depth, sized before the walk: its frames hold references into it.
   if (scratch.size() < max_length_ + 2) scratch.resize(max_length_ + 2);
   // The stacks inside free strings, grouped by their UTF-8 state: the plain tokens that fit
@@ -177,17 +176,37 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
       add_stack(groups[s], stack);
     }
   }
+  // Walked apart, the parts' states are together what one walk of the whole state would
+  // hold, as long as no state would have held more than kMaxAlternatives stacks (a state
+  // drops the stacks past that: which ones depends on what else it holds). Where the parts'
+  // largest states add up to more, the mask is made again by one walk of the whole state.
+  size_t parts = 0, most = 0;
+  WalkCount count;
   for (int s = 0; s < kUtf8States; ++s) {
     if (groups[static_cast<size_t>(s)].dead()) continue;
     allow_plain(s, room[static_cast<size_t>(s)], mask);
-    walk(matcher, 0, groups[static_cast<size_t>(s)], 0, s, mask, steps);
+    WalkCount part{0, groups[static_cast<size_t>(s)].count};
+    walk(matcher, 0, groups[static_cast<size_t>(s)], 0, s, mask, part);
+    count.steps += part.steps;
+    most += part.most;
+    ++parts;
   }
-  if (!rest.dead()) walk(matcher, 0, rest, 0, -1, mask, steps);
-  return steps;
+  if (!rest.dead()) {
+    WalkCount part{0, rest.count};
+    walk(matcher, 0, rest, 0, -1, mask, part);
+    count.steps += part.steps;
+    most += part.most;
+    ++parts;
+  }
+  if (parts > 1 && most > static_cast<size_t>(kMaxAlternatives)) {
+    std::fill(mask.begin(), mask.end(), 0u);
+    walk(matcher, 0, state, 0, -1, mask, count);
+  }
+  return count.steps;
 }
 
 void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& state, int depth, int utf8,
-                      std::span<uint32_t> mask, size_t& steps) const {
+                      std::span<uint32_t> mask, WalkCount& count) const {
   for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
     const Node& child = nodes_[static_cast<size_t>(c)];
     const int after = utf8 >= 0 ? plain_string_byte(utf8, child.byte) : -1;
@@ -195,7 +214,8 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
     if (after >= 0 && ((child.plain >> after) & 1) != 0) continue;
     MatchState& next = scratch[static_cast<size_t>(depth) + 1];
     matcher.advance(state, child.byte, next);
-    ++steps;
+    ++count.steps;
+    count.most = std::max(count.most, next.count);
     if (next.dead()) continue;
     // Tokens spelled by exactly these bytes come first in the subtree's run.
     int32_t i = child.begin;
@@ -214,7 +234,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
       continue;
     }
-    walk(matcher, c, next, depth + 1, after, mask, steps);
+    walk(matcher, c, next, depth + 1, after, mask, count);
     // `next` (scratch[depth + 1]) is reused by the next sibling: the call above used deeper slots only.
   }
 }

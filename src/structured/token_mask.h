@@ -63,8 +63,12 @@ class Vocabulary {
   void build(const std::vector<std::string>& tokens);
   // `utf8`: with the stacks of one free string group, the UTF-8 state after the path so far
   // while it is plain text from the group's state (-1: not, or not such a group).
+  struct WalkCount {
+    size_t steps = 0;  // trie nodes stepped
+    size_t most = 0;   // the most stacks a state of the walk held
+  };
   void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth, int utf8,
-            std::span<uint32_t> mask, size_t& steps) const;
+            std::span<uint32_t> mask, WalkCount& count) const;
   // Sets the tokens that are plain text from UTF-8 state `utf8` with at most `room` characters.
   void allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const;
 

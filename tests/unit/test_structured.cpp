@@ -476,6 +476,34 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
   }
 }
 
+// A state holds at most kMaxAlternatives stacks and drops the rest; the mask walks the
+// stacks inside free strings apart from the others, and must still agree with stepping the
+// whole state where together they would overflow (here a key that may be free, beside one
+// on a declared name, branches into 64 arrays at "[" and crowds out the declared one's).
+TEST(TokenMask, AgreesWithTheMatcherWhereAStateOverflows) {
+  std::string arrays;
+  for (int i = 0; i < kMaxAlternatives; ++i) arrays += std::string(i > 0 ? "," : "") + R"({"type":"array","items":{"type":"integer"}})";
+  const auto grammar = schema(R"({"anyOf":[{"type":"object","additionalProperties":{"anyOf":[)" + arrays + R"(]}},
+      {"type":"object","properties":{"xy":{"type":"array","items":{"type":"string"}}},"required":["xy"],
+       "additionalProperties":false}]})");
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const char* piece : {"\":[", "\":[\"", "\": [", "\":[1", "y\":[", "\":"}) tokens.emplace_back(piece);
+  const Vocabulary vocabulary(tokens);
+  JsonMatcher matcher(grammar);
+  for (const std::string prefix : {"{\"xy", "{\"x", "{\"xy\":", "{\"xy\":["}) {
+    MatchState state = matcher.start();
+    ASSERT_TRUE(matcher.advance_all(state, prefix)) << prefix;
+    std::vector<uint32_t> mask((tokens.size() + 31) / 32);
+    vocabulary.fill(matcher, state, mask);
+    for (size_t id = 0; id < tokens.size(); ++id) {
+      MatchState probe = state;
+      const bool expected = matcher.advance_all(probe, tokens[id]);
+      EXPECT_EQ(((mask[id / 32] >> (id % 32)) & 1) != 0, expected) << "after " << prefix << " token '" << tokens[id] << "'";
+    }
+  }
+}
+
 TEST(GrammarConstraint, ThinkingFirstThenTheTextThenItsEnd) {
   // Ids: the 256 bytes, then <think> 256, </think> 257, <end> 258 (not text).
   std::vector<std::string> tokens;
