@@ -447,14 +447,9 @@ void force_tool_call(const ModelText& model, const std::optional<std::string>& n
   }
 }
 
-}  // namespace
-
-GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
-  if (model.chat_template == nullptr) {
-    throw invalid_request("this model has no chat template: use /v1/completions", "messages");
-  }
-  GenerationRequest out;
-  out.chat = true;
+// The chat's messages as its template takes them: roles checked, content flattened to text,
+// tool calls' arguments as objects.
+nlohmann::ordered_json parse_conversation(const json& body) {
   const json* messages = field(body, "messages");
   if (messages == nullptr) throw invalid_request("'messages' is required", "messages");
   if (!messages->is_array()) throw invalid_request("'messages' must be an array", "messages");
@@ -495,7 +490,12 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     }
     conversation.push_back(std::move(item));
   }
-  nlohmann::ordered_json tools;  // null: none
+  return conversation;
+}
+
+// The request's tools (null: none).
+nlohmann::ordered_json parse_tools(const json& body) {
+  nlohmann::ordered_json tools;
   if (const json* given = field(body, "tools")) {
     if (!given->is_array()) throw invalid_request("'tools' must be an array", "tools");
     for (const json& tool : *given) {
@@ -506,6 +506,30 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     }
     if (!given->empty()) tools = *given;
   }
+  return tools;
+}
+
+// chat_template_kwargs, with reasoning_effort's switch.
+nlohmann::ordered_json template_kwargs(const json& body) {
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    extra = *kwargs;
+  }
+  parse_reasoning_effort(body, extra);
+  return extra;
+}
+
+}  // namespace
+
+GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+  if (model.chat_template == nullptr) {
+    throw invalid_request("this model has no chat template: use /v1/completions", "messages");
+  }
+  GenerationRequest out;
+  out.chat = true;
+  const nlohmann::ordered_json conversation = parse_conversation(body);
+  nlohmann::ordered_json tools = parse_tools(body);
   // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
   // "required" (some tool) or {"type": "function", "function": {"name": ...}} (that one).
   std::optional<std::string> forced_name;  // none with "required"
@@ -550,12 +574,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   // A named tool is called once.
   out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || forced_name.has_value();
   out.named_tool_choice = forced_name.has_value();
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  if (const json* kwargs = field(body, "chat_template_kwargs")) {
-    if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    extra = *kwargs;
-  }
-  parse_reasoning_effort(body, extra);
+  nlohmann::ordered_json extra = template_kwargs(body);
   // A forced call is written from the answer's first token: no reasoning before it.
   if (forced) extra["enable_thinking"] = false;
   try {
@@ -633,6 +652,52 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     }
   }
   return out;
+}
+
+std::vector<int32_t> parse_tokenize_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+  check_model(body, limits);
+  const json* prompt = field(body, "prompt");
+  const bool chat = field(body, "messages") != nullptr;
+  if ((prompt != nullptr) == chat) throw invalid_request("give either 'prompt' (text) or 'messages' (a chat)", "prompt");
+  if (!chat) {
+    if (!prompt->is_string()) throw invalid_request("'prompt' must be a string", "prompt");
+    // As /v1/completions takes text: special-token strings become their tokens.
+    return model.tokenizer->encode(prompt->get<std::string>(), true);
+  }
+  if (model.chat_template == nullptr) throw invalid_request("this model has no chat template: give 'prompt'", "messages");
+  const nlohmann::ordered_json conversation = parse_conversation(body);
+  const nlohmann::ordered_json tools = parse_tools(body);
+  const nlohmann::ordered_json extra = template_kwargs(body);
+  const bool generation_prompt = bool_field(body, "add_generation_prompt", true);
+  try {
+    return encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, generation_prompt, extra);
+  } catch (const Error& error) {
+    throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
+  }
+}
+
+std::string parse_detokenize_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+  check_model(body, limits);
+  const json* tokens = field(body, "tokens");
+  if (tokens == nullptr || !tokens->is_array()) throw invalid_request("'tokens' must be an array of token ids", "tokens");
+  if (tokens->size() > static_cast<size_t>(limits.max_context)) {
+    throw invalid_request("'tokens' holds " + std::to_string(tokens->size()) + " ids, over the context of " +
+                              std::to_string(limits.max_context),
+                          "tokens");
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(tokens->size());
+  for (const json& id : *tokens) {
+    if (!id.is_number_integer()) throw invalid_request("'tokens' must be an array of token ids", "tokens");
+    const int64_t value = id.get<int64_t>();
+    if (value < 0 || value >= limits.vocab_size) {
+      throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " +
+                                std::to_string(limits.vocab_size) + ")",
+                            "tokens");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return model.tokenizer->decode(ids);
 }
 
 }  // namespace qwenrt::server

@@ -94,5 +94,14 @@ struct GenerationRequest {
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);
 GenerationRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelText& model,
                                            const RequestLimits& limits);
+// POST /tokenize (as vLLM has it): the ids of {"prompt": TEXT} as /v1/completions takes the
+// text, or of {"messages": [...]} rendered as /v1/chat/completions renders a chat (with
+// `tools`, `chat_template_kwargs`, `reasoning_effort`, and `add_generation_prompt`, default
+// true). No context check: the caller learns the count. An unknown model is a 404.
+std::vector<int32_t> parse_tokenize_request(const nlohmann::ordered_json& body, const ModelText& model,
+                                            const RequestLimits& limits);
+// POST /detokenize: the text of {"tokens": [ids]} (ids in the vocabulary, at most the context).
+std::string parse_detokenize_request(const nlohmann::ordered_json& body, const ModelText& model,
+                                     const RequestLimits& limits);
 
 }  // namespace qwenrt::server

@@ -46,6 +46,8 @@ constexpr const char* kModelsRoute = "/v1/models";
 constexpr const char* kModelPrefix = "/v1/models/";  // + a model's name
 constexpr const char* kHealthRoute = "/health";
 constexpr const char* kMetricsRoute = "/metrics";
+constexpr const char* kTokenizeRoute = "/tokenize";
+constexpr const char* kDetokenizeRoute = "/detokenize";
 
 struct Route {
   const char* path;
@@ -60,6 +62,8 @@ constexpr Route kRouteTable[] = {
     {kModelPrefix, "/v1/models/{id}", "GET, HEAD, OPTIONS", true},
     {kHealthRoute, kHealthRoute, "GET, HEAD, OPTIONS", false},
     {kMetricsRoute, kMetricsRoute, "GET, HEAD, OPTIONS", false},
+    {kTokenizeRoute, kTokenizeRoute, "POST, OPTIONS", false},
+    {kDetokenizeRoute, kDetokenizeRoute, "POST, OPTIONS", false},
 };
 
 const Route* find_route(const std::string& path) {
@@ -359,6 +363,37 @@ void HttpServer::add_routes() {
     res.set_content(metrics_.render(service_.scheduler_stats(), service_.active_requests()),
                     "text/plain; version=0.0.4");
   });
+  // The tokenizer's routes: a JSON body in, a JSON answer out, no engine work.
+  const auto tokenizer_route = [this](auto answer) {
+    return [this, answer](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read_body) {
+      std::string body_text;
+      if (const std::optional<ApiError> error =
+              read_body_within(req, res, read_body, options_.max_body_bytes, body_text)) {
+        send_error(res, *error);
+        res.set_header("Connection", "close");
+        return;
+      }
+      try {
+        res.set_content(answer(parse_json_body(body_text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                        "application/json");
+      } catch (const ApiError& error) {
+        send_error(res, error);
+      } catch (const Error& error) {
+        const bool clients = error.category() == ErrorCategory::kInvalidArgument ||
+                             error.category() == ErrorCategory::kUnsupported;
+        send_error(res, clients ? invalid_request(error.what()) : ApiError(500, "server_error", error.what()));
+      } catch (const std::exception& error) {
+        send_error(res, ApiError(500, "server_error", error.what()));
+      }
+    };
+  };
+  http_->Post(kTokenizeRoute, tokenizer_route([this](const nlohmann::ordered_json& body) {
+    const std::vector<int32_t> ids = parse_tokenize_request(body, model_, options_.limits);
+    return nlohmann::ordered_json{{"count", ids.size()}, {"max_model_len", options_.limits.max_context}, {"tokens", ids}};
+  }));
+  http_->Post(kDetokenizeRoute, tokenizer_route([this](const nlohmann::ordered_json& body) {
+    return nlohmann::ordered_json{{"prompt", parse_detokenize_request(body, model_, options_.limits)}};
+  }));
   auto generation = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read_body) {
       std::string body_text;

@@ -494,6 +494,41 @@ await test('bad input: a gzip body that unpacks over the size limit -> 413', asy
   assert.equal(reply.json.error.code, 'request_too_large');
   assert.equal((await post(main.url, '/v1/chat/completions', good)).status, 200, 'the next good request succeeds');
 });
+await test('/tokenize and /detokenize: the counts the generation routes use, and back to the text', async () => {
+  const prompt = 'Once upon a time<|im_end|> there';
+  const counted = await post(main.url, '/tokenize', { model, prompt });
+  assert.equal(counted.status, 200);
+  const completion = await client.completions.create({ model, prompt, max_tokens: 1 });
+  assert.equal(counted.json.count, completion.usage.prompt_tokens);
+  assert.equal(counted.json.tokens.length, counted.json.count);
+  assert.ok(counted.json.max_model_len > 0);
+  const back = await post(main.url, '/detokenize', { model, tokens: counted.json.tokens });
+  assert.equal(back.status, 200);
+  assert.equal(back.json.prompt, prompt);
+  const chat = { messages: hello, chat_template_kwargs: { enable_thinking: false } };
+  const chatCount = await post(main.url, '/tokenize', chat);
+  const reply = await client.chat.completions.create({ model, ...chat, max_tokens: 1 });
+  assert.equal(chatCount.json.count, reply.usage.prompt_tokens);
+  const bare = await post(main.url, '/tokenize', { ...chat, add_generation_prompt: false });
+  assert.ok(bare.json.count < chatCount.json.count, "without the assistant turn's opening");
+  const text = (await post(main.url, '/detokenize', { tokens: chatCount.json.tokens })).json.prompt;
+  assert.ok(text.includes('<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n'), text);
+  for (const [body, status, param] of [[{ prompt: 'x', messages: hello }, 400, 'prompt'], [{}, 400, 'prompt'],
+    [{ prompt: 7 }, 400, 'prompt'], [{ model: 'gpt-4', prompt: 'x' }, 404, 'model'],
+    [{ messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages[0].role']]) {
+    const refused = await post(main.url, '/tokenize', body);
+    assert.equal(refused.status, status, JSON.stringify(body));
+    assert.equal(refused.json.error.param, param, JSON.stringify(body));
+  }
+  for (const tokens of [[-1], [1e9], ['a'], 5]) {
+    const refused = await post(main.url, '/detokenize', { tokens });
+    assert.equal(refused.status, 400, JSON.stringify(tokens));
+    assert.equal(refused.json.error.param, 'tokens');
+  }
+  assert.equal((await post(main.url, '/tokenize', '{"prompt": ')).status, 400);
+  assert.equal((await fetch(main.url + '/tokenize')).status, 405);
+});
+
 await test('one model by id; a wrong method is a 405 naming the right one; request ids', async () => {
   assert.equal((await client.models.retrieve(model)).id, model);
   await assert.rejects(client.models.retrieve('gpt-4'), (error) => error.status === 404 && error.code === 'model_not_found');
@@ -732,6 +767,8 @@ await test('API key: 401 without or with a wrong key on every route but /health'
     assert.equal(reply.json.error.type, 'authentication_error');
     assert.equal((await fetch(keyed.url + '/v1/models', { headers })).status, 401);
     assert.equal((await fetch(keyed.url + '/metrics', { headers })).status, 401);
+    assert.equal((await post(keyed.url, '/tokenize', { prompt: 'hi' }, headers)).status, 401);
+    assert.equal((await post(keyed.url, '/detokenize', { tokens: [1] }, headers)).status, 401);
   }
   assert.equal((await fetch(keyed.url + '/health')).status, 200);
   const ok = new OpenAI({ baseURL: keyed.url + '/v1', apiKey: 'sekrit-key' });

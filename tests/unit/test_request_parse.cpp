@@ -203,6 +203,32 @@ TEST(RequestParse, ReasoningEffortNoneTurnsQwen3sReasoningOff) {
   }
 }
 
+TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  limits.served_model_name = "m";
+  const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  const auto tokenize = [&](const std::string& body) { return parse_tokenize_request(parse_json_body(body), text, limits); };
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}}])";
+  for (const std::string& fields : {std::string(R"("messages":[{"role":"user","content":"hi"}])"),
+                                   R"("messages":[{"role":"developer","content":"be brief"},{"role":"user","content":"hi"}],)" + tools,
+                                   std::string(R"("messages":[{"role":"user","content":"hi"}],"reasoning_effort":"none")")}) {
+    EXPECT_EQ(tokenize("{" + fields + "}"), chat("{" + fields + "}").prompt) << fields;
+  }
+  EXPECT_EQ(tokenize(R"({"prompt":"a<|im_end|>b"})"), completion(R"({"prompt":"a<|im_end|>b"})").prompt);
+  const std::vector<int32_t> bare = tokenize(R"({"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false})");
+  const std::vector<int32_t> full = tokenize(R"({"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_LT(bare.size(), full.size());
+  EXPECT_TRUE(std::equal(bare.begin(), bare.end(), full.begin()));
+  // No context check: a client learns the count of what it could not send.
+  limits.max_context = 2;
+  EXPECT_GT(tokenize(R"({"prompt":"a longer text than two tokens"})").size(), 2u);
+  EXPECT_EQ(parse_detokenize_request(parse_json_body(R"({"tokens":[]})"), text, limits), "");
+  EXPECT_THROW(parse_detokenize_request(parse_json_body(R"({"tokens":[1,2,3]})"), text, limits), ApiError);
+}
+
 TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   static const Fixture fixture;
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
