@@ -124,9 +124,17 @@ struct BatchBenchResult {
   size_t peak_used_bytes = 0;
 };
 
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
 struct ScoreResult {
   std::vector<double> logprobs;  // log p(ids[i] | ids[:i]) for i = 1..n-1
   std::vector<int32_t> argmax;   // the most likely token at each of those positions
+  // With score(ids, k > 0): the k most likely tokens at each of those positions, most likely
+  // first (ties: the lower id first).
+  std::vector<std::vector<TokenLogprob>> top;
   double nll_mean = 0;
   double perplexity = 0;
   double seconds = 0;
@@ -169,10 +177,6 @@ struct StepInput {
 };
 inline constexpr int kMaxBannedPerRow = 16;
 
-struct TokenLogprob {
-  int32_t id = 0;
-  float logprob = 0;
-};
 // What Engine::step reports for an input that asked for log-probabilities.
 struct StepLogprobs {
   float sampled = 0;             // log p(sampled token)
@@ -236,7 +240,7 @@ class Engine {
   GenerateResult generate(Session& session, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                           const std::function<bool(int32_t)>& on_token = {});
   std::unique_ptr<Session> new_session();
-  ScoreResult score(const std::vector<int32_t>& ids);
+  ScoreResult score(const std::vector<int32_t>& ids, int top_logprobs = 0);
   BenchResult bench(const BenchOptions& options);
   // N sequences with their own random prompts, prefilled, then decoded together.
   BatchBenchResult bench_batch(const BatchBenchOptions& options);

@@ -683,7 +683,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   return result;
 }
 
-ScoreResult Engine::score(const std::vector<int32_t>& ids) {
+ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
   check_prompt(ids, "the text to score");
   if (ids.size() < 2) throw Error(ErrorCategory::kInvalidArgument, "scoring needs at least two token ids");
   ScoreResult result;
@@ -721,8 +721,28 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids) {
       if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
         throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(begin + r));
       }
+      const double log_sum = max_logit + std::log(sum);
       int32_t target = ids[begin + r + 1];
-      result.logprobs.push_back(row[target] - max_logit - std::log(sum));
+      result.logprobs.push_back(row[target] - log_sum);
+      if (top_logprobs > 0) {
+        // The k largest logits, in a heap whose front is the least likely kept.
+        const auto k = static_cast<size_t>(std::min(top_logprobs, vocab));
+        const auto more_likely = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+        std::vector<int32_t> heap;
+        heap.reserve(k + 1);
+        for (int32_t j = 0; j < vocab; ++j) {
+          if (heap.size() == k && !more_likely(j, heap.front())) continue;
+          heap.push_back(j);
+          std::push_heap(heap.begin(), heap.end(), more_likely);
+          if (heap.size() > k) {
+            std::pop_heap(heap.begin(), heap.end(), more_likely);
+            heap.pop_back();
+          }
+        }
+        std::sort_heap(heap.begin(), heap.end(), more_likely);
+        std::vector<TokenLogprob>& top = result.top.emplace_back();
+        for (const int32_t id : heap) top.push_back(TokenLogprob{id, static_cast<float>(row[id] - log_sum)});
+      }
     }
   }
   result.seconds = seconds_since(start);

@@ -140,7 +140,6 @@ void refuse_unsupported(const json& body) {
   if (const json* v = field(body, "best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     refuse("best_of", " (only 1)");
   }
-  if (bool_field(body, "echo", false)) refuse("echo", "");
   if (const json* v = field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     refuse("suffix", "");
   }
@@ -299,7 +298,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
                    out.chat ? "messages" : "prompt", "context_length_exceeded");
   }
   const char* max_name = field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
-  const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), 1, INT32_MAX);
+  // With echo the answer may be the prompt alone (its log-probabilities, as evaluations ask).
+  const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), out.echo ? 0 : 1, INT32_MAX);
   if (max_tokens > room) {
     throw ApiError(400, "invalid_request_error",
                    "'" + std::string(max_name) + "' is " + std::to_string(max_tokens) + " but the prompt has " +
@@ -528,6 +528,10 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   GenerationRequest out;
   out.chat = true;
+  if (bool_field(body, "echo", false)) {
+    throw ApiError(400, "invalid_request_error", "'echo' is not supported by this server on /v1/chat/completions (it is on "
+                   "/v1/completions)", "echo", "unsupported_parameter");
+  }
   const nlohmann::ordered_json conversation = parse_conversation(body);
   nlohmann::ordered_json tools = parse_tools(body);
   // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
@@ -643,6 +647,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   } else {
     throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
   }
+  out.echo = bool_field(body, "echo", false);
   parse_common(body, model, limits, out, 16);  // OpenAI's default for completions
   if (const json* logprobs = field(body, "logprobs")) {
     if (logprobs->is_boolean()) {

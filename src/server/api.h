@@ -79,6 +79,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
   std::vector<TokenBias> logit_bias;  // added to the logits of every draw
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
+  // Completions' echo: each choice's text opens with the prompt's (max_tokens may then be 0);
+  // with logprobs, the prompt's tokens are listed first with theirs (the first has none).
+  bool echo = false;
   bool parse_tool_calls = false;  // chat with tools: <tool_call> blocks become tool_calls
   bool single_tool_call = false;  // parallel_tool_calls: false (calls after the first are dropped)
   bool parse_reasoning = false;   // chat: <think> … </think> becomes reasoning_content

@@ -122,7 +122,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
   if (request.structured) {
     std::call_once(vocabulary_once_, [&] { vocabulary_ = std::make_shared<const structured::Vocabulary>(tokenizer_); });
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
   if (options_.max_requests > 0 && active_ >= options_.max_requests) {
     throw ApiError(429, "rate_limit_error",
@@ -130,6 +130,25 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
                    "queue_full");
   }
   auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
+  if (request.echo) {
+    // The echo comes first in every choice, before any token (none is submitted yet).
+    const ChoiceEvent echo = echo_event(request, lock);
+    if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
+    for (int i = 0; i < request.n; ++i) {
+      ChoiceEvent event = echo;
+      event.choice = i;
+      stream->push(std::move(event));
+    }
+    if (request.max_tokens == 0) {
+      for (int i = 0; i < request.n; ++i) {
+        ChoiceEvent last;
+        last.choice = i;
+        last.finish_reason = "length";
+        stream->push(std::move(last));
+      }
+      return stream;
+    }
+  }
   const auto now = Clock::now();
   std::vector<uint64_t> submitted;
   for (int i = 0; i < request.n; ++i) {
@@ -168,6 +187,57 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
   ++active_;
   work_.notify_all();
   return stream;
+}
+
+ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock) {
+  ChoiceEvent event;
+  event.text = tokenizer_.decode(request.prompt);  // special tokens written out, as the prompt had them
+  if (request.top_logprobs < 0) return event;
+  ScoreResult scored;
+  if (request.prompt.size() >= 2) {
+    ScoreJob job;
+    job.ids = &request.prompt;
+    job.top_logprobs = request.top_logprobs;
+    score_jobs_.push_back(&job);
+    work_.notify_all();
+    scored_.wait(lock, [&] { return job.done; });
+    if (!job.error.empty()) {
+      throw ApiError(503, "server_error", "the prompt's log-probabilities could not be computed now: " + job.error, "",
+                     "unavailable");
+    }
+    scored = std::move(job.result);
+  }
+  const auto token = [&](int32_t id, float logprob) {
+    return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)),
+                        logprob};
+  };
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    LogprobEntry entry;
+    static_cast<LogprobToken&>(entry) = token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
+    entry.none = i == 0;
+    if (i > 0 && i - 1 < scored.top.size()) {
+      for (const TokenLogprob& alternative : scored.top[i - 1]) entry.top.push_back(token(alternative.id, alternative.logprob));
+    }
+    event.logprobs.push_back(std::move(entry));
+  }
+  return event;
+}
+
+// On the engine's thread, between steps (mutex_ held on entry and exit, not while scoring).
+void EngineService::run_score_jobs(std::unique_lock<std::mutex>& lock) {
+  while (!score_jobs_.empty()) {
+    ScoreJob* job = score_jobs_.front();
+    score_jobs_.pop_front();
+    lock.unlock();
+    try {
+      job->result = engine_.score(*job->ids, job->top_logprobs);
+    } catch (const std::exception& error) {
+      job->error = error.what();
+    }
+    lock.lock();
+    job->done = true;
+  }
+  scored_.notify_all();
 }
 
 void EngineService::shut_down(const std::string& reason) {
@@ -295,6 +365,12 @@ void EngineService::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (stopping_) {
+        for (ScoreJob* job : score_jobs_) {
+          job->error = "the server is shutting down";
+          job->done = true;
+        }
+        score_jobs_.clear();
+        scored_.notify_all();
         lock.unlock();
         deliver_events(pending_events_);  // the last step's
         pending_events_.clear();
@@ -304,6 +380,8 @@ void EngineService::run() {
       for (const auto& [id, choice] : choices_) {
         if (choice->stream->cancelled()) scheduler_.cancel(id);
       }
+      // No step is in flight here: echoed prompts are scored before the next one.
+      if (!score_jobs_.empty()) run_score_jobs(lock);
       idle = scheduler_.idle();
       if (idle && pending_events_.empty()) {
         idled_ = true;

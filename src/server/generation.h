@@ -35,6 +35,7 @@ struct LogprobEntry : LogprobToken {
   std::vector<LogprobToken> top;  // most likely first
   bool in_text = true;  // false: the token adds nothing to the text (a special or ending token)
   bool ends = false;    // the token that ends its choice (an end-of-sequence or stop id)
+  bool none = false;    // no log-prob: an echoed prompt's first token (nothing comes before it)
 };
 
 struct ChoiceEvent {
@@ -124,7 +125,7 @@ class EngineService : public GenerationService {
   std::shared_ptr<const structured::Vocabulary> vocabulary_;
   Metrics& metrics_;
   EngineServiceOptions options_;
-  const Engine& engine_;
+  Engine& engine_;
   Scheduler scheduler_;
   // The engine's thread only: the last timed step seen, and whether the loop waited for
   // work since (then the next gap is idle time, not the engine's).
@@ -135,6 +136,22 @@ class EngineService : public GenerationService {
   mutable std::mutex mutex_;  // guards what follows up to the waker's own; held while dispatching a step's events
   std::condition_variable work_;
   std::map<uint64_t, std::unique_ptr<Choice>> choices_;  // unfinished choices, by sequence id
+  // Echoed prompts' log-probabilities: a connection's thread queues the job and waits; the
+  // engine's thread scores it between two steps (Engine::score, the KV blocks borrowed from
+  // the pool for the while) and wakes it.
+  struct ScoreJob {
+    const std::vector<int32_t>* ids = nullptr;
+    int top_logprobs = 0;
+    ScoreResult result;
+    std::string error;  // what failed, if it did
+    bool done = false;
+  };
+  std::deque<ScoreJob*> score_jobs_;
+  std::condition_variable scored_;
+  void run_score_jobs(std::unique_lock<std::mutex>& lock);
+  // The echo a choice of `request` opens with: the prompt's text, and with logprobs its
+  // tokens (scored on the engine's thread).
+  ChoiceEvent echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock);
   int active_ = 0;
   bool stopping_ = false, closed_ = false;
   std::vector<std::shared_ptr<RequestStream>> delivered_;  // this step's streams with new events

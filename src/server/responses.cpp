@@ -84,14 +84,19 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
 void ResponseBuilder::add_completion_logprobs(Choice& out, const std::vector<LogprobEntry>& entries, Choice& text) {
   for (const LogprobEntry& entry : entries) {
     out.tokens.push_back(entry.text);
-    out.token_logprobs.push_back(entry.logprob);
-    // Keyed by text: alternatives that show alike (bytes of unfinished characters, all
-    // U+FFFD) share a key, which keeps the most likely one's log-prob.
-    json top = json::object();
-    for (const LogprobToken& alternative : entry.top) {
-      if (!top.contains(alternative.text)) top[alternative.text] = alternative.logprob;
+    if (entry.none) {
+      out.token_logprobs.push_back(nullptr);
+      out.top_logprobs.push_back(nullptr);
+    } else {
+      out.token_logprobs.push_back(entry.logprob);
+      // Keyed by text: alternatives that show alike (bytes of unfinished characters, all
+      // U+FFFD) share a key, which keeps the most likely one's log-prob.
+      json top = json::object();
+      for (const LogprobToken& alternative : entry.top) {
+        if (!top.contains(alternative.text)) top[alternative.text] = alternative.logprob;
+      }
+      out.top_logprobs.push_back(top);
     }
-    out.top_logprobs.push_back(top);
     // Where the token starts in `text`: the characters decoded before it, as the streaming
     // decoder decodes them. A token that goes on with a character begun earlier (a
     // continuation byte first) points at that character, and so does a special token (the

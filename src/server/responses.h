@@ -41,7 +41,7 @@ class ResponseBuilder {
     std::vector<ToolCall> tool_calls;
     nlohmann::json logprobs = nlohmann::json::array();  // chat: entries; completions: see below
     std::vector<std::string> tokens;
-    std::vector<float> token_logprobs;
+    nlohmann::json token_logprobs = nlohmann::json::array();  // null for an echoed prompt's first token
     nlohmann::json top_logprobs = nlohmann::json::array();
     std::vector<size_t> text_offsets;
     std::string finish;

@@ -50,6 +50,31 @@ TEST_P(ReferenceModel, ScoreMatchesTransformers) {
   }
   EXPECT_NEAR(result.nll_mean, reference["nll_mean"].get<double>(), kLogprobTolerance);
   RecordProperty("max_abs_logprob_diff", std::to_string(worst));
+  // With alternatives: the k most likely at each position, most likely first; the scored
+  // token's own log-prob among them wherever it is one of the k.
+  const ScoreResult top = engine.score(ids, 5);
+  ASSERT_EQ(top.top.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(top.top[i].size(), 5u);
+    EXPECT_EQ(top.top[i][0].id, top.argmax[i]) << i;
+    EXPECT_NEAR(top.logprobs[i], result.logprobs[i], 1e-9) << i;
+    double mass = 0;
+    for (size_t k = 0; k < 5; ++k) {
+      if (k > 0) {
+        EXPECT_LE(top.top[i][k].logprob, top.top[i][k - 1].logprob) << i;
+      }
+      mass += std::exp(top.top[i][k].logprob);
+      if (top.top[i][k].id == ids[i + 1]) {
+        EXPECT_NEAR(top.top[i][k].logprob, top.logprobs[i], 1e-5) << i;
+      }
+    }
+    EXPECT_LE(mass, 1.0 + 1e-5);
+    const bool listed = std::any_of(top.top[i].begin(), top.top[i].end(),
+                                    [&](const TokenLogprob& t) { return t.id == ids[i + 1]; });
+    if (!listed) {
+      EXPECT_GE(top.top[i][4].logprob, top.logprobs[i] - 1e-6) << i;  // a less likely token, not listed
+    }
+  }
 }
 
 TEST_P(ReferenceModel, GreedyMatchesTransformers) {

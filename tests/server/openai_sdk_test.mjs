@@ -151,6 +151,57 @@ await test('completions: greedy tokens equal transformers (reference.json)', asy
   }
 });
 
+await test('completions echo: the prompt first; with logprobs its tokens too, as transformers scores them', async () => {
+  const prompt = 'Once upon a time';
+  const plain = await client.completions.create({ model, prompt, max_tokens: 4, temperature: 0, ignore_eos: true });
+  const echoed = await client.completions.create({ model, prompt, max_tokens: 4, temperature: 0, ignore_eos: true, echo: true });
+  assert.equal(echoed.choices[0].text, prompt + plain.choices[0].text);
+  assert.equal(echoed.usage.completion_tokens, 4);
+  // max_tokens 0: the prompt's log-probabilities alone (as evaluation harnesses ask).
+  const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
+  const scored = await client.completions.create({ model, prompt: reference.score_ids, max_tokens: 0, echo: true, logprobs: 2 });
+  const choice = scored.choices[0];
+  assert.equal(choice.finish_reason, 'length');
+  assert.equal(scored.usage.completion_tokens, 0);
+  // The echo writes the prompt's special tokens out, as the prompt had them.
+  const echoBytes = reference.score_ids.flatMap((id) => (id < 256 ? [id] : id < 263 ? [...Buffer.from(added[id - 256])] : []));
+  assert.equal(choice.text, new TextDecoder('utf-8').decode(Uint8Array.from(echoBytes)));
+  assert.equal(choice.logprobs.tokens.length, reference.score_ids.length);
+  assert.equal(choice.logprobs.token_logprobs[0], null);
+  assert.equal(choice.logprobs.top_logprobs[0], null);
+  let worst = 0;
+  for (let i = 1; i < reference.score_ids.length; ++i) {
+    worst = Math.max(worst, Math.abs(choice.logprobs.token_logprobs[i] - reference.logprobs[i - 1]));
+    const alternatives = Object.values(choice.logprobs.top_logprobs[i]);
+    assert.ok(alternatives.length >= 1 && alternatives.length <= 2);
+    assert.ok(Math.max(...alternatives) >= choice.logprobs.token_logprobs[i] - 1e-6);
+  }
+  assert.ok(worst < 1e-3, `worst difference from transformers ${worst}`);
+  // Streamed: the echo is the first chunk, and the chunks make the whole response.
+  const body = { model, prompt, max_tokens: 3, temperature: 0, ignore_eos: true, echo: true, logprobs: 1 };
+  const whole = await client.completions.create(body);
+  let text = '';
+  const offsets = [];
+  const stream = await client.completions.create({ ...body, stream: true });
+  let first = true;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      if (first) assert.ok(c.text.startsWith(prompt), c.text);
+      first = false;
+      text += c.text;
+      if (c.logprobs) offsets.push(...c.logprobs.text_offset);
+    }
+  }
+  assert.equal(text, whole.choices[0].text);
+  assert.deepEqual(offsets, whole.choices[0].logprobs.text_offset);
+  assert.equal(whole.choices[0].logprobs.tokens.length, (await post(main.url, '/tokenize', { prompt })).json.count + 3);
+  // Chat has no echo; max_tokens 0 needs it.
+  const chatEcho = await post(main.url, '/v1/chat/completions', { model, messages: hello, echo: true });
+  assert.equal(chatEcho.status, 400);
+  assert.equal(chatEcho.json.error.param, 'echo');
+  assert.equal((await post(main.url, '/v1/completions', { model, prompt, max_tokens: 0 })).status, 400);
+});
+
 await test('completions with logprobs: text_offset points into the text, streamed and not', async () => {
   // Random bytes: some tokens are single bytes of multi-byte characters (text U+FFFD); each
   // token's offset is the characters before it, a character's later bytes pointing at it.

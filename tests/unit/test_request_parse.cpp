@@ -229,6 +229,32 @@ TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
   EXPECT_THROW(parse_detokenize_request(parse_json_body(R"({"tokens":[1,2,3]})"), text, limits), ApiError);
 }
 
+TEST(RequestParse, EchoIsACompletionsFieldAndLetsMaxTokensBeZero) {
+  const GenerationRequest echoed = completion(R"({"prompt":"hi","echo":true,"max_tokens":0,"logprobs":2})");
+  EXPECT_TRUE(echoed.echo);
+  EXPECT_EQ(echoed.max_tokens, 0);
+  EXPECT_EQ(echoed.top_logprobs, 2);
+  EXPECT_FALSE(completion(R"({"prompt":"hi","echo":false})").echo);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt":"hi","max_tokens":0})", "max_tokens"},
+           {R"({"prompt":"hi","echo":true,"max_tokens":-1})", "max_tokens"}}) {
+    try {
+      completion(body);
+      ADD_FAILURE() << body;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.param, param) << body;
+    }
+  }
+  try {
+    chat(R"({"messages":[{"role":"user","content":"hi"}],"echo":true})");
+    ADD_FAILURE() << "chat echo";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "echo");
+    EXPECT_EQ(error.code, "unsupported_parameter");
+  }
+}
+
 TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   static const Fixture fixture;
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
