@@ -189,6 +189,10 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
   return stream;
 }
 
+LogprobToken EngineService::logprob_token(int32_t id, float logprob) const {
+  return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)), logprob};
+}
+
 ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock) {
   ChoiceEvent event;
   event.text = tokenizer_.decode(request.prompt);  // special tokens written out, as the prompt had them
@@ -207,16 +211,12 @@ ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::uni
     }
     scored = std::move(job.result);
   }
-  const auto token = [&](int32_t id, float logprob) {
-    return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)),
-                        logprob};
-  };
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     LogprobEntry entry;
-    static_cast<LogprobToken&>(entry) = token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
+    static_cast<LogprobToken&>(entry) = logprob_token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
     entry.none = i == 0;
     if (i > 0 && i - 1 < scored.top.size()) {
-      for (const TokenLogprob& alternative : scored.top[i - 1]) entry.top.push_back(token(alternative.id, alternative.logprob));
+      for (const TokenLogprob& alternative : scored.top[i - 1]) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
     }
     event.logprobs.push_back(std::move(entry));
   }
@@ -305,15 +305,11 @@ void EngineService::dispatch(const SequenceEvent& event) {
     const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
     if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token));
     if (choice.logprobs) {
-      const auto token = [&](int32_t id, float logprob) {
-        return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)),
-                            logprob};
-      };
       LogprobEntry entry;
-      static_cast<LogprobToken&>(entry) = token(event.token, event.logprobs.sampled);
+      static_cast<LogprobToken&>(entry) = logprob_token(event.token, event.logprobs.sampled);
       entry.in_text = !ends && !tokenizer_.is_special(event.token);
       entry.ends = ends;
-      for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(token(alternative.id, alternative.logprob));
+      for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }
     if (choice.stops.stopped()) {

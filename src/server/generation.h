@@ -152,6 +152,8 @@ class EngineService : public GenerationService {
   // The echo a choice of `request` opens with: the prompt's text, and with logprobs its
   // tokens (scored on the engine's thread).
   ChoiceEvent echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock);
+  // A token as logprobs list it: its text, its bytes, its log-probability.
+  LogprobToken logprob_token(int32_t id, float logprob) const;
   int active_ = 0;
   bool stopping_ = false, closed_ = false;
   std::vector<std::shared_ptr<RequestStream>> delivered_;  // this step's streams with new events
