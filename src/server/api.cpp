@@ -213,6 +213,19 @@ void parse_reasoning_effort(const json& body, nlohmann::ordered_json& extra) {
   extra["enable_thinking"] = thinking;
 }
 
+// A token id from a request: an integer in the vocabulary, else a 400 naming `param`
+// (`not_an_id`: the message for what is no integer).
+int32_t vocabulary_id(const json& id, const RequestLimits& limits, const char* param, const char* not_an_id) {
+  if (!id.is_number_integer()) throw invalid_request(not_an_id, param);
+  const int64_t value = id.get<int64_t>();
+  if (value < 0 || value >= limits.vocab_size) {
+    throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) +
+                              ")",
+                          param);
+  }
+  return static_cast<int32_t>(value);
+}
+
 // The ids that end a constrained text: the chat turn's end ids, and the model's EOS.
 std::vector<int32_t> text_end_ids(const ModelText& model, const GenerationRequest& out) {
   std::vector<int32_t> ids = out.chat ? out.stop_ids : std::vector<int32_t>();
@@ -635,14 +648,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
                      "prompt", "unsupported_parameter");
     }
     for (const json& id : *prompt) {
-      if (!id.is_number_integer()) throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
-      const int64_t value = id.get<int64_t>();
-      if (value < 0 || value >= limits.vocab_size) {
-        throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " +
-                                  std::to_string(limits.vocab_size) + ")",
-                              "prompt");
-      }
-      out.prompt.push_back(static_cast<int32_t>(value));
+      out.prompt.push_back(vocabulary_id(id, limits, "prompt", "'prompt' must be a string or an array of token ids"));
     }
   } else {
     throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
@@ -693,14 +699,7 @@ std::string parse_detokenize_request(const json& body, const ModelText& model, c
   std::vector<int32_t> ids;
   ids.reserve(tokens->size());
   for (const json& id : *tokens) {
-    if (!id.is_number_integer()) throw invalid_request("'tokens' must be an array of token ids", "tokens");
-    const int64_t value = id.get<int64_t>();
-    if (value < 0 || value >= limits.vocab_size) {
-      throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " +
-                                std::to_string(limits.vocab_size) + ")",
-                            "tokens");
-    }
-    ids.push_back(static_cast<int32_t>(value));
+    ids.push_back(vocabulary_id(id, limits, "tokens", "'tokens' must be an array of token ids"));
   }
   return model.tokenizer->decode(ids);
 }

@@ -28,14 +28,19 @@ std::string rendered_chat(const std::string& body) {
   return fixture.tokenizer.decode(request.prompt);
 }
 
-GenerationRequest completion(const std::string& body) {
-  static const Fixture fixture;
+// The limits the parse tests run under, for the fixture's model.
+RequestLimits test_limits(const Fixture& fixture) {
   RequestLimits limits;
   limits.max_context = 4096;
   limits.vocab_size = fixture.config.vocab_size;
   limits.served_model_name = "m";
+  return limits;
+}
+
+GenerationRequest completion(const std::string& body) {
+  static const Fixture fixture;
   const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
-  return parse_completion_request(parse_json_body(body), text, limits);
+  return parse_completion_request(parse_json_body(body), text, test_limits(fixture));
 }
 
 int status_of(const std::string& body) {
@@ -205,10 +210,7 @@ TEST(RequestParse, ReasoningEffortNoneTurnsQwen3sReasoningOff) {
 
 TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
   static const Fixture fixture;
-  RequestLimits limits;
-  limits.max_context = 4096;
-  limits.vocab_size = fixture.config.vocab_size;
-  limits.served_model_name = "m";
+  RequestLimits limits = test_limits(fixture);
   const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
   const auto tokenize = [&](const std::string& body) { return parse_tokenize_request(parse_json_body(body), text, limits); };
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}}])";
