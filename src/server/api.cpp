@@ -140,9 +140,6 @@ void refuse_unsupported(const json& body) {
   if (const json* v = field(body, "best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
     refuse("best_of", " (only 1)");
   }
-  if (const json* v = field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
-    refuse("suffix", "");
-  }
   for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex"}) {
     if (field(body, name) != nullptr) refuse(name, "");
   }
@@ -224,6 +221,45 @@ int32_t vocabulary_id(const json& id, const RequestLimits& limits, const char* p
                           param);
   }
   return static_cast<int32_t>(value);
+}
+
+// suffix (completions): the text after an insertion, as code models fill in the middle.
+// Qwen's tokenizers (Qwen2.5-Coder's training) mark it <|fim_prefix|>PROMPT<|fim_suffix|>
+// SUFFIX<|fim_middle|>, and the model writes the middle. An empty suffix is no insertion.
+// Chat has no suffix: the field is refused there as unsupported.
+void fill_in_the_middle(const json& body, const Tokenizer& tokenizer, GenerationRequest& out) {
+  const json* suffix = field(body, "suffix");
+  if (suffix == nullptr || suffix->is_null()) return;
+  if (!suffix->is_string()) throw invalid_request("'suffix' must be a string", "suffix");
+  const std::string text = suffix->get<std::string>();
+  if (text.empty()) return;
+  if (out.chat) {
+    throw ApiError(400, "invalid_request_error", "'suffix' is not supported on /v1/chat/completions (it is on /v1/completions)",
+                   "suffix", "unsupported_parameter");
+  }
+  const auto prefix_id = tokenizer.token_to_id("<|fim_prefix|>");
+  const auto suffix_id = tokenizer.token_to_id("<|fim_suffix|>");
+  const auto middle_id = tokenizer.token_to_id("<|fim_middle|>");
+  if (!prefix_id || !suffix_id || !middle_id) {
+    throw ApiError(400, "invalid_request_error",
+                   "'suffix' needs a tokenizer with fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, "
+                   "<|fim_middle|>); this model's has none",
+                   "suffix", "unsupported_parameter");
+  }
+  if (out.echo) throw invalid_request("'echo' cannot be combined with 'suffix'", "echo");
+  std::vector<int32_t> prompt = {*prefix_id};
+  prompt.insert(prompt.end(), out.prompt.begin(), out.prompt.end());
+  prompt.push_back(*suffix_id);
+  const std::vector<int32_t> after = tokenizer.encode(text, true);  // as the prompt's text is read
+  prompt.insert(prompt.end(), after.begin(), after.end());
+  prompt.push_back(*middle_id);
+  out.prompt = std::move(prompt);
+  // The middle ends where the model opens another part, as Qwen's own fill-in-the-middle
+  // example stops (besides the model's EOS).
+  for (const char* marker : {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|repo_name|>",
+                             "<|file_sep|>", "<|im_end|>"}) {
+    if (const auto id = tokenizer.token_to_id(marker)) out.stop_ids.push_back(*id);
+  }
 }
 
 // The ids that end a constrained text: the chat turn's end ids, and the model's EOS.
@@ -545,6 +581,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     throw ApiError(400, "invalid_request_error", "'echo' is not supported by this server on /v1/chat/completions (it is on "
                    "/v1/completions)", "echo", "unsupported_parameter");
   }
+  fill_in_the_middle(body, *model.tokenizer, out);  // refuses a suffix
   const nlohmann::ordered_json conversation = parse_conversation(body);
   nlohmann::ordered_json tools = parse_tools(body);
   // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
@@ -654,6 +691,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
   }
   out.echo = bool_field(body, "echo", false);
+  fill_in_the_middle(body, *model.tokenizer, out);
   parse_common(body, model, limits, out, 16);  // OpenAI's default for completions
   if (const json* logprobs = field(body, "logprobs")) {
     if (logprobs->is_boolean()) {

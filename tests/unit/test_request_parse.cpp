@@ -257,6 +257,26 @@ TEST(RequestParse, EchoIsACompletionsFieldAndLetsMaxTokensBeZero) {
   }
 }
 
+// suffix needs fill-in-the-middle tokens (the server tests' byte-level tokenizer has none;
+// Qwen's: tests/tokenizer/test_fill_in_the_middle.cpp), and chat has no suffix.
+TEST(RequestParse, SuffixIsRefusedWithoutFillInTheMiddleTokens) {
+  for (const bool chat_route : {false, true}) {
+    try {
+      if (chat_route) {
+        chat(R"({"messages":[{"role":"user","content":"hi"}],"suffix":"y"})");
+      } else {
+        completion(R"({"prompt":"x","suffix":"y"})");
+      }
+      ADD_FAILURE() << chat_route;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.param, "suffix");
+      EXPECT_EQ(error.code, "unsupported_parameter");
+    }
+  }
+  EXPECT_NO_THROW(completion(R"({"prompt":"x","suffix":""})"));  // empty: no insertion
+  EXPECT_NO_THROW(chat(R"({"messages":[{"role":"user","content":"hi"}],"suffix":""})"));
+}
+
 TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   static const Fixture fixture;
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}},
