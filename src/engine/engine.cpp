@@ -2,12 +2,18 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <exception>
+#include <memory>
+#include <thread>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "model/qwen.h"
 #include "model/safetensors.h"
@@ -696,10 +702,17 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
   const int vocab = model_->config().vocab_size;
   std::vector<int32_t> rows(chunk_size);
   for (int i = 0; i < chunk_size; ++i) rows[i] = i;
-  std::vector<float> host_logits(static_cast<size_t>(chunk_size) * vocab);
+  // Not zeroed: each pass writes the rows it reads (up to max_logit_rows x the vocabulary).
+  const std::unique_ptr<float[]> host_logits(new float[static_cast<size_t>(chunk_size) * vocab]);
   // Position i predicts ids[i + 1]; the last position predicts nothing. A teacher-forced
   // pass takes its dynamic-NTK alpha from the whole sequence, as the original's forward.
   const size_t predicting = ids.size() - 1;
+  result.argmax.resize(predicting);
+  result.logprobs.resize(predicting);
+  if (top_logprobs > 0) result.top.resize(predicting);
+  // Each row's softmax is a few passes over the vocabulary on the host: the rows are spread
+  // over a pool of threads (the caller's included).
+  ThreadPool pool(std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
   const int alpha = ntk_alpha_index(model_->config(), static_cast<int>(ids.size()));
   for (size_t begin = 0; begin < predicting; begin += chunk_size) {
     size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
@@ -707,29 +720,34 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
     Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
                                     std::span<const int32_t>(rows.data(), count));
     sequence.advance(static_cast<int>(count));
-    backend_->copy_to_host(host_logits.data(), logits.data, count * vocab * sizeof(float));
-    for (size_t r = 0; r < count; ++r) {
-      const float* row = host_logits.data() + r * vocab;
-      int32_t best = 0;
-      for (int j = 1; j < vocab; ++j) {
-        if (row[j] > row[best]) best = j;
-      }
-      result.argmax.push_back(best);
-      double max_logit = row[best];
-      double sum = 0;
-      for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max_logit);
-      if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
-        throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(begin + r));
-      }
-      const double log_sum = max_logit + std::log(sum);
-      int32_t target = ids[begin + r + 1];
-      result.logprobs.push_back(row[target] - log_sum);
-      if (top_logprobs > 0) {
+    backend_->copy_to_host(host_logits.get(), logits.data, count * vocab * sizeof(float));
+    std::atomic<size_t> first_bad{SIZE_MAX};
+    pool.parallel_for(static_cast<int64_t>(count), 4, [&](int64_t from, int64_t to) {
+      std::vector<int32_t> heap;
+      for (auto r = static_cast<size_t>(from); r < static_cast<size_t>(to); ++r) {
+        const float* row = host_logits.get() + r * vocab;
+        const size_t at = begin + r;
+        int32_t best = 0;
+        for (int j = 1; j < vocab; ++j) {
+          if (row[j] > row[best]) best = j;
+        }
+        result.argmax[at] = best;
+        double max_logit = row[best];
+        double sum = 0;
+        for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max_logit);
+        if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
+          size_t seen = first_bad.load();
+          while (at < seen && !first_bad.compare_exchange_weak(seen, at)) {
+          }
+          continue;
+        }
+        const double log_sum = max_logit + std::log(sum);
+        result.logprobs[at] = row[ids[at + 1]] - log_sum;
+        if (top_logprobs <= 0) continue;
         // The k largest logits, in a heap whose front is the least likely kept.
         const auto k = static_cast<size_t>(std::min(top_logprobs, vocab));
         const auto more_likely = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
-        std::vector<int32_t> heap;
-        heap.reserve(k + 1);
+        heap.clear();
         for (int32_t j = 0; j < vocab; ++j) {
           if (heap.size() == k && !more_likely(j, heap.front())) continue;
           heap.push_back(j);
@@ -740,9 +758,11 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
           }
         }
         std::sort_heap(heap.begin(), heap.end(), more_likely);
-        std::vector<TokenLogprob>& top = result.top.emplace_back();
-        for (const int32_t id : heap) top.push_back(TokenLogprob{id, static_cast<float>(row[id] - log_sum)});
+        for (const int32_t id : heap) result.top[at].push_back(TokenLogprob{id, static_cast<float>(row[id] - log_sum)});
       }
+    });
+    if (first_bad.load() != SIZE_MAX) {
+      throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(first_bad.load()));
     }
   }
   result.seconds = seconds_since(start);

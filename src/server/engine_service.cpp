@@ -131,8 +131,17 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
   }
   auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
   if (request.echo) {
-    // The echo comes first in every choice, before any token (none is submitted yet).
-    const ChoiceEvent echo = echo_event(request, lock);
+    // The echo comes first in every choice, before any token (none is submitted yet). The
+    // request counts against the cap while its prompt is scored.
+    ++active_;
+    ChoiceEvent echo;
+    try {
+      echo = echo_event(request, lock);
+    } catch (...) {
+      --active_;
+      throw;
+    }
+    --active_;
     if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
     for (int i = 0; i < request.n; ++i) {
       ChoiceEvent event = echo;
@@ -194,11 +203,14 @@ LogprobToken EngineService::logprob_token(int32_t id, float logprob) const {
 }
 
 ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock) {
-  ChoiceEvent event;
-  event.text = tokenizer_.decode(request.prompt);  // special tokens written out, as the prompt had them
-  if (request.top_logprobs < 0) return event;
   ScoreResult scored;
-  if (request.prompt.size() >= 2) {
+  if (request.top_logprobs >= 0 && request.prompt.size() >= 2) {
+    if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
+    if (static_cast<int64_t>(request.prompt.size()) > engine_.kv_pool_tokens()) {
+      throw invalid_request("scoring the prompt needs " + std::to_string(request.prompt.size()) +
+                                " positions of KV cache, the pool holds " + std::to_string(engine_.kv_pool_tokens()),
+                            "prompt");
+    }
     ScoreJob job;
     job.ids = &request.prompt;
     job.top_logprobs = request.top_logprobs;
@@ -206,27 +218,55 @@ ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::uni
     work_.notify_all();
     scored_.wait(lock, [&] { return job.done; });
     if (!job.error.empty()) {
-      throw ApiError(503, "server_error", "the prompt's log-probabilities could not be computed now: " + job.error, "",
+      throw ApiError(503, "server_error", "the prompt's log-probabilities could not be computed: " + job.error, "",
                      "unavailable");
     }
     scored = std::move(job.result);
   }
-  for (size_t i = 0; i < request.prompt.size(); ++i) {
-    LogprobEntry entry;
-    static_cast<LogprobToken&>(entry) = logprob_token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
-    entry.none = i == 0;
-    if (i > 0 && i - 1 < scored.top.size()) {
-      for (const TokenLogprob& alternative : scored.top[i - 1]) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
+  // The text and the entries are made without the lock (the engine's thread delivers steps
+  // under it).
+  lock.unlock();
+  ChoiceEvent event;
+  event.echo = true;
+  event.text = tokenizer_.decode(request.prompt);  // special tokens written out, as the prompt had them
+  if (request.top_logprobs >= 0) {
+    for (size_t i = 0; i < request.prompt.size(); ++i) {
+      LogprobEntry entry;
+      static_cast<LogprobToken&>(entry) =
+          logprob_token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
+      entry.none = i == 0;
+      if (i > 0 && i - 1 < scored.top.size()) {
+        for (const TokenLogprob& alternative : scored.top[i - 1]) {
+          entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
+        }
+      }
+      event.logprobs.push_back(std::move(entry));
     }
-    event.logprobs.push_back(std::move(entry));
   }
+  lock.lock();
   return event;
 }
 
 // On the engine's thread, between steps (mutex_ held on entry and exit, not while scoring).
+// The jobs queued by now, oldest first; one whose prompt the KV pool cannot take while the
+// running sequences hold their blocks waits for a later pass (up to kScoreWait), and so do
+// those behind it.
 void EngineService::run_score_jobs(std::unique_lock<std::mutex>& lock) {
-  while (!score_jobs_.empty()) {
+  constexpr auto kScoreWait = std::chrono::seconds(60);
+  const int block = std::max(engine_.memory_plan().kv_block_size, 1);
+  for (size_t pending = score_jobs_.size(); pending > 0 && !score_jobs_.empty(); --pending) {
     ScoreJob* job = score_jobs_.front();
+    const SchedulerStats stats = scheduler_.stats();
+    const auto needed = static_cast<int>((job->ids->size() + static_cast<size_t>(block) - 1) / static_cast<size_t>(block));
+    const auto now = Clock::now();
+    if (job->queued == Clock::time_point()) job->queued = now;
+    if (needed > stats.kv_blocks_total - stats.kv_blocks_held) {
+      if (now - job->queued < kScoreWait) break;
+      job->error = "the KV cache had no room to score it for 60 s: retry later";
+      score_jobs_.pop_front();
+      job->done = true;
+      continue;
+    }
     score_jobs_.pop_front();
     lock.unlock();
     try {

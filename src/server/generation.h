@@ -43,6 +43,7 @@ struct ChoiceEvent {
   std::string text;  // new text: valid UTF-8, nothing past a stop string
   int tokens = 0;    // generated tokens this event accounts for
   std::vector<LogprobEntry> logprobs;
+  bool echo = false;  // the echoed prompt (completions' echo): its text stands alone, a cut character and all
   std::string finish_reason;  // "" while the choice runs; "stop", "length", "error"
   std::string error;          // with "error"
 };
@@ -145,6 +146,7 @@ class EngineService : public GenerationService {
     ScoreResult result;
     std::string error;  // what failed, if it did
     bool done = false;
+    std::chrono::steady_clock::time_point queued;  // its first try (zero: none yet)
   };
   std::deque<ScoreJob*> score_jobs_;
   std::condition_variable scored_;

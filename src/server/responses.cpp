@@ -81,7 +81,8 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
   return content;
 }
 
-void ResponseBuilder::add_completion_logprobs(Choice& out, const std::vector<LogprobEntry>& entries, Choice& text) {
+void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text) {
+  const std::vector<LogprobEntry>& entries = event.logprobs;
   for (const LogprobEntry& entry : entries) {
     out.tokens.push_back(entry.text);
     if (entry.none) {
@@ -115,6 +116,14 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const std::vector<Log
     text.unfinished += entry.bytes;
     text.characters += tok::utf8_length(tok::take_finished_utf8(text.unfinished));
   }
+  if (event.echo && !text.unfinished.empty()) {
+    // The echoed prompt's text was decoded alone: a character it cuts off is a U+FFFD
+    // there, and the generated text starts afresh.
+    std::string cut;
+    tok::append_utf8_lossy(text.unfinished, cut);
+    text.characters += tok::utf8_length(cut);
+    text.unfinished.clear();
+  }
 }
 
 json ResponseBuilder::completion_logprobs(const Choice& choice) {
@@ -142,7 +151,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     json item = {{"index", event.choice}, {"text", event.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (logprobs && !event.logprobs.empty()) {
       Choice part(request_);
-      add_completion_logprobs(part, event.logprobs, choice);
+      add_completion_logprobs(part, event, choice);
       item["logprobs"] = completion_logprobs(part);
     }
     if (!event.finish_reason.empty()) {
@@ -225,7 +234,7 @@ void ResponseBuilder::collect(const ChoiceEvent& event) {
     for (auto& entry : chat_logprobs(event.logprobs)) choice.logprobs.push_back(std::move(entry));
   } else {
     choice.content += event.text;
-    add_completion_logprobs(choice, event.logprobs, choice);
+    add_completion_logprobs(choice, event, choice);
   }
   if (!event.finish_reason.empty()) choice.finish = event.finish_reason;
 }

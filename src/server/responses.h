@@ -59,7 +59,7 @@ class ResponseBuilder {
   nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
   // or for a streamed chunk the choice), whose character count places them.
-  static void add_completion_logprobs(Choice& out, const std::vector<LogprobEntry>& entries, Choice& text);
+  static void add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text);
   static nlohmann::json completion_logprobs(const Choice& choice);
 
   const GenerationRequest& request_;

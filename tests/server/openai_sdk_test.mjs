@@ -195,6 +195,17 @@ await test('completions echo: the prompt first; with logprobs its tokens too, as
   assert.equal(text, whole.choices[0].text);
   assert.deepEqual(offsets, whole.choices[0].logprobs.text_offset);
   assert.equal(whole.choices[0].logprobs.tokens.length, (await post(main.url, '/tokenize', { prompt })).json.count + 3);
+  // A prompt that ends inside a character: its echo shows U+FFFD, and the generated text
+  // starts afresh (here with the byte 0xA9, forced: another U+FFFD).
+  const cut = { model, prompt: [72, 195], echo: true, max_tokens: 2, logprobs: 0, logit_bias: { 169: 100 }, temperature: 0 };
+  const cutWhole = await client.completions.create(cut);
+  assert.equal(cutWhole.choices[0].text.slice(0, 2), 'H\uFFFD');
+  assert.deepEqual(cutWhole.choices[0].logprobs.text_offset, [0, 1, 2, 3]);
+  const cutOffsets = [];
+  for await (const chunk of await client.completions.create({ ...cut, stream: true })) {
+    for (const c of chunk.choices) if (c.logprobs) cutOffsets.push(...c.logprobs.text_offset);
+  }
+  assert.deepEqual(cutOffsets, [0, 1, 2, 3]);
   // Chat has no echo; max_tokens 0 needs it.
   const chatEcho = await post(main.url, '/v1/chat/completions', { model, messages: hello, echo: true });
   assert.equal(chatEcho.status, 400);
@@ -889,6 +900,8 @@ await test('queue full -> 429 with Retry-After', async () => {
   await response.body.getReader().read();
   const reply = await post(small.url, '/v1/completions', { model, prompt: 'y', max_tokens: 1 });
   assert.equal(reply.status, 429);
+  const echoed = await post(small.url, '/v1/completions', { model, prompt: 'yz', max_tokens: 0, echo: true, logprobs: 1 });
+  assert.equal(echoed.status, 429, 'an echo counts against the cap too');
   assert.equal(reply.json.error.type, 'rate_limit_error');
   assert.ok(reply.headers.get('retry-after'));
   controller.abort();
