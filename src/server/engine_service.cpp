@@ -206,9 +206,11 @@ ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::uni
   ScoreResult scored;
   if (request.top_logprobs >= 0 && request.prompt.size() >= 2) {
     if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
-    if (static_cast<int64_t>(request.prompt.size()) > engine_.kv_pool_tokens()) {
-      throw invalid_request("scoring the prompt needs " + std::to_string(request.prompt.size()) +
-                                " positions of KV cache, the pool holds " + std::to_string(engine_.kv_pool_tokens()),
+    // What the scheduler would refuse after the scoring is refused before it.
+    const int64_t positions = static_cast<int64_t>(request.prompt.size()) + (request.max_tokens > 0 ? 1 : 0);
+    if (positions > engine_.kv_pool_tokens()) {
+      throw invalid_request("the prompt needs " + std::to_string(positions) + " positions of KV cache, the pool holds " +
+                                std::to_string(engine_.kv_pool_tokens()),
                             "prompt");
     }
     ScoreJob job;
