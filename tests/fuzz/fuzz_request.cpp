@@ -1,6 +1,6 @@
-// A request body for `qwenrt serve`: parsed as JSON, then validated as a chat completion and
-// as a completion against a tiny model's tokenizer, chat template and config (the server
-// test fixture). ApiError (the 4xx answer) and qwenrt::Error are clean refusals.
+// A request body for `qwenrt serve`: parsed as JSON, then validated as a chat completion, as
+// a completion, and as /tokenize and /detokenize bodies against a tiny model's tokenizer,
+// chat template and config (the server test fixture). ApiError (the 4xx answer) and qwenrt::Error are clean refusals.
 #include "fuzz_util.h"
 #include "model/config.h"
 #include "server/api.h"
@@ -28,12 +28,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   try {
     const nlohmann::ordered_json parsed = server::parse_json_body(body);
-    for (bool chat : {true, false}) {
+    for (int route = 0; route < 4; ++route) {
       try {
-        if (chat) {
-          server::parse_chat_request(parsed, text, limits);
-        } else {
-          server::parse_completion_request(parsed, text, limits);
+        switch (route) {
+          case 0: server::parse_chat_request(parsed, text, limits); break;
+          case 1: server::parse_completion_request(parsed, text, limits); break;
+          case 2: server::parse_tokenize_request(parsed, text, limits); break;
+          default: server::parse_detokenize_request(parsed, text, limits); break;
         }
       } catch (const server::ApiError&) {
       } catch (const Error&) {

@@ -102,6 +102,9 @@ def main() -> None:
         {"prompt": "Once upon a time", "max_tokens": 16, "presence_penalty": 0.5, "frequency_penalty": 0.2,
          "repetition_penalty": 1.1, "min_p": 0.05, "ignore_eos": True, "min_tokens": 4},
         {"prompt": [1, 2, 3, 4], "max_completion_tokens": 4, "logprobs": 3},
+        {"prompt": "Once", "echo": True, "max_tokens": 0, "logprobs": 2, "suffix": "end"},
+        {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": False,
+         "reasoning_effort": "none", "tokens": [1, 2, 300]},
     ]
     for request in requests:
         write(out, "fuzz_request", json.dumps(request).encode())
