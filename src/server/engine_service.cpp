@@ -122,6 +122,8 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
   if (request.structured) {
     std::call_once(vocabulary_once_, [&] { vocabulary_ = std::make_shared<const structured::Vocabulary>(tokenizer_); });
   }
+  // Time to first token counts from here: an echo's scoring is part of the wait.
+  const auto arrived = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
   if (options_.max_requests > 0 && active_ >= options_.max_requests) {
@@ -158,7 +160,6 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
       return stream;
     }
   }
-  const auto now = Clock::now();
   std::vector<uint64_t> submitted;
   for (int i = 0; i < request.n; ++i) {
     SequenceRequest sequence;
@@ -190,7 +191,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->index = i;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
-    choice->started = now;
+    choice->started = arrived;
     choices_.emplace(id, std::move(choice));
   }
   ++active_;
