@@ -121,6 +121,19 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
+// What a request's failure answers: an ApiError as it is; bad or unsupported input (an
+// Error of those kinds) is the client's; anything else (a broken invariant, the system) is
+// the server's.
+ApiError answer_to(const std::exception& failure) {
+  if (const auto* api = dynamic_cast<const ApiError*>(&failure)) return *api;
+  if (const auto* error = dynamic_cast<const Error*>(&failure)) {
+    const bool clients = error->category() == ErrorCategory::kInvalidArgument ||
+                         error->category() == ErrorCategory::kUnsupported;
+    if (clients) return invalid_request(error->what());
+  }
+  return ApiError(500, "server_error", failure.what());
+}
+
 ApiError body_too_large() {
   return ApiError(413, "invalid_request_error", "the request body is over the size limit", "", "request_too_large");
 }
@@ -376,14 +389,8 @@ void HttpServer::add_routes() {
       try {
         res.set_content(answer(parse_json_body(body_text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                         "application/json");
-      } catch (const ApiError& error) {
-        send_error(res, error);
-      } catch (const Error& error) {
-        const bool clients = error.category() == ErrorCategory::kInvalidArgument ||
-                             error.category() == ErrorCategory::kUnsupported;
-        send_error(res, clients ? invalid_request(error.what()) : ApiError(500, "server_error", error.what()));
-      } catch (const std::exception& error) {
-        send_error(res, ApiError(500, "server_error", error.what()));
+      } catch (const std::exception& failure) {
+        send_error(res, answer_to(failure));
       }
     };
   };
@@ -416,19 +423,8 @@ void HttpServer::add_routes() {
         request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, model_, options_.limits)
                                                            : parse_completion_request(body, model_, options_.limits));
         stream = service_.start(*request);
-      } catch (const ApiError& error) {
-        send_error(res, error);
-        return;
-      } catch (const Error& error) {
-        // Bad or unsupported input is the client's error; anything else (a broken invariant,
-        // the system) is the server's.
-        const bool clients = error.category() == ErrorCategory::kInvalidArgument ||
-                             error.category() == ErrorCategory::kUnsupported;
-        send_error(res, clients ? invalid_request(error.what())
-                            : ApiError(500, "server_error", error.what()));
-        return;
-      } catch (const std::exception& error) {
-        send_error(res, ApiError(500, "server_error", error.what()));
+      } catch (const std::exception& failure) {
+        send_error(res, answer_to(failure));
         return;
       }
       auto builder = std::make_shared<ResponseBuilder>(*request, new_id(chat ? "chatcmpl" : "cmpl"), unix_time(),

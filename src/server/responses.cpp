@@ -81,6 +81,17 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
   return content;
 }
 
+namespace {
+
+// The characters the bytes of an unfinished character show as when cut off (U+FFFDs).
+size_t cut_length(const std::string& unfinished) {
+  std::string cut;
+  tok::append_utf8_lossy(unfinished, cut);
+  return tok::utf8_length(cut);
+}
+
+}  // namespace
+
 void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text) {
   const std::vector<LogprobEntry>& entries = event.logprobs;
   for (const LogprobEntry& entry : entries) {
@@ -106,11 +117,7 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& ev
     size_t offset = text.characters;
     const bool continues = entry.in_text && !entry.bytes.empty() &&
                            (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
-    if (!text.unfinished.empty() && (entry.ends || (entry.in_text && !continues))) {
-      std::string cut;
-      tok::append_utf8_lossy(text.unfinished, cut);
-      offset += tok::utf8_length(cut);
-    }
+    if (!text.unfinished.empty() && (entry.ends || (entry.in_text && !continues))) offset += cut_length(text.unfinished);
     out.text_offsets.push_back(offset);
     if (!entry.in_text) continue;
     text.unfinished += entry.bytes;
@@ -119,9 +126,7 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& ev
   if (event.echo && !text.unfinished.empty()) {
     // The echoed prompt's text was decoded alone: a character it cuts off is a U+FFFD
     // there, and the generated text starts afresh.
-    std::string cut;
-    tok::append_utf8_lossy(text.unfinished, cut);
-    text.characters += tok::utf8_length(cut);
+    text.characters += cut_length(text.unfinished);
     text.unfinished.clear();
   }
 }

@@ -1091,15 +1091,4 @@ int JsonMatcher::free_string(const Stack& stack, int32_t& room) const {
   return -1;
 }
 
-int JsonMatcher::free_strings(const MatchState& state,
-                              std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const {
-  int n = 0;
-  for (const Stack& stack : state.stacks()) {
-    int32_t room = 0;
-    const int utf8 = free_string(stack, room);
-    if (utf8 >= 0 && n < kMaxAlternatives) out[static_cast<size_t>(n++)] = {static_cast<uint8_t>(utf8), room};
-  }
-  return n;
-}
-
 }  // namespace qwenrt::structured

@@ -165,13 +165,10 @@ class JsonMatcher {
   bool advance_all(MatchState& state, std::string_view bytes) const;
   // True when the text so far is a complete value (only trailing whitespace may follow).
   bool accepting(const MatchState& state) const;
-  // For the vocabulary mask's shortcut: a token is allowed when any stack takes it, and a
+  // For the vocabulary mask's shortcuts: a token is allowed when any stack takes it, and a
   // stack inside a string whose content is free takes all plain text (up to a length). For
-  // each such stack, its UTF-8 state (0-7) and how many more characters its string takes
-  // (INT32_MAX: no bound) go to `out`; returns how many.
-  int free_strings(const MatchState& state, std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives>& out) const;
-  // The same for one stack: its UTF-8 state, with the characters its string still takes in
-  // `room`; -1 when the stack is not inside such a string.
+  // such a stack, its UTF-8 state (0-7), with how many more characters its string takes in
+  // `room` (INT32_MAX: no bound); -1 when the stack is not inside such a string.
   int free_string(const Stack& stack, int32_t& room) const;
   const Grammar& grammar() const { return *grammar_; }
 

@@ -182,22 +182,19 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
   // largest states add up to more, the mask is made again by one walk of the whole state.
   size_t parts = 0, most = 0;
   WalkCount count;
+  const auto walk_part = [&](const MatchState& part_state, int utf8) {
+    WalkCount part{0, part_state.count};
+    walk(matcher, 0, part_state, 0, utf8, mask, part);
+    count.steps += part.steps;
+    most += part.most;
+    ++parts;
+  };
   for (int s = 0; s < kUtf8States; ++s) {
     if (groups[static_cast<size_t>(s)].dead()) continue;
     allow_plain(s, room[static_cast<size_t>(s)], mask);
-    WalkCount part{0, groups[static_cast<size_t>(s)].count};
-    walk(matcher, 0, groups[static_cast<size_t>(s)], 0, s, mask, part);
-    count.steps += part.steps;
-    most += part.most;
-    ++parts;
+    walk_part(groups[static_cast<size_t>(s)], s);
   }
-  if (!rest.dead()) {
-    WalkCount part{0, rest.count};
-    walk(matcher, 0, rest, 0, -1, mask, part);
-    count.steps += part.steps;
-    most += part.most;
-    ++parts;
-  }
+  if (!rest.dead()) walk_part(rest, -1);
   if (parts > 1 && most > static_cast<size_t>(kMaxAlternatives)) {
     std::fill(mask.begin(), mask.end(), 0u);
     walk(matcher, 0, state, 0, -1, mask, count);
@@ -223,12 +220,15 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       allow_token(mask, order_[static_cast<size_t>(i)]);
     }
     if (child.first_child < 0) continue;
-    std::array<std::pair<uint8_t, int32_t>, kMaxAlternatives> strings;
-    const int n_strings = matcher.free_strings(next, strings);
+    // A stack in a free string with room for the subtree's longest token takes it whole.
     bool whole = false;
-    for (int k = 0; k < n_strings && !whole; ++k) {
-      whole = ((child.plain >> strings[static_cast<size_t>(k)].first) & 1) != 0 &&
-              child.chars <= strings[static_cast<size_t>(k)].second;
+    for (const Stack& stack : next.stacks()) {
+      int32_t room = 0;
+      const int string_state = matcher.free_string(stack, room);
+      if (string_state >= 0 && ((child.plain >> string_state) & 1) != 0 && child.chars <= room) {
+        whole = true;
+        break;
+      }
     }
     if (whole) {
       for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
