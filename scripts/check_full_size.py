@@ -18,6 +18,10 @@ floor, printed as transformers_bf16_vs_fp32_top1_agreement). --init picks the we
 --floor-only prints the noise floor of each --init without writing a checkpoint.
 --cpu also scores the checkpoint with qwenrt's CPU backend (fp32 arithmetic, about 30 GB of
 host memory) against transformers in fp32, where rounding cannot hide a wrong result.
+--serve TOKENIZER_DIR also starts `qwenrt serve` on the checkpoint and asks /v1/completions
+for the same ids with echo, logprobs and max_tokens 0 (the prompt's log-probabilities, as
+evaluation harnesses ask), compares them with transformers and with `qwenrt score`, and times
+a longer echo (the pause it puts on running streams, a prompt token at a time).
 
     python3 scripts/check_full_size.py --qwenrt build/qwenrt --dir /tmp/qwen7b --positions 256
 """
@@ -101,6 +105,68 @@ def floor(logits_bf16, logits_fp32):
     }
 
 
+def serve_echo(args, ids, ours, lp_bf16):
+    """Echo + logprobs through `qwenrt serve` against `score` and transformers."""
+    import socket
+    import urllib.request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([args.qwenrt, "serve", "-m", args.dir, "--tokenizer", args.serve, "--port", str(port),
+                               "--max-seqs", "16"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    def post(body):
+        request = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return json.loads(response.read()), time.perf_counter() - start
+    try:
+        deadline = time.time() + 600
+        while True:
+            if server.poll() is not None:
+                print(server.stderr.read())
+                sys.exit("qwenrt serve ended before it was ready")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("qwenrt serve was not ready within 600 s")
+            time.sleep(0.5)
+        answer, _ = post({"prompt": ids, "echo": True, "logprobs": 5, "max_tokens": 0})
+        entries = answer["choices"][0]["logprobs"]
+        token_lp = entries["token_logprobs"]
+        assert token_lp[0] is None and len(token_lp) == len(ids), "echo: one entry a prompt token, the first null"
+        served = torch.tensor(token_lp[1:], device="cuda")
+        scored = torch.tensor(ours["logprobs"], device="cuda")
+        # the top-5's best is the served token's own argmax
+        top_first = [max(top.items(), key=lambda kv: kv[1])[1] for top in entries["top_logprobs"][1:]]
+        result = {
+            "serve_echo_positions": len(token_lp) - 1,
+            "serve_echo_max_abs_diff_vs_score": (served - scored).abs().max().item(),
+            "serve_echo_mean_abs_diff_vs_bf16": (served - lp_bf16).abs().mean().item(),
+            "serve_echo_top1_not_below_token": all(t >= lp - 1e-4 for t, lp in zip(top_first, token_lp[1:])),
+        }
+        generator = torch.Generator().manual_seed(11)
+        long_ids = torch.randint(0, 151643, (args.serve_long,), generator=generator).tolist()
+        times = []
+        for _ in range(3):
+            _, seconds = post({"prompt": long_ids, "echo": True, "logprobs": 1, "max_tokens": 0})
+            times.append(seconds)
+        result["serve_echo_long_tokens"] = args.serve_long
+        result["serve_echo_long_seconds_median"] = round(sorted(times)[1], 4)
+        result["serve_echo_long_ms_per_token"] = round(1000 * sorted(times)[1] / args.serve_long, 4)
+        _, seconds = post({"prompt": long_ids, "max_tokens": 1})
+        result["serve_plain_long_seconds"] = round(seconds, 4)
+        return result
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--qwenrt")
@@ -110,6 +176,8 @@ def main():
     parser.add_argument("--init", choices=["wide", "default", "scaled"], default="scaled")
     parser.add_argument("--floor-only", action="store_true")
     parser.add_argument("--cpu", action="store_true", help="also compare qwenrt's fp32 CPU backend")
+    parser.add_argument("--serve", metavar="TOKENIZER_DIR", help="also check echo + logprobs through `qwenrt serve`")
+    parser.add_argument("--serve-long", type=int, default=2048, help="prompt tokens of the timed echo")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference in true fp32
@@ -172,12 +240,20 @@ def main():
             a == b for a, b in zip(cpu["argmax"], top1_fp32)) / n
         result["cpu_fp32_max_abs_logprob_diff_vs_fp32"] = (cpu_lp - lp_fp32).abs().max().item()
         result["cpu_fp32_mean_abs_logprob_diff_vs_fp32"] = (cpu_lp - lp_fp32).abs().mean().item()
+    if args.serve:
+        torch.cuda.empty_cache()
+        result.update(serve_echo(args, ids[0].tolist(), ours, lp_bf16))
     print(json.dumps(result, indent=1))
     # Pass: every decided position agrees (99% allowed), overall agreement no worse than
     # transformers' own bf16 run manages against fp32, and the fp32 CPU run agrees everywhere.
     ok = (result["top1_agreement_vs_transformers_fp32_where_decided"] >= 0.99
           and result["top1_agreement_vs_transformers_fp32"] >= result["transformers_bf16_vs_fp32_top1_agreement"]
-          and result.get("cpu_fp32_top1_agreement_vs_transformers_fp32", 1.0) >= 0.99)
+          and result.get("cpu_fp32_top1_agreement_vs_transformers_fp32", 1.0) >= 0.99
+          # through the server: the same numbers as `score` (same engine path) up to bf16
+          # batch noise, and transformers' within the engine's own distance to it
+          and result.get("serve_echo_max_abs_diff_vs_score", 0.0) < 0.05
+          and result.get("serve_echo_mean_abs_diff_vs_bf16", 0.0)
+          <= 1.5 * result["mean_abs_logprob_diff_vs_bf16"] + 1e-3)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

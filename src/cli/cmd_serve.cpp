@@ -35,7 +35,7 @@ struct ServeArgs {
   double kv_memory_fraction = 0.9;
   int max_queue = 1024;
   std::string served_model_name;
-  int max_n = 8, max_stop = 4, max_stop_bytes = 256, max_logprobs = 20;
+  int max_n = 8, max_prompts = 64, max_stop = 4, max_stop_bytes = 256, max_logprobs = 20;
   double max_body_mb = 4;
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
@@ -123,6 +123,7 @@ int run_serve(const ServeArgs& args) {
   server_options.cors_origins = args.cors_origins;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
+  limits.max_prompts = args.max_prompts;
   limits.max_stop = args.max_stop;
   limits.max_stop_bytes = args.max_stop_bytes;
   limits.max_logprobs = args.max_logprobs;
@@ -207,6 +208,10 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--served-model-name", args->served_model_name, "the model name clients use (default: the folder's name)");
   cmd->add_option("--max-n", args->max_n, "largest n (choices) per request")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-prompts", args->max_prompts,
+                  "most prompts in one /v1/completions request (an array of texts or of id arrays; each gets n choices)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-logprobs", args->max_logprobs, "largest top_logprobs / logprobs")

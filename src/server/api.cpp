@@ -247,13 +247,17 @@ void fill_in_the_middle(const json& body, const Tokenizer& tokenizer, Generation
                    "suffix", "unsupported_parameter");
   }
   if (out.echo) throw invalid_request("'echo' cannot be combined with 'suffix'", "echo");
-  std::vector<int32_t> prompt = {*prefix_id};
-  prompt.insert(prompt.end(), out.prompt.begin(), out.prompt.end());
-  prompt.push_back(*suffix_id);
   const std::vector<int32_t> after = tokenizer.encode(text, true);  // as the prompt's text is read
-  prompt.insert(prompt.end(), after.begin(), after.end());
-  prompt.push_back(*middle_id);
-  out.prompt = std::move(prompt);
+  const auto insert = [&](std::vector<int32_t>& before) {
+    std::vector<int32_t> prompt = {*prefix_id};
+    prompt.insert(prompt.end(), before.begin(), before.end());
+    prompt.push_back(*suffix_id);
+    prompt.insert(prompt.end(), after.begin(), after.end());
+    prompt.push_back(*middle_id);
+    before = std::move(prompt);
+  };
+  insert(out.prompt);
+  for (std::vector<int32_t>& more : out.more_prompts) insert(more);
   // The middle ends where the model opens another part, as Qwen's own fill-in-the-middle
   // example stops (besides the model's EOS).
   for (const char* marker : {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|repo_name|>",
@@ -338,11 +342,17 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");
     out.include_usage = bool_field(*options, "include_usage", false);
   }
-  const int prompt_tokens = static_cast<int>(out.prompt.size());
+  // Several prompts: the longest bounds the new tokens (the first of that length is named).
+  int longest = 0;
+  for (int p = 1; p < out.prompt_count(); ++p) {
+    if (out.prompt_at(p).size() > out.prompt_at(longest).size()) longest = p;
+  }
+  const int prompt_tokens = static_cast<int>(out.prompt_at(longest).size());
   const int room = limits.max_context - prompt_tokens;
+  const std::string the_prompt = out.prompt_count() > 1 ? "prompt " + std::to_string(longest) : "the prompt";
   if (room <= 0) {
     throw ApiError(400, "invalid_request_error",
-                   "the prompt has " + std::to_string(prompt_tokens) + " tokens, at or over the context limit of " +
+                   the_prompt + " has " + std::to_string(prompt_tokens) + " tokens, at or over the context limit of " +
                        std::to_string(limits.max_context) + " tokens",
                    out.chat ? "messages" : "prompt", "context_length_exceeded");
   }
@@ -351,7 +361,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), out.echo ? 0 : 1, INT32_MAX);
   if (max_tokens > room) {
     throw ApiError(400, "invalid_request_error",
-                   "'" + std::string(max_name) + "' is " + std::to_string(max_tokens) + " but the prompt has " +
+                   "'" + std::string(max_name) + "' is " + std::to_string(max_tokens) + " but " + the_prompt + " has " +
                        std::to_string(prompt_tokens) + " tokens and the context limit is " +
                        std::to_string(limits.max_context) + ": at most " + std::to_string(room) + " new tokens fit",
                    max_name, "context_length_exceeded");
@@ -668,27 +678,40 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   GenerationRequest out;
   const json* prompt = field(body, "prompt");
   if (prompt == nullptr) throw invalid_request("'prompt' is required", "prompt");
-  // A list of one prompt is that prompt (clients batch prompts as ["text"] or [[ids]]).
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    prompt = &(*prompt)[0];
-  }
-  const json* text = prompt;
-  if (text->is_string()) {
-    // Completions take raw text: special-token strings in it become their tokens, as
-    // the model's own documents are written.
-    out.prompt = model.tokenizer->encode(text->get<std::string>(), true);
-    if (out.prompt.empty()) throw invalid_request("'prompt' must not be empty", "prompt");
-  } else if (prompt->is_array()) {
-    if (prompt->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
-    if (((*prompt)[0].is_array() || (*prompt)[0].is_string()) && prompt->size() > 1) {
-      throw ApiError(400, "invalid_request_error", "several prompts in one request are not supported by this server",
-                     "prompt", "unsupported_parameter");
+  constexpr const char* kNotAPrompt = "'prompt' must be a string, an array of token ids, or an array of those";
+  // One prompt: text, or an array of token ids. Completions take raw text: special-token
+  // strings in it become their tokens, as the model's own documents are written.
+  const auto one_prompt = [&](const json& text) {
+    std::vector<int32_t> ids;
+    if (text.is_string()) {
+      ids = model.tokenizer->encode(text.get<std::string>(), true);
+    } else if (text.is_array()) {
+      ids.reserve(text.size());
+      for (const json& id : text) ids.push_back(vocabulary_id(id, limits, "prompt", kNotAPrompt));
+    } else {
+      throw invalid_request(kNotAPrompt, "prompt");
     }
-    for (const json& id : *prompt) {
-      out.prompt.push_back(vocabulary_id(id, limits, "prompt", "'prompt' must be a string or an array of token ids"));
+    if (ids.empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+    return ids;
+  };
+  // Several prompts come as an array of texts or of id arrays (clients batch them so); each
+  // gets its own choices.
+  if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    if (prompt->size() > static_cast<size_t>(limits.max_prompts)) {
+      throw invalid_request("'prompt' holds " + std::to_string(prompt->size()) + " prompts, over this server's limit of " +
+                                std::to_string(limits.max_prompts),
+                            "prompt");
+    }
+    for (const json& each : *prompt) {
+      if (!each.is_string() && !each.is_array()) throw invalid_request(kNotAPrompt, "prompt");
+      if (out.prompt.empty()) {
+        out.prompt = one_prompt(each);
+      } else {
+        out.more_prompts.push_back(one_prompt(each));
+      }
     }
   } else {
-    throw invalid_request("'prompt' must be a string or an array of token ids", "prompt");
+    out.prompt = one_prompt(*prompt);
   }
   out.echo = bool_field(body, "echo", false);
   fill_in_the_middle(body, *model.tokenizer, out);

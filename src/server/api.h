@@ -46,6 +46,7 @@ nlohmann::ordered_json parse_json_body(std::string_view body);
 // Caps a request is checked against (each a serve flag).
 struct RequestLimits {
   int max_n = 8;
+  int max_prompts = 64;           // prompts per completions request
   int max_stop = 4;               // stop strings per request
   int max_stop_bytes = 256;       // bytes per stop string
   int max_logprobs = 20;          // top_logprobs / logprobs
@@ -70,6 +71,9 @@ struct GenerationRequest {
   bool include_usage = false;   // stream_options.include_usage
   std::string model;
   std::vector<int32_t> prompt;
+  // Completions given several prompts: the ones after the first. Each prompt gets its n
+  // choices, numbered prompt × n + choice as OpenAI numbers them.
+  std::vector<std::vector<int32_t>> more_prompts;
   int max_tokens = 16;
   int min_tokens = 0;
   bool ignore_eos = false;
@@ -92,6 +96,12 @@ struct GenerationRequest {
   // Structured output (response_format, or a forced tool call's JSON): the grammar and what
   // comes around its text; the service adds the vocabulary. Empty: free text.
   std::optional<structured::ConstraintOptions> structured;
+
+  int prompt_count() const { return 1 + static_cast<int>(more_prompts.size()); }
+  // The p-th prompt (0: `prompt`).
+  const std::vector<int32_t>& prompt_at(int p) const { return p == 0 ? prompt : more_prompts[static_cast<size_t>(p - 1)]; }
+  // Every choice of every prompt.
+  int choices() const { return n * prompt_count(); }
 };
 
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelText& model, const RequestLimits& limits);

@@ -131,29 +131,33 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
                    "the server has " + std::to_string(active_) + " requests in progress, its limit: retry later", "",
                    "queue_full");
   }
-  auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
+  int prompt_tokens = 0;
+  for (int p = 0; p < request.prompt_count(); ++p) prompt_tokens += static_cast<int>(request.prompt_at(p).size());
+  auto stream = std::make_shared<RequestStream>(request.choices(), prompt_tokens);
   if (request.echo) {
     // The echo comes first in every choice, before any token (none is submitted yet). The
-    // request counts against the cap while its prompt is scored.
+    // request counts against the cap while its prompts are scored.
     ++active_;
-    ChoiceEvent echo;
+    std::vector<ChoiceEvent> echoes;
     try {
-      echo = echo_event(request, lock);
+      for (int p = 0; p < request.prompt_count(); ++p) {
+        echoes.push_back(echo_event(request, request.prompt_at(p), lock));
+        if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
+      }
     } catch (...) {
       --active_;
       throw;
     }
     --active_;
-    if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
-    for (int i = 0; i < request.n; ++i) {
-      ChoiceEvent event = echo;
-      event.choice = i;
+    for (int c = 0; c < request.choices(); ++c) {
+      ChoiceEvent event = echoes[static_cast<size_t>(c / request.n)];
+      event.choice = c;
       stream->push(std::move(event));
     }
     if (request.max_tokens == 0) {
-      for (int i = 0; i < request.n; ++i) {
+      for (int c = 0; c < request.choices(); ++c) {
         ChoiceEvent last;
-        last.choice = i;
+        last.choice = c;
         last.finish_reason = "length";
         stream->push(std::move(last));
       }
@@ -161,14 +165,16 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     }
   }
   std::vector<uint64_t> submitted;
-  for (int i = 0; i < request.n; ++i) {
+  for (int c = 0; c < request.choices(); ++c) {
     SequenceRequest sequence;
-    sequence.prompt = request.prompt;
+    sequence.prompt = request.prompt_at(c / request.n);
     sequence.max_new_tokens = request.max_tokens;
     sequence.min_tokens = request.min_tokens;
     sequence.ignore_eos = request.ignore_eos;
     sequence.sampling = request.sampling;
-    sequence.stream = static_cast<uint64_t>(i);
+    // A seeded choice's random stream is keyed by its index among its prompt's choices: a
+    // prompt's answer is the same alone or batched with others.
+    sequence.stream = static_cast<uint64_t>(c % request.n);
     sequence.top_logprobs = request.top_logprobs;
     sequence.logit_bias = request.logit_bias;
     if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;
@@ -188,7 +194,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     }
     submitted.push_back(id);
     auto choice = std::make_unique<Choice>(tokenizer_, request.stop);
-    choice->index = i;
+    choice->index = c;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
     choice->started = arrived;
@@ -203,19 +209,20 @@ LogprobToken EngineService::logprob_token(int32_t id, float logprob) const {
   return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)), logprob};
 }
 
-ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::unique_lock<std::mutex>& lock) {
+ChoiceEvent EngineService::echo_event(const GenerationRequest& request, const std::vector<int32_t>& prompt,
+                                      std::unique_lock<std::mutex>& lock) {
   ScoreResult scored;
-  if (request.top_logprobs >= 0 && request.prompt.size() >= 2) {
+  if (request.top_logprobs >= 0 && prompt.size() >= 2) {
     if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
     // What the scheduler would refuse after the scoring is refused before it.
-    const int64_t positions = static_cast<int64_t>(request.prompt.size()) + (request.max_tokens > 0 ? 1 : 0);
+    const int64_t positions = static_cast<int64_t>(prompt.size()) + (request.max_tokens > 0 ? 1 : 0);
     if (positions > engine_.kv_pool_tokens()) {
       throw invalid_request("the prompt needs " + std::to_string(positions) + " positions of KV cache, the pool holds " +
                                 std::to_string(engine_.kv_pool_tokens()),
                             "prompt");
     }
     ScoreJob job;
-    job.ids = &request.prompt;
+    job.ids = &prompt;
     job.top_logprobs = request.top_logprobs;
     score_jobs_.push_back(&job);
     work_.notify_all();
@@ -231,12 +238,12 @@ ChoiceEvent EngineService::echo_event(const GenerationRequest& request, std::uni
   lock.unlock();
   ChoiceEvent event;
   event.echo = true;
-  event.text = tokenizer_.decode(request.prompt);  // special tokens written out, as the prompt had them
+  event.text = tokenizer_.decode(prompt);  // special tokens written out, as the prompt had them
   if (request.top_logprobs >= 0) {
-    for (size_t i = 0; i < request.prompt.size(); ++i) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) =
-          logprob_token(request.prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
+          logprob_token(prompt[i], i > 0 ? static_cast<float>(scored.logprobs[i - 1]) : 0.0f);
       entry.none = i == 0;
       if (i > 0 && i - 1 < scored.top.size()) {
         for (const TokenLogprob& alternative : scored.top[i - 1]) {

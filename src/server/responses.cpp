@@ -29,7 +29,7 @@ json tool_call_json(const ToolCall& call) {
 
 ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens)
     : request_(request), id_(std::move(id)), created_(created), prompt_tokens_(prompt_tokens) {
-  for (int i = 0; i < request.n; ++i) choices_.emplace_back(request);
+  for (int i = 0; i < request.choices(); ++i) choices_.emplace_back(request);
 }
 
 json ResponseBuilder::usage() const {

@@ -103,6 +103,7 @@ def main() -> None:
          "repetition_penalty": 1.1, "min_p": 0.05, "ignore_eos": True, "min_tokens": 4},
         {"prompt": [1, 2, 3, 4], "max_completion_tokens": 4, "logprobs": 3},
         {"prompt": "Once", "echo": True, "max_tokens": 0, "logprobs": 2, "suffix": "end"},
+        {"prompt": ["Once", [1, 2], "upon"], "n": 2, "echo": True, "suffix": "x", "max_tokens": 3},
         {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": False,
          "reasoning_effort": "none", "tokens": [1, 2, 300]},
     ]

@@ -151,6 +151,48 @@ await test('completions: greedy tokens equal transformers (reference.json)', asy
   }
 });
 
+await test('completions: several prompts in one request, each as if alone', async () => {
+  const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
+  const items = reference.greedy.slice(0, 3);
+  assert.ok(items.length >= 2);
+  const length = Math.min(...items.map((item) => item.max_new_tokens));
+  const prompts = items.map((item) => item.prompt);
+  const whole = await client.completions.create({ model, prompt: prompts, max_tokens: length, temperature: 0, ignore_eos: true, n: 2 });
+  assert.equal(whole.choices.length, 2 * items.length);
+  whole.choices.forEach((choice, c) => {
+    assert.equal(choice.index, c);
+    // prompt c / n, choice c % n: greedy, so both choices of a prompt agree with transformers
+    assert.equal(choice.text, expectedText(items[Math.floor(c / 2)].generated.slice(0, length)));
+  });
+  assert.equal(whole.usage.prompt_tokens, prompts.reduce((sum, prompt) => sum + prompt.length, 0));
+  assert.equal(whole.usage.completion_tokens, 2 * items.length * length);
+  // Seeded sampling: a prompt's choices are the same alone as batched with the others.
+  const sampled = { model, max_tokens: 8, temperature: 1, seed: 5, n: 2, ignore_eos: true };
+  const batch = await client.completions.create({ ...sampled, prompt: ['Once upon', 'a time'] });
+  const alone = await client.completions.create({ ...sampled, prompt: 'a time' });
+  assert.deepEqual(batch.choices.slice(2).map((c) => c.text), alone.choices.map((c) => c.text));
+  // Streamed: every choice's chunks carry its index, and add up to the whole answer's text.
+  const texts = ['', '', '', ''];
+  let usage = null;
+  const stream = await client.completions.create({ ...sampled, prompt: ['Once upon', 'a time'], stream: true,
+                                                    stream_options: { include_usage: true } });
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) texts[c.index] += c.text;
+  }
+  assert.deepEqual(texts, batch.choices.map((c) => c.text));
+  assert.deepEqual(usage, batch.usage);
+  // Echo with logprobs: each choice opens with its own prompt, scored alone.
+  const echoed = await client.completions.create({ model, prompt: ['Once upon', 'a time'], max_tokens: 0, echo: true, logprobs: 1 });
+  const single = await client.completions.create({ model, prompt: 'a time', max_tokens: 0, echo: true, logprobs: 1 });
+  assert.deepEqual(echoed.choices.map((c) => c.text), ['Once upon', 'a time']);
+  assert.deepEqual(echoed.choices[1].logprobs, single.choices[0].logprobs);
+  // A bad prompt among good ones refuses the request, and names the field.
+  const bad = await post(main.url, '/v1/completions', { prompt: ['fine', [1, 'two']] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'prompt');
+});
+
 await test('completions echo: the prompt first; with logprobs its tokens too, as transformers scores them', async () => {
   const prompt = 'Once upon a time';
   const plain = await client.completions.create({ model, prompt, max_tokens: 4, temperature: 0, ignore_eos: true });

@@ -42,7 +42,7 @@ class ScriptedService : public GenerationService {
       break;
     }
     const std::string script = tokenizer_.decode(std::span<const int32_t>(ids).subspan(begin, end - begin));
-    auto stream = std::make_shared<RequestStream>(request.n, static_cast<int>(request.prompt.size()));
+    auto stream = std::make_shared<RequestStream>(request.choices(), static_cast<int>(request.prompt.size()));
     ++active_;
     // Connections call start() from their own threads: the writers' list is shared. Writers
     // that are done are joined here, so a long test does not gather finished threads.
@@ -56,7 +56,7 @@ class ScriptedService : public GenerationService {
       }
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    std::thread thread([this, stream, script, n = request.n, done] {
+    std::thread thread([this, stream, script, n = request.choices(), done] {
       for (int choice = 0; choice < n; ++choice) {
         // Three bytes per event: tags arrive split, as tokens would split them.
         for (size_t i = 0; i < script.size(); i += 3) {

@@ -57,8 +57,7 @@ TEST(RequestParse, ACompletionPromptInAListOfOne) {
   EXPECT_EQ(completion(R"({"prompt":[[5,6,7]]})").prompt, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(completion(R"({"prompt":[5,6,7]})").prompt, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(completion(R"({"prompt":["hi"]})").prompt, completion(R"({"prompt":"hi"})").prompt);
-  EXPECT_EQ(status_of(R"({"prompt":[[5],[6]]})"), 400);      // two prompts
-  EXPECT_EQ(status_of(R"({"prompt":["a","b"]})"), 400);      // two prompts
+  EXPECT_TRUE(completion(R"({"prompt":[[5,6,7]]})").more_prompts.empty());
   EXPECT_EQ(status_of(R"({"prompt":[[]]})"), 400);           // empty
   EXPECT_EQ(status_of(R"({"prompt":[[1,[2]]]})"), 400);      // not ids
   EXPECT_EQ(status_of(R"({"prompt":[[5,6]],"model":"x"})"), 404);
@@ -71,6 +70,40 @@ TEST(RequestParse, ACompletionPromptInAListOfOne) {
   }
   EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":18446744073709551615})"), 400);  // not -1 wrapped
   EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":-1})"), 200);
+}
+
+TEST(RequestParse, SeveralCompletionPrompts) {
+  // An array of texts or of id arrays (mixed too): each prompt gets n choices.
+  const GenerationRequest two = completion(R"({"prompt":[[5,6],"hi",[7]],"n":2})");
+  EXPECT_EQ(two.prompt, (std::vector<int32_t>{5, 6}));
+  ASSERT_EQ(two.more_prompts.size(), 2u);
+  EXPECT_EQ(two.more_prompts[0], completion(R"({"prompt":"hi"})").prompt);
+  EXPECT_EQ(two.more_prompts[1], (std::vector<int32_t>{7}));
+  EXPECT_EQ(two.prompt_count(), 3);
+  EXPECT_EQ(two.choices(), 6);
+  EXPECT_EQ(two.prompt_at(2), (std::vector<int32_t>{7}));
+  EXPECT_EQ(status_of(R"({"prompt":[[5],[]]})"), 400);        // an empty one
+  EXPECT_EQ(status_of(R"({"prompt":[[5],""]})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt":[[5],7]})"), 400);         // neither text nor ids
+  EXPECT_EQ(status_of(R"({"prompt":["a",[1,"b"]]})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt":[[5],[1000000]]})"), 400);  // outside the vocabulary
+  // The longest prompt bounds max_tokens, and is named.
+  std::string body = R"({"prompt":[[5],[)";
+  for (int i = 0; i < 4090; ++i) body += "5,";
+  body += R"(5]],"max_tokens":6})";
+  try {
+    completion(body);
+    ADD_FAILURE() << "max_tokens over what the longest prompt leaves was accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.code, "context_length_exceeded");
+    EXPECT_NE(std::string(error.what()).find("prompt 1 has 4091 tokens"), std::string::npos) << error.what();
+  }
+  // Each prompt filled in the middle alike (the fixture's tokenizer has no such tokens: a
+  // 400 either way), and the cap on prompts.
+  std::string many = R"({"prompt":[)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "[5]";
+  EXPECT_EQ(status_of(many + "]}"), 400);
+  EXPECT_EQ(status_of(many.substr(0, many.size() - 4) + "]}"), 200);  // 64
 }
 
 TEST(RequestParse, LogitBias) {
