@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <functional>
 #include <map>
 #include <set>
@@ -53,6 +56,202 @@ bool LiteralTrie::has_tag_in(int32_t node, int32_t lo, int32_t hi) const {
   return it != n.tags.end() && *it <= hi;
 }
 
+// ---- numbers with bounds ----
+
+namespace {
+
+enum NumberState : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
+
+// A bounded number's text so far, as its frame keeps it: its digits as one integer (leading
+// zeros dropped), the digits after the point, the bytes written, and its sign. Frame::a and
+// Frame::b hold the digits, Frame::ws the rest.
+struct Decimal {
+  uint64_t digits = 0;
+  int fraction = 0;
+  int bytes = 0;
+  bool negative = false;
+};
+
+Decimal read_decimal(const Frame& f) {
+  Decimal d;
+  std::memcpy(&d.digits, &f.a, sizeof(d.digits));
+  d.bytes = f.ws & 63;
+  d.fraction = (f.ws >> 6) & 63;
+  d.negative = ((f.ws >> 12) & 1) != 0;
+  return d;
+}
+
+void write_decimal(Frame& f, const Decimal& d) {
+  static_assert(offsetof(Frame, b) == offsetof(Frame, a) + sizeof(int32_t), "the digits span a and b");
+  std::memcpy(&f.a, &d.digits, sizeof(d.digits));
+  f.ws = static_cast<uint16_t>(d.bytes | (d.fraction << 6) | (d.negative ? 1 << 12 : 0));
+}
+
+constexpr uint64_t kBoundedLimit = 1'000'000'000'000'000ull;  // 10^kMaxBoundedDigits
+
+uint64_t power_of_ten(int n) {
+  uint64_t p = 1;
+  while (n-- > 0) p *= 10;
+  return p;
+}
+
+// 10^n as a double, exact for n <= 22.
+double decimal_scale(int n) {
+  static const auto table = [] {
+    std::array<double, kMaxBoundedFraction * 2 + 1> t{};
+    double p = 1;
+    for (double& v : t) {
+      v = p;
+      p *= 10;
+    }
+    return t;
+  }();
+  return table[static_cast<size_t>(n)];
+}
+
+int digit_count(uint64_t v) {
+  int n = 0;
+  for (; v > 0; v /= 10) ++n;
+  return n;
+}
+
+// The value of ±digits / 10^fraction lies in the node's bounds. Both are exact doubles
+// (digits < 10^15, 10^fraction for fraction <= 22), so the quotient is the double a JSON
+// parser reads from the text.
+bool fits(const SchemaNode& node, bool negative, uint64_t digits, int fraction) {
+  double value = static_cast<double>(digits) / decimal_scale(fraction);
+  if (negative) value = -value;
+  if (node.exclusive_minimum ? !(value > node.minimum) : !(value >= node.minimum)) return false;
+  if (node.exclusive_maximum ? !(value < node.maximum) : !(value <= node.maximum)) return false;
+  return true;
+}
+
+// Some value (base * 10^q + j) / 10^(fraction + q), j in [0, count), fits the bounds. The
+// search for j is in doubles; the j found (and its neighbours, for rounding) are then checked
+// exactly by `fits`.
+bool grid_fits(const SchemaNode& node, bool negative, uint64_t base, int fraction, int q, uint64_t count) {
+  if (count == 0) return false;
+  const uint64_t scaled = base * power_of_ten(q);
+  if (scaled >= kBoundedLimit || count > kBoundedLimit - scaled) {
+    // more digits than a bounded number may have: only the ones that stay under the limit
+    if (scaled >= kBoundedLimit) return false;
+    count = kBoundedLimit - scaled;
+  }
+  // The magnitude's interval: [low, high] (ends as the bounds have them).
+  const double low = negative ? -node.maximum : node.minimum;
+  const double step = 1.0 / decimal_scale(fraction + q);
+  const double start = static_cast<double>(scaled) * step;
+  // The first j at or past `low`, give or take rounding.
+  double first = std::ceil((low - start) / step);
+  if (!(first > 0)) first = 0;  // also where low is -infinity
+  if (first >= static_cast<double>(count)) first = static_cast<double>(count - 1);
+  const auto j = static_cast<uint64_t>(first);
+  for (uint64_t candidate = j > 0 ? j - 1 : 0; candidate <= j + 1 && candidate < count; ++candidate) {
+    if (fits(node, negative, scaled + candidate, fraction + q)) return true;
+  }
+  return false;
+}
+
+// A bounded number's text read up to `state` can still end as a value inside its bounds,
+// within the bytes and digits it may have.
+bool reachable(const SchemaNode& node, uint8_t state, const Decimal& d) {
+  const bool integer = node.kind == NodeKind::kInteger;
+  const int bytes_left = kMaxNumberBytes - d.bytes;
+  const int used = digit_count(d.digits);
+  // Digits still allowed after the point, given `more` bytes and the digits before it.
+  const auto fraction_room = [&](int more, int significant) {
+    return std::max(0, std::min({more, kMaxBoundedFraction - d.fraction, kMaxBoundedDigits - significant}));
+  };
+  switch (state) {
+    case kNumMinus:
+    case kNumInt: {
+      // k more digits before the point (none written yet after a minus: k >= 1, and only
+      // "0" or a number without a leading zero), then maybe a point and q digits after it.
+      const bool none = state == kNumMinus;
+      for (int k = none ? 1 : 0; k <= std::min(bytes_left, kMaxBoundedDigits - used); ++k) {
+        const uint64_t width = power_of_ten(k);
+        uint64_t low = d.digits * width, count = width;
+        if (none && k > 1) {
+          low = power_of_ten(k - 1);
+          count = width - low;
+        }
+        if (grid_fits(node, d.negative, low, 0, 0, count)) return true;
+        if (integer) continue;
+        const int q = fraction_room(bytes_left - k - 1, used + k);
+        if (q > 0 && grid_fits(node, d.negative, low, 0, q, count * power_of_ten(q))) return true;
+      }
+      return false;
+    }
+    case kNumZero: {
+      if (fits(node, d.negative, 0, 0)) return true;
+      const int q = integer ? 0 : fraction_room(bytes_left - 1, 0);
+      return q > 0 && grid_fits(node, d.negative, 0, 0, q, power_of_ten(q));
+    }
+    case kNumDot:
+    case kNumFrac: {
+      const int q = fraction_room(bytes_left, used);
+      if (state == kNumDot && q == 0) return false;  // a digit must follow the point
+      return grid_fits(node, d.negative, d.digits, d.fraction, q, power_of_ten(q));
+    }
+    default:
+      return false;
+  }
+}
+
+// The next state of a bounded number's text after `byte` (its digits updated), or -1 where
+// the byte does not continue it (the number may end there) or leads where no value fits:
+// `ends` tells the two apart.
+int bounded_number_byte(const SchemaNode& node, uint8_t state, uint8_t byte, Decimal& d, bool& ends) {
+  ends = false;
+  const bool integer = node.kind == NodeKind::kInteger;
+  const bool digit = byte >= '0' && byte <= '9';
+  int next = -1;
+  switch (state) {
+    case kNumMinus: next = byte == '0' ? kNumZero : digit ? kNumInt : -1; break;
+    case kNumZero: next = byte == '.' && !integer ? kNumDot : -1; ends = next < 0; break;
+    case kNumInt: next = digit ? kNumInt : byte == '.' && !integer ? kNumDot : -1; ends = next < 0; break;
+    case kNumDot: next = digit ? kNumFrac : -1; break;
+    case kNumFrac: next = digit ? kNumFrac : -1; ends = next < 0; break;
+    default: return -1;
+  }
+  if (ends) {
+    // An exponent is not written here; anything else ends the number, if its value fits.
+    ends = byte != 'e' && byte != 'E' && fits(node, d.negative, d.digits, d.fraction);
+    return -1;
+  }
+  if (next < 0 || d.bytes + 1 > kMaxNumberBytes) return -1;
+  ++d.bytes;
+  if (digit) {
+    d.digits = d.digits * 10 + static_cast<uint64_t>(byte - '0');
+    if (d.digits >= kBoundedLimit) return -1;
+    if (next == kNumFrac && ++d.fraction > kMaxBoundedFraction) return -1;
+  }
+  return reachable(node, static_cast<uint8_t>(next), d) ? next : -1;
+}
+
+// The first byte of a bounded number, as bounded_number_byte.
+int bounded_number_start(const SchemaNode& node, uint8_t byte, Decimal& d) {
+  d = Decimal{};
+  d.negative = byte == '-';
+  bool ends = false;
+  if (d.negative) {
+    d.bytes = 1;
+    return reachable(node, kNumMinus, d) ? kNumMinus : -1;
+  }
+  // As after a minus, without it.
+  return bounded_number_byte(node, kNumMinus, byte, d, ends);
+}
+
+// Some value fits the node's bounds at all.
+bool bounded_has_value(const SchemaNode& node) {
+  Decimal positive, negative;
+  negative.negative = true;
+  negative.bytes = 1;
+  return reachable(node, kNumMinus, positive) || reachable(node, kNumMinus, negative);
+}
+
+}  // namespace
+
 // ---- compiling a schema ----
 
 namespace {
@@ -89,10 +288,11 @@ const std::set<std::string, std::less<>> kAnnotations = {
 // Keywords understood here.
 const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength"};
+    "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum"};
 // Keywords that constrain values but are not enforced: refused by name.
 const std::set<std::string, std::less<>> kRefused = {
-    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
+    "pattern", "multipleOf", "minProperties",
     "maxProperties", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "not", "if", "then",
     "else", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
@@ -265,6 +465,48 @@ class Compiler {
     return static_cast<int32_t>(it->get<int64_t>());
   }
 
+  // minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers; or, as draft 4 has
+  // them, exclusive* as booleans that make minimum and maximum exclusive): the bounds in the
+  // fields of a SchemaNode, or nothing where the schema has none.
+  static std::optional<SchemaNode> number_bounds(const ordered_json& schema, const std::string& path) {
+    SchemaNode b;
+    b.minimum = -std::numeric_limits<double>::infinity();
+    b.maximum = std::numeric_limits<double>::infinity();
+    bool any = false;
+    const auto number = [&](const char* key) -> std::optional<double> {
+      const auto it = schema.find(key);
+      if (it == schema.end()) return std::nullopt;
+      if (!it->is_number() || !std::isfinite(it->get<double>())) fail(path, std::string("'") + key + "' must be a number");
+      any = true;
+      return it->get<double>();
+    };
+    if (const auto v = number("minimum")) b.minimum = *v;
+    if (const auto v = number("maximum")) b.maximum = *v;
+    for (const bool lower : {true, false}) {
+      const char* key = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (it->is_boolean()) {
+        if (!it->get<bool>()) continue;
+        if (!schema.contains(lower ? "minimum" : "maximum")) {
+          fail(path, std::string("'") + key + "': true needs '" + (lower ? "minimum" : "maximum") + "' beside it");
+        }
+        (lower ? b.exclusive_minimum : b.exclusive_maximum) = true;
+        continue;
+      }
+      const double v = *number(key);
+      if (lower && v >= b.minimum) {
+        b.minimum = v;
+        b.exclusive_minimum = true;
+      } else if (!lower && v <= b.maximum) {
+        b.maximum = v;
+        b.exclusive_maximum = true;
+      }
+    }
+    if (!any && !b.exclusive_minimum && !b.exclusive_maximum) return std::nullopt;
+    return b;
+  }
+
   int32_t literals(const std::vector<ordered_json>& values, const std::string& path) {
     if (values.empty()) fail(path, "'enum' is empty: no value could match");
     LiteralTrie trie;
@@ -276,7 +518,8 @@ class Compiler {
   }
 
   // enum and const: the values (const, or enum's, or those of enum equal to const), less
-  // those that an explicit `type` or a string's `minLength`/`maxLength` beside them refuse;
+  // those that an explicit `type`, a string's `minLength`/`maxLength` or a number's bounds
+  // beside them refuse;
   // each is then written as its JSON text. (Other keywords beside them are not checked
   // against the values: an enum that holds a value they refuse allows it.)
   int32_t literal_values(const ordered_json& schema, const std::string& path) {
@@ -302,6 +545,7 @@ class Compiler {
     }
     const int32_t min_length = count(schema, "minLength", path, 0);
     const int32_t max_length = count(schema, "maxLength", path, -1);
+    const std::optional<SchemaNode> bounds = number_bounds(schema, path);
     auto fits = [&](const ordered_json& v) {
       auto is = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
       bool typed = types.empty();
@@ -310,6 +554,12 @@ class Compiler {
       else if (v.is_number()) {
         const bool integral = v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>();
         typed = typed || is("number") || (is("integer") && integral);
+        if (bounds) {
+          // As a validator compares them: the value as a double (an integer too).
+          const double x = v.get<double>();
+          if (bounds->exclusive_minimum ? !(x > bounds->minimum) : !(x >= bounds->minimum)) return false;
+          if (bounds->exclusive_maximum ? !(x < bounds->maximum) : !(x <= bounds->maximum)) return false;
+        }
       } else if (v.is_string()) typed = typed || is("string");
       else if (v.is_array()) typed = typed || is("array");
       else if (v.is_object()) typed = typed || is("object");
@@ -414,6 +664,9 @@ class Compiler {
       types.push_back("array");
     } else if (schema.contains("minLength") || schema.contains("maxLength")) {
       types.push_back("string");
+    } else if (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
+               schema.contains("exclusiveMaximum")) {
+      types.push_back("number");
     } else {
       return kAnyNode;
     }
@@ -428,8 +681,24 @@ class Compiler {
   int32_t typed(const ordered_json& schema, const std::string& type, const std::string& path, int depth) {
     if (type == "null") return kNullNode;
     if (type == "boolean") return kBooleanNode;
-    if (type == "number") return kNumberNode;
-    if (type == "integer") return new_node(NodeKind::kInteger, path);
+    if (type == "number" || type == "integer") {
+      const std::optional<SchemaNode> bounds = number_bounds(schema, path);
+      if (!bounds && type == "number") return kNumberNode;
+      const int32_t node = new_node(type == "integer" ? NodeKind::kInteger : NodeKind::kNumber, path);
+      SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+      if (bounds) {
+        n.bounded = true;
+        n.minimum = bounds->minimum;
+        n.maximum = bounds->maximum;
+        n.exclusive_minimum = bounds->exclusive_minimum;
+        n.exclusive_maximum = bounds->exclusive_maximum;
+        if (!bounded_has_value(n)) {
+          fail(path, std::string("no ") + (type == "integer" ? "integer" : "number") + " of at most " +
+                         std::to_string(kMaxBoundedDigits) + " significant digits lies within its bounds");
+        }
+      }
+      return node;
+    }
     if (type == "string") {
       const int32_t min_length = count(schema, "minLength", path, 0);
       const int32_t max_length = count(schema, "maxLength", path, -1);
@@ -577,7 +846,6 @@ constexpr uint8_t kHex1 = 9;  // 9..12: hex digits of \uXXXX still to come, 4..1
 
 enum ObjectState : uint8_t { kObjOpen, kObjAfterComma, kObjColon, kObjAfterValue };
 enum ArrayState : uint8_t { kArrOpen, kArrAfterComma, kArrAfterValue };
-enum NumberState : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
 
 bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
@@ -777,6 +1045,15 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             return;
           case NodeKind::kNumber:
           case NodeKind::kInteger:
+            if (node.bounded) {
+              Decimal d;
+              const int next = bounded_number_start(node, byte, d);
+              if (next < 0) return;
+              f = Frame{kNumber, static_cast<uint8_t>(next), 0, f.node, 0, 0};
+              write_decimal(f, d);
+              add_stack(out, stack);
+              return;
+            }
             if (byte == '-') f = Frame{kNumber, kNumMinus, 0, f.node, 1, 0};
             else if (byte == '0') f = Frame{kNumber, kNumZero, 0, f.node, 1, 0};
             else if (is_digit(byte)) f = Frame{kNumber, kNumInt, 0, f.node, 1, 0};
@@ -810,6 +1087,20 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         continue;
       }
       case kNumber: {
+        if (node.bounded) {
+          Decimal d = read_decimal(f);
+          bool ends = false;
+          const int next = bounded_number_byte(node, f.state, byte, d, ends);
+          if (ends) {
+            --stack.depth;  // complete; the byte is the parent's
+            continue;
+          }
+          if (next < 0) return;
+          f.state = static_cast<uint8_t>(next);
+          write_decimal(f, d);
+          add_stack(out, stack);
+          return;
+        }
         const bool integer = node.kind == NodeKind::kInteger;
         int next = -1;
         bool ends = false;
@@ -1055,6 +1346,11 @@ bool settle(const Grammar& g, Stack& stack) {
     const Frame& f = stack.frames[static_cast<size_t>(stack.depth - 1)];
     if (f.type == kNumber) {
       if (f.state != kNumZero && f.state != kNumInt && f.state != kNumFrac && f.state != kNumExp) return false;
+      const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
+      if (node.bounded) {
+        const Decimal d = read_decimal(f);
+        if (!fits(node, d.negative, d.digits, d.fraction)) return false;
+      }
       --stack.depth;
     } else if (f.type == kLiteral) {
       const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];

@@ -22,7 +22,10 @@
 // - bounds that keep a runaway generation finite: numbers of at most kMaxNumberBytes bytes
 //   with exponents of at most two digits (so each is a finite double), nesting at most
 //   kMaxDepth deep.
-// Keywords that would change what is valid but are not enforced (pattern, minimum,
+// - numbers' `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (such numbers
+//   are written in plain decimals of at most kMaxBoundedDigits significant digits, so that
+//   the text's value is exact, and no text that can no longer reach the range is taken).
+// Keywords that would change what is valid but are not enforced (pattern, multipleOf,
 // uniqueItems, ...) are refused by name when the schema is compiled, never silently dropped;
 // `format` is an annotation (as JSON Schema has it since draft 2019-09) and is not enforced.
 #pragma once
@@ -47,6 +50,8 @@ inline constexpr int kMaxIndent = 32;        // spaces and tabs after a line bre
 inline constexpr int kMaxNumberBytes = 32;   // bytes of one number
 inline constexpr int kMaxExponentDigits = 2; // digits of its exponent (every number a finite double)
 inline constexpr int kMaxAlternatives = 64;  // stacks followed at once (anyOf)
+inline constexpr int kMaxBoundedDigits = 15;    // significant digits of a number with bounds
+inline constexpr int kMaxBoundedFraction = 22;  // its digits after the point
 
 // A byte trie over a set of literal strings (enum and const texts, property names). Node 0 is
 // the root; a node where a literal ends carries its tag.
@@ -84,6 +89,13 @@ struct SchemaNode {
   std::vector<int32_t> alternatives;
   // Frames a value of this node needs at least: 1, or 1 + what its required parts need.
   int32_t min_frames = 1;
+  // kNumber / kInteger with `minimum`, `maximum`, `exclusiveMinimum` or `exclusiveMaximum`:
+  // the value lies in [minimum, maximum], the ends left out where exclusive. Such a number is
+  // written in plain decimals (no exponent), with at most kMaxBoundedDigits significant digits
+  // and kMaxBoundedFraction after the point, so that its value is exact as a double.
+  bool bounded = false;
+  bool exclusive_minimum = false, exclusive_maximum = false;
+  double minimum = 0, maximum = 0;  // with `bounded`; ±infinity where unbounded
 };
 
 struct Grammar {

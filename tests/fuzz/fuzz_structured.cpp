@@ -22,7 +22,7 @@ std::vector<std::string> tokens() {
         "false", "null", "nu", "12", "0.", "1e", "e-", "-0", "name", "na", "age", "id", "ing", "abc", "abcde",
         "hello world", "\xc3\xa9", "\xc3", "\xa9\"", "\xa9x", "\xe2\x82", "\xac", "\xe2\x82\xac", "\xf0\x9f",
         "\x98\x80", "  ", "    ", "\n  ", "\n\t", "\\n", "\\\"", "\\u00", "\\ud83d", "\\ude00", "e9\"", "\"name\"",
-        " \"", "\"\n", "1,", "23]", "\x01x", "a\"b", "x\\"}) {
+        " \"", "\"\n", "1,", "23]", "\x01x", "a\"b", "x\\", "0.0", "99", "100", "-1", ".5", "5}"}) {
     out.emplace_back(piece);
   }
   return out;

@@ -122,6 +122,9 @@ def main() -> None:
                                                              "next": {"$ref": "#/$defs/node"}}}},
           "$ref": "#/$defs/node"}, '{"v": true, "next": {"next": {}}}'),
         ({"type": ["string", "null"], "minLength": 1}, r'"\ud83d\ude00 \u20ac caf' + '\u00e9"'),
+        ({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -3, "exclusiveMaximum": 100},
+                                               {"type": "number", "minimum": 0.25, "maximum": 0.5}]}},
+         '[99, -3, 0.3125, 0.5, 7]'),
     ]
     for schema, document in structured:
         write(out, "fuzz_structured", json.dumps(schema).encode() + SEP + document.encode())

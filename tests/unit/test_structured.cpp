@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <limits>
 #include <random>
 #include <regex>
 #include <string>
@@ -397,7 +400,12 @@ TEST(JsonMatcher, NumbersNeverEndUnfinishableAtTheirLimit) {
 TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type": "string", "pattern": "^a"})", "'pattern'"},
-      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})", "#/properties/n: 'minimum'"},
+      {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})", "#/properties/n: 'multipleOf'"},
+      {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer of at most 15 significant digits lies within"},
+      {R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})", "no integer"},
+      {R"({"type": "number", "minimum": 1e300})", "no number"},
+      {R"({"type": "number", "exclusiveMinimum": true})", "'exclusiveMinimum': true needs 'minimum'"},
+      {R"({"type": "number", "minimum": "0"})", "'minimum' must be a number"},
       {R"({"allOf": [{"type": "string"}]})", "'allOf'"},
       {R"({"type": "object", "required": ["x"]})", "'x'"},
       {R"({"type": "wat"})", "unknown type 'wat'"},
@@ -419,6 +427,134 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   // Annotations and format (an annotation since draft 2019-09) are accepted.
   EXPECT_NO_THROW(compile_json_schema(ordered_json::parse(
       R"({"title": "T", "description": "d", "type": "string", "format": "date-time", "default": "x", "examples": ["y"]})")));
+}
+
+// Numbers with bounds against the reference: JSON's grammar (nlohmann's parser) and the
+// value as a double compared with the bounds, as a validator compares them. Texts a bounded
+// number is not written as (an exponent, over 15 significant digits) are refused.
+TEST(JsonSchema, NumberBoundsAgreeWithAValidator) {
+  struct Bounds {
+    const char* schema;
+    double low, high;
+    bool low_open, high_open, integer;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Bounds> cases = {
+      {R"({"type": "integer", "minimum": 0})", 0, inf, false, false, true},
+      {R"({"type": "integer", "minimum": -5, "maximum": 120})", -5, 120, false, false, true},
+      {R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", 0, 10, true, true, true},
+      {R"({"type": "integer", "minimum": 0.5, "maximum": 2.5})", 0.5, 2.5, false, false, true},
+      {R"({"type": "integer", "minimum": 1000, "maximum": 1005})", 1000, 1005, false, false, true},
+      {R"({"type": "integer", "minimum": -1000, "maximum": -995})", -1000, -995, false, false, true},
+      {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false, false},
+      {R"({"type": "number", "exclusiveMinimum": 0, "maximum": 1})", 0, 1, true, false, false},
+      {R"({"type": "number", "minimum": -2.5, "exclusiveMaximum": 3.75})", -2.5, 3.75, false, true, false},
+      {R"({"type": "number", "minimum": 0.15, "maximum": 0.16})", 0.15, 0.16, false, false, false},
+      {R"({"type": "number", "minimum": 99.5, "maximum": 100.25})", 99.5, 100.25, false, false, false},
+      {R"({"minimum": -1e-3, "maximum": -1e-4})", -1e-3, -1e-4, false, false, false},  // no type: a number
+      {R"({"type": "number", "minimum": 1, "exclusiveMinimum": true, "maximum": 2, "exclusiveMaximum": true})", 1, 2,
+       true, true, false},  // draft 4
+      {R"({"type": "number", "minimum": 5, "exclusiveMinimum": 3})", 5, inf, false, false, false},  // the tighter
+      {R"({"type": "number", "maximum": 1e20})", -inf, 1e20, false, false, false},
+  };
+  std::mt19937 rng(5);
+  const auto random_text = [&]() {
+    std::string t;
+    if (rng() % 3 == 0) t += '-';
+    const int shape = static_cast<int>(rng() % 6);
+    if (shape == 0) return t + std::to_string(rng() % 130);
+    if (shape == 1) return t + std::to_string(rng() % 1010) + "." + std::to_string(rng() % 1000);
+    if (shape == 2) return t + "0." + std::string(rng() % 4, '0') + std::to_string(rng() % 300);
+    if (shape == 3) return t + std::to_string(rng() % 3) + "." + std::to_string(rng() % 10) + std::string(rng() % 3, '0');
+    if (shape == 4) return t + std::to_string(rng());
+    const char* fixed[] = {"0", "-0", "1", "10", "100", "1000", "1005", "1006", "120", "121", "-5", "-6", "0.5", "2.5",
+                           "0.15", "0.16", "0.155", "0.1600", "0.16000001", "99.5", "100.25", "100.250", "100.2501",
+                           "3.75", "3.7499", "-2.5", "-2.50", "-2.5001", "0.001", "-0.001", "-0.0001", "-0.00010",
+                           "1e2", "1.5e0", "01", "1.", "-", "00", "0.0", "-0.0", "1.0", "2.0", "3", "4", "5", "999",
+                           "-995", "-1000", "-1001", "-994", "123456789012345", "1234567890123456", "0.1234567890123456"};
+    return std::string(fixed[rng() % (sizeof(fixed) / sizeof(fixed[0]))]);
+  };
+  for (const Bounds& b : cases) {
+    const auto g = schema(b.schema);
+    for (int i = 0; i < 3000; ++i) {
+      const std::string text = random_text();
+      bool expected = ordered_json::accept(text) && text.find_first_of("eE") == std::string::npos;
+      if (expected) {
+        // at most 15 digits from the first that is not 0 (trailing zeros count)
+        const size_t first = text.find_first_of("123456789");
+        if (first != std::string::npos &&
+            std::count_if(text.begin() + static_cast<long>(first), text.end(), [](char c) { return c != '.'; }) > 15) {
+          expected = false;
+        }
+      }
+      if (expected) {
+        const ordered_json value = ordered_json::parse(text);
+        const double x = value.get<double>();
+        expected = (b.low_open ? x > b.low : x >= b.low) && (b.high_open ? x < b.high : x <= b.high) &&
+                   (!b.integer || (value.is_number_integer() || text.find('.') == std::string::npos));
+      }
+      EXPECT_EQ(matches(g, text), expected) << b.schema << " " << text;
+    }
+  }
+  // Enum values outside the bounds beside them are left out.
+  const auto e = schema(R"({"enum": [1, 5, 10, "x"], "minimum": 2, "maximum": 9})");
+  EXPECT_FALSE(matches(e, "1"));
+  EXPECT_TRUE(matches(e, "5"));
+  EXPECT_FALSE(matches(e, "10"));
+  EXPECT_TRUE(matches(e, "\"x\""));
+}
+
+// Every prefix a bounded number's matcher takes can still be finished inside the bounds
+// (a depth-first search finds the ending), also where the bounds are narrow.
+TEST(JsonSchema, BoundedNumbersNeverGetStuck) {
+  const std::vector<std::string> schemas = {
+      R"({"type": "number", "minimum": 0.15, "maximum": 0.16})",
+      R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.001})",
+      R"({"type": "number", "minimum": 123.456, "maximum": 123.456})",
+      R"({"type": "integer", "minimum": 1000, "maximum": 1005})",
+      R"({"type": "integer", "minimum": -999999999999999, "maximum": -999999999999990})",
+      R"({"type": "number", "minimum": -7, "maximum": 12345678.5})",
+      R"({"type": "number", "exclusiveMinimum": 99999999999999.5})",
+  };
+  const std::string alphabet = "-0123456789.";
+  for (const std::string& text : schemas) {
+    const auto g = schema(text);
+    JsonMatcher matcher(g);
+    std::mt19937 rng(3);
+    // Where every state taken can be finished, the search never backs off more than a
+    // byte: a budget of calls ends it where some cannot.
+    int budget = 0;
+    std::function<bool(const MatchState&, int)> finishes = [&](const MatchState& state, int depth) {
+      if (matcher.accepting(state)) return true;
+      if (depth > kMaxNumberBytes || --budget < 0) return false;
+      std::string order = alphabet;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (const char c : order) {
+        MatchState next;
+        matcher.advance(state, static_cast<uint8_t>(c), next);
+        if (!next.dead() && finishes(next, depth + 1)) return true;
+      }
+      return false;
+    };
+    for (int walk = 0; walk < 200; ++walk) {
+      MatchState state = matcher.start();
+      std::string written;
+      for (int step = 0; step < kMaxNumberBytes; ++step) {
+        budget = 2000;
+        ASSERT_TRUE(finishes(state, step)) << text << " cannot finish after '" << written << "'";
+        std::vector<std::pair<char, MatchState>> ways;
+        for (const char c : alphabet) {
+          MatchState next;
+          matcher.advance(state, static_cast<uint8_t>(c), next);
+          if (!next.dead()) ways.emplace_back(c, std::move(next));
+        }
+        if (ways.empty()) break;
+        const size_t pick = rng() % ways.size();
+        written += ways[pick].first;
+        state = std::move(ways[pick].second);
+      }
+    }
+  }
 }
 
 // A vocabulary of single bytes, JSON-ish pieces and UTF-8 fragments; the mask must be
@@ -453,6 +589,11 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
        "{\"name\": \"a\xc3\xa9" "bc\", \"p2\": \"ok\"}"},
       {R"({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "string", "maxLength": 4}, {"type": "array", "items": {"type": "string", "maxLength": 2}}]})",
        "[\"\xc3\xa9" "b\", \"x\"]"},
+      // Numbers with bounds: digits that would leave the range are masked.
+      {R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120},
+          "score": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "t": {"type": "number", "minimum": -12.5}},
+          "required": ["age", "score", "t"]})",
+       "{\"age\": 112, \"score\": 0.0125, \"t\": -12.50}"},
   };
   const size_t words = (tokens.size() + 31) / 32;
   for (const auto& [schema_text, doc] : runs) {
