@@ -391,19 +391,19 @@ await test('max_tokens cutting a character still gives valid UTF-8', async () =>
 // well inside max_tokens (whitespace and numbers are bounded).
 const weather = {
   type: 'object',
-  properties: { unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer' }, rain: { type: 'boolean' },
-    hours: { type: 'array', items: { type: 'number' }, maxItems: 3 }, note: { anyOf: [{ type: 'null' }, { const: 'dry' }] } },
+  properties: { unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer', minimum: 1, maximum: 14 }, rain: { type: 'boolean' },
+    hours: { type: 'array', items: { type: 'number', minimum: -10, exclusiveMaximum: 45.5 }, maxItems: 3 }, note: { anyOf: [{ type: 'null' }, { const: 'dry' }] } },
   required: ['unit', 'days', 'rain', 'note'],
 };
 function checkWeather(value) {
   assert.deepEqual(Object.keys(value).filter((k) => k !== 'hours'), ['unit', 'days', 'rain', 'note']);
   assert.ok(['celsius', 'fahrenheit'].includes(value.unit), JSON.stringify(value));
-  assert.ok(Number.isInteger(value.days));
+  assert.ok(Number.isInteger(value.days) && value.days >= 1 && value.days <= 14, JSON.stringify(value));
   assert.equal(typeof value.rain, 'boolean');
   assert.ok(value.note === null || value.note === 'dry');
   if ('hours' in value) {
     assert.ok(Array.isArray(value.hours) && value.hours.length <= 3);
-    for (const h of value.hours) assert.equal(typeof h, 'number');
+    for (const h of value.hours) assert.ok(typeof h === 'number' && h >= -10 && h < 45.5, JSON.stringify(value));
   }
 }
 await test('response_format json_schema: every answer parses and fits the schema (whole, seeded, n = 3)', async () => {
@@ -551,7 +551,7 @@ const badCases = [
   ['a json_schema response_format without its schema', { ...good, response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],
   ['a schema keyword the grammar cannot enforce', { ...good, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } } } },
+    json_schema: { name: 'x', schema: { type: 'object', properties: { n: { type: 'integer', multipleOf: 2 } } } } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],
   ['a schema that is not one', { ...good, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'wat' } } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],
