@@ -255,7 +255,9 @@ void Engine::warm_up() {
 
 // The batched step's first use pays the same one-time costs at its own sizes: the matrix
 // products of a max_seqs-row decode pass and the per-row sampler, whose penalty buffers grow
-// here to the planned batch instead of during the first busy second of a server.
+// here to the planned batch instead of during the first busy second of a server. A few rows
+// also take the per-row extras (a structured output's mask, a ban, a bias, log-probabilities),
+// so that their kernels load here rather than on a request.
 void Engine::warm_up_batched() {
   const int rows = std::min(model_->limits().max_seqs, blocks_->free_blocks());
   if (rows < 2) return;
@@ -266,11 +268,18 @@ void Engine::warm_up_batched() {
   sampled.params.temperature = 0.7f;
   sampled.params.top_k = 20;
   sampled.params.repetition_penalty = 1.1f;
+  const std::vector<uint32_t> everything(static_cast<size_t>(token_mask_words(model_->config().vocab_size)), ~0u);
+  static const TokenBias kBias{0, 1.0f};
   for (int i = 0; i < rows; ++i) {
     sequences.push_back(new_sequence());
     if (!sequences.back()->reserve(1)) return;
     inputs.push_back(StepInput{sequences.back().get(), std::span<const int32_t>(&kToken, 1), true,
                                i % 2 == 0 ? sampled : SampleRow{}, std::span<const int32_t>(&kToken, 1)});
+    StepInput& input = inputs.back();
+    if (i == 1) input.allowed = everything;
+    if (i == 0) input.banned = std::span<const int32_t>(&kToken, 1);
+    if (i == 0) input.logit_bias = std::span<const TokenBias>(&kBias, 1);
+    if (i == 1) input.top_logprobs = 2;
   }
   std::vector<int32_t> out;
   step(inputs, out);
