@@ -5,7 +5,7 @@
 #   scripts/structured_bench.py PORT
 import json, sys, time, threading, urllib.request
 URL = "http://127.0.0.1:%s/v1/completions" % sys.argv[1]
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
           "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}, "ok": {"type": "boolean"}},
           "required": ["name", "age", "tags", "ok"]}
 def stream(body):
@@ -39,7 +39,7 @@ for kind, extra in kinds.items():
         if finish == "stop":
             stops += 1
             v = json.loads(text); ok += 1
-            if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int), text
+            if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int) and 0 <= v["age"] <= 120, text
     rates.sort()
     print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); stopped {stops}/5, parsed {ok}", flush=True)
 for conc in (16, 64):
