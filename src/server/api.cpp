@@ -726,15 +726,19 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   return out;
 }
 
-std::vector<int32_t> parse_tokenize_request(const json& body, const ModelText& model, const RequestLimits& limits) {
+TokenizeRequest parse_tokenize_request(const json& body, const ModelText& model, const RequestLimits& limits) {
   check_model(body, limits);
   const json* prompt = field(body, "prompt");
   const bool chat = field(body, "messages") != nullptr;
   if ((prompt != nullptr) == chat) throw invalid_request("give either 'prompt' (text) or 'messages' (a chat)", "prompt");
+  TokenizeRequest out;
+  out.token_strs = bool_field(body, "return_token_strs", false);
+  (void)bool_field(body, "add_special_tokens", false);  // a boolean, and nothing to add
   if (!chat) {
     if (!prompt->is_string()) throw invalid_request("'prompt' must be a string", "prompt");
     // As /v1/completions takes text: special-token strings become their tokens.
-    return model.tokenizer->encode(prompt->get<std::string>(), true);
+    out.ids = model.tokenizer->encode(prompt->get<std::string>(), true);
+    return out;
   }
   if (model.chat_template == nullptr) throw invalid_request("this model has no chat template: give 'prompt'", "messages");
   const nlohmann::ordered_json conversation = parse_conversation(body);
@@ -742,7 +746,8 @@ std::vector<int32_t> parse_tokenize_request(const json& body, const ModelText& m
   const nlohmann::ordered_json extra = template_kwargs(body);
   const bool generation_prompt = bool_field(body, "add_generation_prompt", true);
   try {
-    return encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, generation_prompt, extra);
+    out.ids = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, generation_prompt, extra);
+    return out;
   } catch (const Error& error) {
     throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
   }

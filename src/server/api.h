@@ -111,8 +111,14 @@ GenerationRequest parse_completion_request(const nlohmann::ordered_json& body, c
 // text, or of {"messages": [...]} rendered as /v1/chat/completions renders a chat (with
 // `tools`, `chat_template_kwargs`, `reasoning_effort`, and `add_generation_prompt`, default
 // true). No context check: the caller learns the count. An unknown model is a 404.
-std::vector<int32_t> parse_tokenize_request(const nlohmann::ordered_json& body, const ModelText& model,
-                                            const RequestLimits& limits);
+// `return_token_strs` also asks for each id's vocabulary string; `add_special_tokens` (a
+// boolean) changes nothing: Qwen's tokenizers add no special tokens around a text.
+struct TokenizeRequest {
+  std::vector<int32_t> ids;
+  bool token_strs = false;
+};
+TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body, const ModelText& model,
+                                       const RequestLimits& limits);
 // POST /detokenize: the text of {"tokens": [ids]} (ids in the vocabulary, at most the context).
 std::string parse_detokenize_request(const nlohmann::ordered_json& body, const ModelText& model,
                                      const RequestLimits& limits);

@@ -17,6 +17,7 @@
 #include "core/random_bits.h"
 #include "server/peer_probe.h"
 #include "server/responses.h"
+#include "tokenizer/tokenizer.h"
 
 namespace qwenrt::server {
 namespace {
@@ -395,8 +396,16 @@ void HttpServer::add_routes() {
     };
   };
   http_->Post(kTokenizeRoute, tokenizer_route([this](const nlohmann::ordered_json& body) {
-    const std::vector<int32_t> ids = parse_tokenize_request(body, model_, options_.limits);
-    return nlohmann::ordered_json{{"count", ids.size()}, {"max_model_len", options_.limits.max_context}, {"tokens", ids}};
+    const TokenizeRequest request = parse_tokenize_request(body, model_, options_.limits);
+    nlohmann::ordered_json answer{
+        {"count", request.ids.size()}, {"max_model_len", options_.limits.max_context}, {"tokens", request.ids}};
+    if (request.token_strs) {
+      // The vocabulary's own strings (byte-level BPE shows bytes as its alphabet: "Ġ" for a space).
+      nlohmann::ordered_json strings = nlohmann::ordered_json::array();
+      for (const int32_t id : request.ids) strings.push_back(model_.tokenizer->id_to_token(id).value_or(""));
+      answer["token_strs"] = std::move(strings);
+    }
+    return answer;
   }));
   http_->Post(kDetokenizeRoute, tokenizer_route([this](const nlohmann::ordered_json& body) {
     return nlohmann::ordered_json{{"prompt", parse_detokenize_request(body, model_, options_.limits)}};

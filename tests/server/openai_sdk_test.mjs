@@ -606,6 +606,13 @@ await test('/tokenize and /detokenize: the counts the generation routes use, and
   assert.equal(counted.json.count, completion.usage.prompt_tokens);
   assert.equal(counted.json.tokens.length, counted.json.count);
   assert.ok(counted.json.max_model_len > 0);
+  assert.equal(counted.json.token_strs, undefined);
+  // The vocabulary's strings, as vLLM's return_token_strs: byte-level BPE spells a space "Ġ".
+  const strings = (await post(main.url, '/tokenize', { model, prompt, return_token_strs: true, add_special_tokens: true })).json;
+  assert.deepEqual(strings.tokens, counted.json.tokens);
+  assert.equal(strings.token_strs.length, counted.json.count);
+  assert.equal(strings.token_strs.slice(0, 5).join(''), 'OnceĠ');
+  assert.ok(strings.token_strs.includes('<|im_end|>'));
   const back = await post(main.url, '/detokenize', { model, tokens: counted.json.tokens });
   assert.equal(back.status, 200);
   assert.equal(back.json.prompt, prompt);

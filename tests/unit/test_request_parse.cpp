@@ -245,7 +245,7 @@ TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
   static const Fixture fixture;
   RequestLimits limits = test_limits(fixture);
   const ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
-  const auto tokenize = [&](const std::string& body) { return parse_tokenize_request(parse_json_body(body), text, limits); };
+  const auto tokenize = [&](const std::string& body) { return parse_tokenize_request(parse_json_body(body), text, limits).ids; };
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather"}}])";
   for (const std::string& fields : {std::string(R"("messages":[{"role":"user","content":"hi"}])"),
                                    R"("messages":[{"role":"developer","content":"be brief"},{"role":"user","content":"hi"}],)" + tools,
@@ -260,6 +260,10 @@ TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
   // No context check: a client learns the count of what it could not send.
   limits.max_context = 2;
   EXPECT_GT(tokenize(R"({"prompt":"a longer text than two tokens"})").size(), 2u);
+  EXPECT_FALSE(parse_tokenize_request(parse_json_body(R"({"prompt":"a"})"), text, limits).token_strs);
+  EXPECT_TRUE(parse_tokenize_request(parse_json_body(R"({"prompt":"a","return_token_strs":true})"), text, limits).token_strs);
+  EXPECT_EQ(tokenize(R"({"prompt":"a b","add_special_tokens":true})"), tokenize(R"({"prompt":"a b"})"));
+  EXPECT_THROW(tokenize(R"({"prompt":"a","add_special_tokens":"yes"})"), ApiError);
   EXPECT_EQ(parse_detokenize_request(parse_json_body(R"({"tokens":[]})"), text, limits), "");
   EXPECT_THROW(parse_detokenize_request(parse_json_body(R"({"tokens":[1,2,3]})"), text, limits), ApiError);
 }
@@ -474,6 +478,8 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
       {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
         "properties":{"city":{"type":"string"}},"required":["city"]}}},
       {"type":"function","function":{"name":"lookup","parameters":{"type":"object",
+        "properties":{"n":{"type":"integer","multipleOf":2}}}}},
+      {"type":"function","function":{"name":"count","parameters":{"type":"object",
         "properties":{"n":{"type":"integer","minimum":1}}}}}])";
   const GenerationRequest named = chat("{" + tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
   ASSERT_TRUE(named.structured);
@@ -489,7 +495,8 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
   EXPECT_FALSE(matcher.advance_all(misses, R"( {"town": )"));
 
   // "required", parallel calls: any of the tools, more calls after each; a tool whose
-  // schema the grammar cannot enforce (minimum) still gets an object for its arguments.
+  // schema the grammar cannot enforce (multipleOf) still gets an object for its arguments;
+  // one with bounds is held to them.
   const GenerationRequest required = chat("{" + tools + R"(,"tool_choice":"required"})");
   ASSERT_TRUE(required.structured);
   EXPECT_EQ(required.structured->prefix, "\n{\"name\": \"");
@@ -506,6 +513,13 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
     structured::MatchState s = any_tool.start();
     EXPECT_TRUE(any_tool.advance_all(s, required.structured->prefix + call) && any_tool.accepting(s)) << call;
   }
+  for (const std::string call : {R"(count", "arguments": {"n": 0}})", R"(count", "arguments": {"n": -3}})"}) {
+    structured::MatchState s = any_tool.start();
+    EXPECT_FALSE(any_tool.advance_all(s, required.structured->prefix + call) && any_tool.accepting(s)) << call;
+  }
+  structured::MatchState counted = any_tool.start();
+  EXPECT_TRUE(any_tool.advance_all(counted, required.structured->prefix + R"(count", "arguments": {"n": 10}})") &&
+              any_tool.accepting(counted));
   structured::MatchState unknown = any_tool.start();
   EXPECT_FALSE(any_tool.advance_all(unknown, required.structured->prefix + "other\""));
   const GenerationRequest single = chat("{" + tools + R"(,"tool_choice":"required","parallel_tool_calls":false})");
