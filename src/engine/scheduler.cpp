@@ -367,11 +367,12 @@ void Scheduler::complete() {
       constraint_ended = request.constraint->ended();
     }
     FinishReason reason = FinishReason::kNone;
-    if (constraint_ended && request.constraint->cut()) {
-      // Cut where the grammar had no way on: the end id drawn is no part of the text.
+    if (constraint_ended && (request.constraint->cut() || request.constraint->dropped_last())) {
+      // Cut where the grammar had no way on, or complete with no end id to draw: the id
+      // drawn is no part of the text.
       events_.back().token = -1;
       events_.back().logprobs = StepLogprobs{};
-      reason = FinishReason::kLength;
+      reason = request.constraint->cut() ? FinishReason::kLength : FinishReason::kStop;
     } else if (constraint_ended || (may_stop && (is_eos || is_stop))) {
       reason = FinishReason::kStop;
     } else if (sequence.generated >= request.max_new_tokens ||

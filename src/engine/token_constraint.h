@@ -22,6 +22,10 @@ class TokenConstraint {
   // With ended(): the text ended unfinished, where its rule left no way on (a limit of the
   // grammar); the sequence is reported cut (as by max_tokens), not stopped.
   virtual bool cut() const { return false; }
+  // With ended(): the id drawn last is no part of the text. The text was complete and its
+  // rule let nothing follow, not even an end id (a model without one): the draw had no id to
+  // pick, and the sequence stops where the text ended.
+  virtual bool dropped_last() const { return false; }
 };
 
 }  // namespace qwenrt

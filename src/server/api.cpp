@@ -396,6 +396,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer()) throw invalid_request("'seed' must be an integer", "seed");
     s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+    out.seeded = true;
   } else {
     // No seed: every request its own stream (a counter keeps them apart).
     s.seed = process_unique_bits();

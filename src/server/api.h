@@ -78,6 +78,7 @@ struct GenerationRequest {
   int min_tokens = 0;
   bool ignore_eos = false;
   SamplingParams sampling;
+  bool seeded = false;  // the client gave the seed (else the request drew its own)
   int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)

@@ -173,8 +173,9 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     sequence.ignore_eos = request.ignore_eos;
     sequence.sampling = request.sampling;
     // A seeded choice's random stream is keyed by its index among its prompt's choices: a
-    // prompt's answer is the same alone or batched with others.
-    sequence.stream = static_cast<uint64_t>(c % request.n);
+    // prompt's answer is the same alone or batched with others. Without a seed, every choice
+    // of the request draws its own (two prompts alike get two answers).
+    sequence.stream = static_cast<uint64_t>(request.seeded ? c % request.n : c);
     sequence.top_logprobs = request.top_logprobs;
     sequence.logit_bias = request.logit_bias;
     if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;

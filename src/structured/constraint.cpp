@@ -62,6 +62,9 @@ bool GrammarConstraint::next_mask(std::span<uint32_t> mask) {
   if (complete || stuck_) {
     for (const int32_t id : options_.end_ids) allow_token(mask, id);
   }
+  // Complete, and not even an end id may follow (the model has none): the text ends here,
+  // whatever is drawn.
+  complete_ = complete && !any && options_.end_ids.empty();
   if (phase_ == Phase::kMaybeThink) allow_token(mask, options_.think_open);
   return true;
 }
@@ -95,6 +98,12 @@ void GrammarConstraint::accept(int32_t id) {
       [[fallthrough]];
     case Phase::kText:
       break;
+  }
+  if (complete_) {
+    // (A forced call always has its </tool_call> to end on: never here.)
+    dropped_last_ = true;
+    phase_ = Phase::kEnded;
+    return;
   }
   if (contains(options_.end_ids, id)) {
     if (stuck_) {

@@ -37,6 +37,7 @@ class GrammarConstraint final : public TokenConstraint {
   void accept(int32_t id) override;
   bool ended() const override { return phase_ == Phase::kEnded; }
   bool cut() const override { return cut_; }
+  bool dropped_last() const override { return dropped_last_; }
 
  private:
   enum class Phase { kMaybeThink, kThinking, kText, kBetweenCalls, kEnded };
@@ -48,6 +49,8 @@ class GrammarConstraint final : public TokenConstraint {
   int between_whitespace_ = 0;  // whitespace tokens since the last call
   bool stuck_ = false;          // the last mask found no way on: its end ids end the text cut
   bool cut_ = false;
+  bool complete_ = false;       // the last mask found the text complete with nothing to follow it
+  bool dropped_last_ = false;
 };
 
 }  // namespace qwenrt::structured

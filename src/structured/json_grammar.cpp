@@ -157,42 +157,57 @@ bool grid_fits(const SchemaNode& node, bool negative, uint64_t base, int fractio
 bool reachable(const SchemaNode& node, uint8_t state, const Decimal& d) {
   const bool integer = node.kind == NodeKind::kInteger;
   const int bytes_left = kMaxNumberBytes - d.bytes;
-  const int used = digit_count(d.digits);
-  // Digits still allowed after the point, given `more` bytes and the digits before it.
-  const auto fraction_room = [&](int more, int significant) {
-    return std::max(0, std::min({more, kMaxBoundedFraction - d.fraction, kMaxBoundedDigits - significant}));
+  // Some value base / 10^fraction followed by up to `more` digits after the point (at least
+  // one with `need`): base's digits and those that follow stay under kMaxBoundedDigits
+  // (zeros before the first other digit do not count), the point's at most
+  // kMaxBoundedFraction.
+  const auto after_point = [&](uint64_t base, int fraction, int more, bool need) {
+    const int most = std::min(more, kMaxBoundedFraction - fraction);
+    if (base > 0) {
+      const int q = std::min(most, kMaxBoundedDigits - digit_count(base));
+      return q >= (need ? 1 : 0) && grid_fits(node, d.negative, base, fraction, q, power_of_ten(q));
+    }
+    // Zero so far: a value written with q more digits, for each q (the grid of one q holds
+    // only the values of at most kMaxBoundedDigits digits).
+    for (int q = need ? 1 : 0; q <= most; ++q) {
+      const uint64_t count = q >= kMaxBoundedDigits ? kBoundedLimit : power_of_ten(q);
+      if (grid_fits(node, d.negative, 0, fraction, q, count)) return true;
+    }
+    return false;
   };
   switch (state) {
     case kNumMinus:
     case kNumInt: {
       // k more digits before the point (none written yet after a minus: k >= 1, and only
-      // "0" or a number without a leading zero), then maybe a point and q digits after it.
+      // "0" or a number without a leading zero), then maybe a point and digits after it.
       const bool none = state == kNumMinus;
+      const int used = digit_count(d.digits);
+      if (none) {
+        // "0", then maybe a point and digits
+        if (fits(node, d.negative, 0, 0)) return true;
+        if (!integer && after_point(0, 0, bytes_left - 2, true)) return true;
+      }
       for (int k = none ? 1 : 0; k <= std::min(bytes_left, kMaxBoundedDigits - used); ++k) {
         const uint64_t width = power_of_ten(k);
         uint64_t low = d.digits * width, count = width;
-        if (none && k > 1) {
-          low = power_of_ten(k - 1);
+        if (none) {
+          low = power_of_ten(k - 1);  // 1-9, 10-99, ...
           count = width - low;
         }
         if (grid_fits(node, d.negative, low, 0, 0, count)) return true;
         if (integer) continue;
-        const int q = fraction_room(bytes_left - k - 1, used + k);
+        // The digits after the point: for every integer part of these k digits at once.
+        const int q = std::min({bytes_left - k - 1, kMaxBoundedFraction, kMaxBoundedDigits - used - k});
         if (q > 0 && grid_fits(node, d.negative, low, 0, q, count * power_of_ten(q))) return true;
       }
       return false;
     }
-    case kNumZero: {
-      if (fits(node, d.negative, 0, 0)) return true;
-      const int q = integer ? 0 : fraction_room(bytes_left - 1, 0);
-      return q > 0 && grid_fits(node, d.negative, 0, 0, q, power_of_ten(q));
-    }
+    case kNumZero:
+      return fits(node, d.negative, 0, 0) || (!integer && after_point(0, 0, bytes_left - 1, true));
     case kNumDot:
-    case kNumFrac: {
-      const int q = fraction_room(bytes_left, used);
-      if (state == kNumDot && q == 0) return false;  // a digit must follow the point
-      return grid_fits(node, d.negative, d.digits, d.fraction, q, power_of_ten(q));
-    }
+      return after_point(d.digits, 0, bytes_left, true);
+    case kNumFrac:
+      return after_point(d.digits, d.fraction, bytes_left, false);
     default:
       return false;
   }

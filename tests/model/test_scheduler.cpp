@@ -371,6 +371,40 @@ TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
   EXPECT_TRUE(scheduler.idle());
 }
 
+// A constraint that allows one id at a time (its script), then nothing: the text is
+// complete, and the model has no end id to draw (dropped_last), or it was cut (cut).
+class ScriptedConstraint final : public TokenConstraint {
+ public:
+  ScriptedConstraint(std::vector<int32_t> script, bool cut) : script_(std::move(script)), cut_(cut) {}
+  bool next_mask(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    if (at_ < script_.size()) mask[static_cast<size_t>(script_[at_]) / 32] |= 1u << (script_[at_] % 32);
+    return true;
+  }
+  void accept(int32_t) override { ++at_; }
+  bool ended() const override { return at_ > script_.size(); }
+  bool cut() const override { return ended() && cut_; }
+  bool dropped_last() const override { return ended() && !cut_; }
+
+ private:
+  std::vector<int32_t> script_;
+  bool cut_;
+  size_t at_ = 0;
+};
+
+TEST_F(SchedulerTest, AConstraintThatEndsWithoutAnEndIdStopsWhereTheTextEnded) {
+  Engine engine(model_dir(), engine_options());
+  for (const bool cut : {false, true}) {
+    SequenceRequest request;
+    request.prompt = random_ids(3, 9, vocab());
+    request.max_new_tokens = 20;
+    request.constraint = std::make_shared<ScriptedConstraint>(std::vector<int32_t>{5, 6, 7}, cut);
+    const Outcome outcome = run_batched(engine, {request}, false)[0];
+    EXPECT_EQ(outcome.tokens, (std::vector<int32_t>{5, 6, 7})) << "the draw after the end is no part of the text";
+    EXPECT_EQ(outcome.finish, cut ? "length" : "stop");
+  }
+}
+
 // logit_bias as OpenAI defines it: the bias is added to the token's logit before the draw.
 // Log-probability differences are logit differences, so a bias just above the gap between
 // the two most likely tokens makes greedy take the runner-up, one just below does not; the

@@ -171,6 +171,9 @@ await test('completions: several prompts in one request, each as if alone', asyn
   const batch = await client.completions.create({ ...sampled, prompt: ['Once upon', 'a time'] });
   const alone = await client.completions.create({ ...sampled, prompt: 'a time' });
   assert.deepEqual(batch.choices.slice(2).map((c) => c.text), alone.choices.map((c) => c.text));
+  // Without a seed, two prompts alike are two draws, not one answer twice.
+  const twice = await client.completions.create({ model, max_tokens: 8, temperature: 1, ignore_eos: true, prompt: ['a time', 'a time'] });
+  assert.notEqual(twice.choices[0].text, twice.choices[1].text);
   // Streamed: every choice's chunks carry its index, and add up to the whole answer's text.
   const texts = ['', '', '', ''];
   let usage = null;

@@ -496,6 +496,11 @@ TEST(JsonSchema, NumberBoundsAgreeWithAValidator) {
       EXPECT_EQ(matches(g, text), expected) << b.schema << " " << text;
     }
   }
+  // Zeros after "0." are not significant: 15 digits may follow them.
+  EXPECT_TRUE(matches(schema(R"({"type": "number", "minimum": 0.123456789012345, "maximum": 0.123456789012345})"),
+                      "0.123456789012345"));
+  EXPECT_TRUE(matches(schema(R"({"type": "number", "minimum": 1e-15, "maximum": 2e-15})"), "0.0000000000000015"));
+  EXPECT_TRUE(matches(schema(R"({"type": "number", "minimum": -1e-21, "maximum": -1e-21})"), "-0.000000000000000000001"));
   // Enum values outside the bounds beside them are left out.
   const auto e = schema(R"({"enum": [1, 5, 10, "x"], "minimum": 2, "maximum": 9})");
   EXPECT_FALSE(matches(e, "1"));
@@ -515,6 +520,8 @@ TEST(JsonSchema, BoundedNumbersNeverGetStuck) {
       R"({"type": "integer", "minimum": -999999999999999, "maximum": -999999999999990})",
       R"({"type": "number", "minimum": -7, "maximum": 12345678.5})",
       R"({"type": "number", "exclusiveMinimum": 99999999999999.5})",
+      R"({"type": "number", "minimum": 0.123456789012345, "maximum": 0.123456789012346})",
+      R"({"type": "number", "exclusiveMinimum": -1e-20, "exclusiveMaximum": 0})",
   };
   const std::string alphabet = "-0123456789.";
   for (const std::string& text : schemas) {
@@ -690,6 +697,34 @@ TEST(GrammarConstraint, ThinkingFirstThenTheTextThenItsEnd) {
   EXPECT_FALSE(constraint.ended());
   constraint.accept(258);
   EXPECT_TRUE(constraint.ended());
+}
+
+// A model with no end id: once the value is complete and no whitespace may follow, the text
+// ends there; the id drawn then (from a mask that allows none) is no part of it.
+TEST(GrammarConstraint, WithoutAnEndIdTheTextEndsWhereItIsComplete) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  ConstraintOptions options;
+  options.grammar = schema(R"({"type": "integer", "minimum": 1, "maximum": 9})");
+  options.vocabulary = std::make_shared<const Vocabulary>(tokens);
+  GrammarConstraint constraint(options);
+  std::vector<uint32_t> mask(8);
+  auto any = [&] { return std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; }); };
+  ASSERT_TRUE(constraint.next_mask(mask));
+  constraint.accept('7');
+  int spaces = 0;
+  while (true) {
+    ASSERT_TRUE(constraint.next_mask(mask));
+    if (!any()) break;
+    constraint.accept(' ');  // trailing whitespace, up to its limit
+    ASSERT_LT(++spaces, 100);
+    ASSERT_FALSE(constraint.ended());
+  }
+  EXPECT_GT(spaces, 0);
+  constraint.accept('x');  // whatever the draw picked
+  EXPECT_TRUE(constraint.ended());
+  EXPECT_TRUE(constraint.dropped_last());
+  EXPECT_FALSE(constraint.cut());
 }
 
 TEST(GrammarConstraint, ForcedCallsStartFromTheirOpeningAndMayRepeat) {
