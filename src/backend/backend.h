@@ -357,6 +357,13 @@ class Backend {
   // [n, W] in backend memory (a row given twice keeps the ids both masks allow); rows outside
   // the tensor are skipped.
   virtual void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) = 0;
+  // Teacher-forced scoring of fp32 logits [n, vocab] (Engine::score), row i predicting
+  // targets[i]: logprobs[i, 0] = the log-softmax of logits[i, targets[i]], ids[i, 0] = the
+  // row's argmax (lowest id on ties); for r < top_k, ids[i, 1 + r] and logprobs[i, 1 + r]
+  // the r-th most likely id and its log-softmax (largest logit first, lowest id on ties).
+  // A row with a logit that is not finite gets NaN log-probabilities and ids -1. targets
+  // [n], logprobs and ids [n, top_k + 1] in backend memory; 0 <= top_k < vocab.
+  virtual void score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <chrono>
 #include <climits>
@@ -13,7 +12,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "model/qwen.h"
 #include "model/safetensors.h"
@@ -709,19 +707,23 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
   auto start = std::chrono::steady_clock::now();
   const int chunk_size = model_->limits().max_logit_rows;
   const int vocab = model_->config().vocab_size;
+  const int k = std::clamp(top_logprobs, 0, vocab - 1);
+  const auto width = static_cast<size_t>(k) + 1;
   std::vector<int32_t> rows(chunk_size);
   for (int i = 0; i < chunk_size; ++i) rows[i] = i;
-  // Not zeroed: each pass writes the rows it reads (up to max_logit_rows x the vocabulary).
-  const std::unique_ptr<float[]> host_logits(new float[static_cast<size_t>(chunk_size) * vocab]);
+  // Each row's softmax, argmax and top k are reduced where the logits are (Backend::
+  // score_rows): only a few numbers a row come back.
+  DeviceBuffer targets = backend_->allocate(static_cast<size_t>(chunk_size) * sizeof(int32_t), "score targets");
+  DeviceBuffer row_logprobs = backend_->allocate(chunk_size * width * sizeof(float), "score log-probabilities");
+  DeviceBuffer row_ids = backend_->allocate(chunk_size * width * sizeof(int32_t), "score ids");
+  std::vector<float> host_logprobs(chunk_size * width);
+  std::vector<int32_t> host_ids(chunk_size * width);
   // Position i predicts ids[i + 1]; the last position predicts nothing. A teacher-forced
   // pass takes its dynamic-NTK alpha from the whole sequence, as the original's forward.
   const size_t predicting = ids.size() - 1;
   result.argmax.resize(predicting);
   result.logprobs.resize(predicting);
   if (top_logprobs > 0) result.top.resize(predicting);
-  // Each row's softmax is a few passes over the vocabulary on the host: the rows are spread
-  // over a pool of threads (the caller's included).
-  ThreadPool pool(std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8));
   const int alpha = ntk_alpha_index(model_->config(), static_cast<int>(ids.size()));
   for (size_t begin = 0; begin < predicting; begin += chunk_size) {
     size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
@@ -729,49 +731,21 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
     Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
                                     std::span<const int32_t>(rows.data(), count));
     sequence.advance(static_cast<int>(count));
-    backend_->copy_to_host(host_logits.get(), logits.data, count * vocab * sizeof(float));
-    std::atomic<size_t> first_bad{SIZE_MAX};
-    pool.parallel_for(static_cast<int64_t>(count), 4, [&](int64_t from, int64_t to) {
-      std::vector<int32_t> heap;
-      for (auto r = static_cast<size_t>(from); r < static_cast<size_t>(to); ++r) {
-        const float* row = host_logits.get() + r * vocab;
-        const size_t at = begin + r;
-        int32_t best = 0;
-        for (int j = 1; j < vocab; ++j) {
-          if (row[j] > row[best]) best = j;
-        }
-        result.argmax[at] = best;
-        double max_logit = row[best];
-        double sum = 0;
-        for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max_logit);
-        if (!std::isfinite(sum) || !std::isfinite(max_logit)) {
-          size_t seen = first_bad.load();
-          while (at < seen && !first_bad.compare_exchange_weak(seen, at)) {
-          }
-          continue;
-        }
-        const double log_sum = max_logit + std::log(sum);
-        result.logprobs[at] = row[ids[at + 1]] - log_sum;
-        if (top_logprobs <= 0) continue;
-        // The k largest logits, in a heap whose front is the least likely kept.
-        const auto k = static_cast<size_t>(std::min(top_logprobs, vocab));
-        const auto more_likely = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
-        heap.clear();
-        for (int32_t j = 0; j < vocab; ++j) {
-          if (heap.size() == k && !more_likely(j, heap.front())) continue;
-          heap.push_back(j);
-          std::push_heap(heap.begin(), heap.end(), more_likely);
-          if (heap.size() > k) {
-            std::pop_heap(heap.begin(), heap.end(), more_likely);
-            heap.pop_back();
-          }
-        }
-        std::sort_heap(heap.begin(), heap.end(), more_likely);
-        for (const int32_t id : heap) result.top[at].push_back(TokenLogprob{id, static_cast<float>(row[id] - log_sum)});
+    backend_->copy_to_device(targets.data(), ids.data() + begin + 1, count * sizeof(int32_t));
+    backend_->score_rows(logits, static_cast<const int32_t*>(targets.data()), k,
+                         static_cast<float*>(row_logprobs.data()), static_cast<int32_t*>(row_ids.data()));
+    backend_->copy_to_host(host_logprobs.data(), row_logprobs.data(), count * width * sizeof(float));
+    backend_->copy_to_host(host_ids.data(), row_ids.data(), count * width * sizeof(int32_t));
+    for (size_t r = 0; r < count; ++r) {
+      const size_t at = begin + r;
+      const float* lp = host_logprobs.data() + r * width;
+      const int32_t* id = host_ids.data() + r * width;
+      if (!std::isfinite(lp[0])) {
+        throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(at));
       }
-    });
-    if (first_bad.load() != SIZE_MAX) {
-      throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(first_bad.load()));
+      result.argmax[at] = id[0];
+      result.logprobs[at] = lp[0];
+      for (int q = 1; q <= k && top_logprobs > 0; ++q) result.top[at].push_back(TokenLogprob{id[q], lp[q]});
     }
   }
   result.seconds = seconds_since(start);

@@ -3,6 +3,7 @@
 // the draws must be the same tokens (they may differ only when u lands within float
 // rounding of a cumulative boundary).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -57,6 +58,52 @@ TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
                                logits.begin() + static_cast<int64_t>(r + 1) * vocab);
         EXPECT_EQ(got[r], reference_sample(row, greedy, 0, r, {}))
             << "vocab " << vocab << " row " << r << (per_row ? " (per-row parameters)" : "");
+      }
+    }
+  }
+}
+
+// Teacher-forced scoring's reduction (Backend::score_rows) against the CPU backend's: the
+// same argmax and top-k ids in the same order (ties by lowest id), log-probabilities within
+// float rounding of the host's double sums, and NaN for a row with a non-finite logit.
+TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
+  const auto cpu = make_cpu_backend(2);
+  for (int vocab : {5, 1000, 151936}) {
+    const int rows = 9;
+    for (int k : {0, 1, 4, 20}) {
+      if (k >= vocab) continue;
+      auto logits = random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32);
+      if (vocab > 3) {
+        logits[1 * vocab + 2] = logits[1 * vocab + vocab - 1] = 100.f;  // a tie for the max
+        logits[2 * vocab + 0] = logits[2 * vocab + 1] = logits[2 * vocab + 3] = 50.f;  // ties in the top k
+      }
+      logits[4 * vocab + vocab / 2] = std::numeric_limits<float>::infinity();  // a non-finite row
+      std::vector<int32_t> targets(rows);
+      for (int r = 0; r < rows; ++r) targets[r] = static_cast<int32_t>(rng_() % vocab);
+      const size_t width = static_cast<size_t>(k) + 1;
+      std::vector<float> want_lp(rows * width), got_lp(rows * width);
+      std::vector<int32_t> want_ids(rows * width), got_ids(rows * width);
+      Tensor host{logits.data(), DType::kF32, rows, vocab};
+      cpu->score_rows(host, targets.data(), k, want_lp.data(), want_ids.data());
+      auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
+      auto d_targets = upload_ints(gpu(), targets);
+      DeviceBuffer d_lp = gpu().allocate(got_lp.size() * sizeof(float), "test");
+      DeviceBuffer d_ids = gpu().allocate(got_ids.size() * sizeof(int32_t), "test");
+      gpu().score_rows(d.t, static_cast<const int32_t*>(d_targets.data()), k, static_cast<float*>(d_lp.data()),
+                       static_cast<int32_t*>(d_ids.data()));
+      gpu().copy_to_host(got_lp.data(), d_lp.data(), got_lp.size() * sizeof(float));
+      gpu().copy_to_host(got_ids.data(), d_ids.data(), got_ids.size() * sizeof(int32_t));
+      for (int r = 0; r < rows; ++r) {
+        for (size_t q = 0; q < width; ++q) {
+          const size_t at = r * width + q;
+          EXPECT_EQ(got_ids[at], want_ids[at]) << "vocab " << vocab << " k " << k << " row " << r << " entry " << q;
+          if (std::isnan(want_lp[at])) {
+            EXPECT_TRUE(std::isnan(got_lp[at])) << "row " << r;
+          } else {
+            EXPECT_NEAR(got_lp[at], want_lp[at], 2e-5f + 2e-6f * std::fabs(want_lp[at]))
+                << "vocab " << vocab << " k " << k << " row " << r << " entry " << q;
+          }
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/backend.h"
@@ -324,6 +325,58 @@ class CpuBackend final : public Backend {
       float& logit = logits.as<float>()[row * logits.cols + id];
       logit = std::isinf(bias) && bias < 0 ? kBannedLogit : logit + bias;
     }
+  }
+
+  void score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids) override {
+    require_f32(logits, "score_rows", "logits");
+    const int64_t vocab = logits.cols;
+    QWENRT_CHECK(top_k >= 0 && top_k < vocab, "score_rows: top_k " + std::to_string(top_k) + " for " +
+                                                  std::to_string(vocab) + " ids");
+    const auto width = static_cast<int64_t>(top_k) + 1;
+    pool_.parallel_for(logits.rows, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> heap;
+      for (int64_t r = begin; r < end; ++r) {
+        const float* row = logits.as<const float>() + r * vocab;
+        float* lp = logprobs + r * width;
+        int32_t* id = ids + r * width;
+        int32_t best = 0;
+        bool finite = true;
+        for (int64_t j = 0; j < vocab; ++j) {
+          finite = finite && std::isfinite(row[j]);
+          if (row[j] > row[best]) best = static_cast<int32_t>(j);
+        }
+        if (!finite) {
+          std::fill(lp, lp + width, std::numeric_limits<float>::quiet_NaN());
+          std::fill(id, id + width, -1);
+          continue;
+        }
+        const double top = row[best];
+        double sum = 0;
+        for (int64_t j = 0; j < vocab; ++j) sum += std::exp(row[j] - top);
+        const double log_sum = top + std::log(sum);
+        id[0] = best;
+        lp[0] = static_cast<float>(row[targets[r]] - log_sum);
+        if (top_k == 0) continue;
+        // The k largest logits, in a heap whose front is the least likely kept.
+        const auto k = static_cast<size_t>(top_k);
+        const auto more_likely = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+        heap.clear();
+        for (int32_t j = 0; j < static_cast<int32_t>(vocab); ++j) {
+          if (heap.size() == k && !more_likely(j, heap.front())) continue;
+          heap.push_back(j);
+          std::push_heap(heap.begin(), heap.end(), more_likely);
+          if (heap.size() > k) {
+            std::pop_heap(heap.begin(), heap.end(), more_likely);
+            heap.pop_back();
+          }
+        }
+        std::sort_heap(heap.begin(), heap.end(), more_likely);
+        for (size_t q = 0; q < heap.size(); ++q) {
+          id[1 + q] = heap[q];
+          lp[1 + q] = static_cast<float>(row[heap[q]] - log_sum);
+        }
+      }
+    });
   }
 
   void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) override {

@@ -665,6 +665,80 @@ __global__ void __launch_bounds__(kHistThreads)
   }
 }
 
+
+// Backend::score_rows, one block of kHistThreads a row: the argmax and the non-finite check
+// (slice_argmax), the log of the softmax's sum, the target's log-probability, then the top
+// k by rounds: each the smallest candidate key above the last (largest logit first, lowest
+// id on ties, as the host's order).
+__global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, const int32_t* __restrict__ targets,
+                                  int k, float* __restrict__ logprobs, int32_t* __restrict__ ids) {
+  __shared__ float scratch[kHistThreads / gpu::kWarpSize];
+  __shared__ unsigned long long keys_s[kHistThreads / gpu::kWarpSize];
+  __shared__ unsigned long long best_s;
+  __shared__ bool bad_s;
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  float* lp = logprobs + static_cast<int64_t>(row) * (k + 1);
+  int32_t* id = ids + static_cast<int64_t>(row) * (k + 1);
+  const SliceArgmax first = slice_argmax(x, 0, vocab);
+  if (threadIdx.x == 0) {
+    best_s = first.key;
+    bad_s = first.bad || first.key == 0;
+  }
+  __syncthreads();
+  if (bad_s) {
+    if (threadIdx.x == 0) {
+      for (int r = 0; r <= k; ++r) {
+        lp[r] = __int_as_float(0x7fc00000);  // NaN: the host reports the row
+        id[r] = -1;
+      }
+    }
+    return;
+  }
+  uint64_t last = ~best_s;  // the argmax's own key
+  const float top = key_logit(last);
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(x[i] - top);
+  const float log_sum = top + logf(gpu::block_sum(sum, scratch));
+  if (threadIdx.x == 0) {
+    id[0] = static_cast<int32_t>(last & 0xffffffffu);
+    lp[0] = x[targets[row]] - log_sum;
+    if (k > 0) lp[1] = top - log_sum;
+    if (k > 0) id[1] = id[0];
+  }
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  for (int r = 1; r < k; ++r) {
+    unsigned long long best = 0;  // the complement of the smallest key above `last`
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const uint64_t key = candidate_key(x[i], i);
+      if (key > last) best = key_max(best, ~key);
+    }
+#pragma unroll
+    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+    __syncthreads();  // keys_s of the round before has been read
+    if (lane == 0) keys_s[warp] = best;
+    __syncthreads();
+    best = 0;
+    for (int w = 0; w < warps; ++w) best = key_max(best, keys_s[w]);
+    if (best == 0) {  // fewer ids than k
+      if (threadIdx.x == 0) {
+        for (int q = r; q < k; ++q) {
+          id[q + 1] = -1;
+          lp[q + 1] = -INFINITY;
+        }
+      }
+      return;
+    }
+    last = ~best;
+    if (threadIdx.x == 0) {
+      id[r + 1] = static_cast<int32_t>(last & 0xffffffffu);
+      lp[r + 1] = key_logit(last) - log_sum;
+    }
+  }
+}
+
 }  // namespace
 
 size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
@@ -774,6 +848,17 @@ void launch_mask_logits(Tensor logits, const int32_t* rows, const uint32_t* mask
   mask_logits_kernel<<<grid, kThreads, 0, stream>>>(logits.as<float>(), logits.rows, logits.cols, rows, masks,
                                                     token_mask_words(logits.cols), n);
   QWENRT_CUDA_LAUNCHED("mask_logits", std::to_string(n) + " rows, logits " + shape_string(logits));
+}
+
+void launch_score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids,
+                       Stream stream) {
+  QWENRT_CHECK(logits.dtype == DType::kF32, "score_rows: logits must be fp32 (" + shape_string(logits) + ")");
+  QWENRT_CHECK(top_k >= 0 && top_k < logits.cols, "score_rows: top_k " + std::to_string(top_k) + " for " +
+                                                      std::to_string(logits.cols) + " ids");
+  if (logits.rows == 0) return;
+  score_rows_kernel<<<static_cast<unsigned>(logits.rows), kHistThreads, 0, stream>>>(
+      logits.as<const float>(), static_cast<int>(logits.cols), targets, top_k, logprobs, ids);
+  QWENRT_CUDA_LAUNCHED("score_rows", "logits " + shape_string(logits));
 }
 
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
