@@ -682,7 +682,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   constexpr const char* kNotAPrompt = "'prompt' must be a string, an array of token ids, or an array of those";
   // One prompt: text, or an array of token ids. Completions take raw text: special-token
   // strings in it become their tokens, as the model's own documents are written.
-  const auto one_prompt = [&](const json& text) {
+  const auto one_prompt = [&](const json& text, const std::string& which) {
     std::vector<int32_t> ids;
     if (text.is_string()) {
       ids = model.tokenizer->encode(text.get<std::string>(), true);
@@ -692,7 +692,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     } else {
       throw invalid_request(kNotAPrompt, "prompt");
     }
-    if (ids.empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+    if (ids.empty()) throw invalid_request(which + " must not be empty", "prompt");
     return ids;
   };
   // Several prompts come as an array of texts or of id arrays (clients batch them so); each
@@ -703,16 +703,19 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
                                 std::to_string(limits.max_prompts),
                             "prompt");
     }
-    for (const json& each : *prompt) {
+    const bool several = prompt->size() > 1;
+    for (size_t p = 0; p < prompt->size(); ++p) {
+      const json& each = (*prompt)[p];
       if (!each.is_string() && !each.is_array()) throw invalid_request(kNotAPrompt, "prompt");
-      if (out.prompt.empty()) {
-        out.prompt = one_prompt(each);
+      const std::string which = several ? "prompt " + std::to_string(p) : "'prompt'";
+      if (p == 0) {
+        out.prompt = one_prompt(each, which);
       } else {
-        out.more_prompts.push_back(one_prompt(each));
+        out.more_prompts.push_back(one_prompt(each, which));
       }
     }
   } else {
-    out.prompt = one_prompt(*prompt);
+    out.prompt = one_prompt(*prompt, "'prompt'");
   }
   out.echo = bool_field(body, "echo", false);
   fill_in_the_middle(body, *model.tokenizer, out);

@@ -82,7 +82,13 @@ TEST(RequestParse, SeveralCompletionPrompts) {
   EXPECT_EQ(two.prompt_count(), 3);
   EXPECT_EQ(two.choices(), 6);
   EXPECT_EQ(two.prompt_at(2), (std::vector<int32_t>{7}));
-  EXPECT_EQ(status_of(R"({"prompt":[[5],[]]})"), 400);        // an empty one
+  EXPECT_EQ(status_of(R"({"prompt":[[5],[]]})"), 400);        // an empty one, named
+  try {
+    completion(R"({"prompt":[[5],[6],""]})");
+    ADD_FAILURE() << "an empty prompt among others was accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(std::string(error.what()), "prompt 2 must not be empty");
+  }
   EXPECT_EQ(status_of(R"({"prompt":[[5],""]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt":[[5],7]})"), 400);         // neither text nor ids
   EXPECT_EQ(status_of(R"({"prompt":["a",[1,"b"]]})"), 400);
