@@ -4,12 +4,10 @@
 #include <array>
 #include <bit>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <thread>
 
 #include "core/error.h"
 #include "engine/kv_cache.h"
@@ -33,21 +31,12 @@ std::string gib(size_t bytes) {
 
 // log_softmax of one row of logits at `token`, and the `top` most likely tokens.
 StepLogprobs log_probabilities(std::span<const float> logits, int32_t token, int top) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float value : logits) sum += std::exp(static_cast<double>(value) - max_logit);
-  const double log_norm = max_logit + std::log(sum);
+  const double log_norm = log_softmax_norm(logits);
   StepLogprobs out;
   out.sampled = static_cast<float>(logits[static_cast<size_t>(token)] - log_norm);
-  const int count = std::min<int>(top, static_cast<int>(logits.size()));
-  std::vector<int32_t> order(logits.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (int i = 0; i < count; ++i) {
-    out.top.push_back(TokenLogprob{order[i], static_cast<float>(logits[order[i]] - log_norm)});
-  }
+  std::vector<int32_t> ids;
+  top_logit_ids(logits, std::min<int>(top, static_cast<int>(logits.size())), ids);
+  for (const int32_t id : ids) out.top.push_back(TokenLogprob{id, static_cast<float>(logits[static_cast<size_t>(id)] - log_norm)});
   return out;
 }
 

@@ -106,4 +106,32 @@ int32_t sample_row(const float* logits, int vocab, const SamplingParams& params,
   return candidates.ids.back();
 }
 
+double log_softmax_norm(std::span<const float> logits) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (const float value : logits) sum += std::exp(value - top);
+  return top + std::log(sum);
+}
+
+void top_logit_ids(std::span<const float> logits, int k, std::vector<int32_t>& out) {
+  // The k largest, in a heap whose front is the least likely kept.
+  const auto more_likely = [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  };
+  const auto kept = static_cast<size_t>(std::max(k, 0));
+  out.clear();
+  if (kept == 0) return;
+  for (int32_t j = 0; j < static_cast<int32_t>(logits.size()); ++j) {
+    if (out.size() == kept && !more_likely(j, out.front())) continue;
+    out.push_back(j);
+    std::push_heap(out.begin(), out.end(), more_likely);
+    if (out.size() > kept) {
+      std::pop_heap(out.begin(), out.end(), more_likely);
+      out.pop_back();
+    }
+  }
+  std::sort_heap(out.begin(), out.end(), more_likely);
+}
+
 }  // namespace qwenrt

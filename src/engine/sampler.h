@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -42,5 +43,12 @@ struct Candidates {
   std::vector<double> probs;
 };
 Candidates sampling_candidates(const float* logits, int vocab, const SamplingParams& params);
+
+// Log-probabilities on the host (a step's rows that report them, the CPU backend's
+// score_rows): the log of a row's softmax normaliser, max + log(sum(exp(x - max))) in
+// double, and the ids of its k largest logits, most likely first (the lower id on ties), in
+// `out` (k at most the row's length).
+double log_softmax_norm(std::span<const float> logits);
+void top_logit_ids(std::span<const float> logits, int k, std::vector<int32_t>& out);
 
 }  // namespace qwenrt

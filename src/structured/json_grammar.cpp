@@ -98,7 +98,7 @@ uint64_t power_of_ten(int n) {
 // 10^n as a double, exact for n <= 22.
 double decimal_scale(int n) {
   static const auto table = [] {
-    std::array<double, kMaxBoundedFraction * 2 + 1> t{};
+    std::array<double, kMaxBoundedFraction + 1> t{};
     double p = 1;
     for (double& v : t) {
       v = p;
@@ -115,15 +115,18 @@ int digit_count(uint64_t v) {
   return n;
 }
 
+// A value lies in the node's bounds (a bounded number's, or an enum value's beside them).
+bool within_bounds(const SchemaNode& node, double value) {
+  if (node.exclusive_minimum ? !(value > node.minimum) : !(value >= node.minimum)) return false;
+  return node.exclusive_maximum ? value < node.maximum : value <= node.maximum;
+}
+
 // The value of ±digits / 10^fraction lies in the node's bounds. Both are exact doubles
 // (digits < 10^15, 10^fraction for fraction <= 22), so the quotient is the double a JSON
 // parser reads from the text.
 bool fits(const SchemaNode& node, bool negative, uint64_t digits, int fraction) {
-  double value = static_cast<double>(digits) / decimal_scale(fraction);
-  if (negative) value = -value;
-  if (node.exclusive_minimum ? !(value > node.minimum) : !(value >= node.minimum)) return false;
-  if (node.exclusive_maximum ? !(value < node.maximum) : !(value <= node.maximum)) return false;
-  return true;
+  const double value = static_cast<double>(digits) / decimal_scale(fraction);
+  return within_bounds(node, negative ? -value : value);
 }
 
 // Some value (base * 10^q + j) / 10^(fraction + q), j in [0, count), fits the bounds. The
@@ -571,9 +574,7 @@ class Compiler {
         typed = typed || is("number") || (is("integer") && integral);
         if (bounds) {
           // As a validator compares them: the value as a double (an integer too).
-          const double x = v.get<double>();
-          if (bounds->exclusive_minimum ? !(x > bounds->minimum) : !(x >= bounds->minimum)) return false;
-          if (bounds->exclusive_maximum ? !(x < bounds->maximum) : !(x <= bounds->maximum)) return false;
+          if (!within_bounds(*bounds, v.get<double>())) return false;
         }
       } else if (v.is_string()) typed = typed || is("string");
       else if (v.is_array()) typed = typed || is("array");

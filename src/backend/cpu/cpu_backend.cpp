@@ -334,7 +334,7 @@ class CpuBackend final : public Backend {
                                                   std::to_string(vocab) + " ids");
     const auto width = static_cast<int64_t>(top_k) + 1;
     pool_.parallel_for(logits.rows, 1, [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> heap;
+      std::vector<int32_t> top_ids;
       for (int64_t r = begin; r < end; ++r) {
         const float* row = logits.as<const float>() + r * vocab;
         float* lp = logprobs + r * width;
@@ -350,30 +350,14 @@ class CpuBackend final : public Backend {
           std::fill(id, id + width, -1);
           continue;
         }
-        const double top = row[best];
-        double sum = 0;
-        for (int64_t j = 0; j < vocab; ++j) sum += std::exp(row[j] - top);
-        const double log_sum = top + std::log(sum);
+        const std::span<const float> values(row, static_cast<size_t>(vocab));
+        const double log_sum = log_softmax_norm(values);
         id[0] = best;
         lp[0] = static_cast<float>(row[targets[r]] - log_sum);
-        if (top_k == 0) continue;
-        // The k largest logits, in a heap whose front is the least likely kept.
-        const auto k = static_cast<size_t>(top_k);
-        const auto more_likely = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
-        heap.clear();
-        for (int32_t j = 0; j < static_cast<int32_t>(vocab); ++j) {
-          if (heap.size() == k && !more_likely(j, heap.front())) continue;
-          heap.push_back(j);
-          std::push_heap(heap.begin(), heap.end(), more_likely);
-          if (heap.size() > k) {
-            std::pop_heap(heap.begin(), heap.end(), more_likely);
-            heap.pop_back();
-          }
-        }
-        std::sort_heap(heap.begin(), heap.end(), more_likely);
-        for (size_t q = 0; q < heap.size(); ++q) {
-          id[1 + q] = heap[q];
-          lp[1 + q] = static_cast<float>(row[heap[q]] - log_sum);
+        top_logit_ids(values, top_k, top_ids);
+        for (size_t q = 0; q < top_ids.size(); ++q) {
+          id[1 + q] = top_ids[q];
+          lp[1 + q] = static_cast<float>(row[top_ids[q]] - log_sum);
         }
       }
     });
