@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -307,16 +308,17 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum"};
+    "exclusiveMaximum", "pattern"};
 // Keywords that constrain values but are not enforced: refused by name.
 const std::set<std::string, std::less<>> kRefused = {
-    "pattern", "multipleOf", "minProperties",
+    "multipleOf", "minProperties",
     "maxProperties", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "not", "if", "then",
     "else", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
 
 constexpr int kMaxSchemaDepth = 64;
 constexpr size_t kMaxNodes = 20000;
+constexpr int64_t kMaxPatternStatesInAll = 200000;  // automaton states of a schema's patterns together
 
 class Compiler {
  public:
@@ -483,6 +485,32 @@ class Compiler {
     return static_cast<int32_t>(it->get<int64_t>());
   }
 
+  // The schema's `pattern` with its length bounds as an automaton in the grammar (each
+  // distinct one compiled once); -1 where it has no pattern.
+  int32_t pattern(const ordered_json& schema, const std::string& path, int32_t min_length, int32_t max_length) {
+    const auto it = schema.find("pattern");
+    if (it == schema.end()) return -1;
+    if (!it->is_string()) fail(path, "'pattern' must be a string");
+    const std::string& text = it->get_ref<const std::string&>();
+    const auto key = std::make_tuple(text, min_length, max_length);
+    if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
+    try {
+      if (pattern_work_left_ == 0) fail(path, "the schema's patterns take too long to compile in all");
+      BytePattern compiled = compile_pattern(text, min_length, max_length, std::min(pattern_work_left_, kMaxPatternWork));
+      pattern_work_left_ -= std::min(pattern_work_left_, compiled.work());
+      pattern_states_ += compiled.states();
+      if (pattern_states_ > kMaxPatternStatesInAll) {
+        fail(path, "the schema's patterns need over " + std::to_string(kMaxPatternStatesInAll) + " automaton states in all");
+      }
+      g_.patterns.push_back(std::move(compiled));
+    } catch (const PatternError& error) {
+      fail(path, "'pattern' " + ordered_json(text).dump() + ": " + error.what());
+    }
+    const auto index = static_cast<int32_t>(g_.patterns.size() - 1);
+    patterns_.emplace(key, index);
+    return index;
+  }
+
   // minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers; or, as draft 4 has
   // them, exclusive* as booleans that make minimum and maximum exclusive): the bounds in the
   // fields of a SchemaNode, or nothing where the schema has none.
@@ -536,8 +564,8 @@ class Compiler {
   }
 
   // enum and const: the values (const, or enum's, or those of enum equal to const), less
-  // those that an explicit `type`, a string's `minLength`/`maxLength` or a number's bounds
-  // beside them refuse;
+  // those that an explicit `type`, a string's `minLength`/`maxLength`/`pattern` or a
+  // number's bounds beside them refuse;
   // each is then written as its JSON text. (Other keywords beside them are not checked
   // against the values: an enum that holds a value they refuse allows it.)
   int32_t literal_values(const ordered_json& schema, const std::string& path) {
@@ -564,6 +592,11 @@ class Compiler {
     const int32_t min_length = count(schema, "minLength", path, 0);
     const int32_t max_length = count(schema, "maxLength", path, -1);
     const std::optional<SchemaNode> bounds = number_bounds(schema, path);
+    const BytePattern* text_pattern = nullptr;
+    if (schema.contains("pattern")) {
+      const int32_t automaton = pattern(schema, path, 0, -1);
+      text_pattern = &g_.patterns[static_cast<size_t>(automaton)];
+    }
     auto fits = [&](const ordered_json& v) {
       auto is = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
       bool typed = types.empty();
@@ -586,6 +619,7 @@ class Compiler {
         const auto n = static_cast<int32_t>(
             std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
         if (n < min_length || (max_length >= 0 && n > max_length)) return false;
+        if (text_pattern != nullptr && !text_pattern->matches(text)) return false;
       }
       return true;
     };
@@ -678,7 +712,7 @@ class Compiler {
       types.push_back("object");
     } else if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
       types.push_back("array");
-    } else if (schema.contains("minLength") || schema.contains("maxLength")) {
+    } else if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("pattern")) {
       types.push_back("string");
     } else if (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
                schema.contains("exclusiveMaximum")) {
@@ -718,11 +752,17 @@ class Compiler {
     if (type == "string") {
       const int32_t min_length = count(schema, "minLength", path, 0);
       const int32_t max_length = count(schema, "maxLength", path, -1);
-      if (min_length == 0 && max_length < 0) return kStringNode;
       if (max_length >= 0 && min_length > max_length) fail(path, "'minLength' is over 'maxLength'");
+      const int32_t automaton = pattern(schema, path, min_length, max_length);
+      if (min_length == 0 && max_length < 0 && automaton < 0) return kStringNode;
       const int32_t node = new_node(NodeKind::kString, path);
-      g_.nodes[static_cast<size_t>(node)].min_items = min_length;
-      g_.nodes[static_cast<size_t>(node)].max_items = max_length;
+      SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
+      if (automaton >= 0) {
+        n.pattern = automaton;  // the lengths are in the automaton
+      } else {
+        n.min_items = min_length;
+        n.max_items = max_length;
+      }
       return node;
     }
     if (type == "array") {
@@ -797,6 +837,9 @@ class Compiler {
   std::set<int32_t> pending_;  // references being compiled
   Grammar g_;
   std::map<std::string, int32_t> refs_;
+  std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> patterns_;
+  int64_t pattern_states_ = 0;
+  size_t pattern_work_left_ = 4 * kMaxPatternWork;  // for all of a schema's patterns together
 };
 
 }  // namespace
@@ -922,6 +965,76 @@ int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started, int32_
     return next;
   }
   return next_utf8_state(state, byte);
+}
+
+// A string with a pattern (Frame::a: the automaton's state, Frame::b: the characters read,
+// as BytePattern counts them; Frame::state: where in an escape, Frame::ws: the escape's digit
+// so far). Its bytes are decoded (escapes into the characters they stand for) and fed to the
+// automaton, which takes only what some string that fits can follow. "\uXXXX" is taken only
+// for control characters ("\u00" and two digits), which JSON has no other way to write: any
+// other character comes as itself, so the escape's digits never lead where no string ends.
+enum PatternEscape : uint8_t { kPatPlain, kPatBackslash, kPatU, kPatU0, kPatU00, kPatU00X };
+
+// Feeds `byte` to `f`; false when it is refused, `closed` when it was the closing quote.
+bool pattern_string_byte(const BytePattern& p, Frame& f, uint8_t byte, bool& closed) {
+  auto feed = [&](uint8_t decoded) {
+    if (!p.step(f.a, f.b, decoded)) return false;
+    f.state = kPatPlain;
+    return true;
+  };
+  auto takes = [&](uint8_t decoded) {
+    int32_t state = f.a, count = f.b;
+    return p.step(state, count, decoded);
+  };
+  switch (f.state) {
+    case kPatPlain:
+      if (byte == '"') {
+        if (!p.accepting(f.a, f.b)) return false;
+        closed = true;
+        return true;
+      }
+      if (byte == '\\') {
+        if (!takes('"') && !takes('\\') && !takes('/') && p.controls(f.a, f.b) == 0) return false;
+        f.state = kPatBackslash;
+        return true;
+      }
+      if (byte < 0x20) return false;
+      return feed(byte);
+    case kPatBackslash:
+      switch (byte) {
+        case '"': case '\\': case '/': return feed(byte);
+        case 'b': return feed('\b');
+        case 'f': return feed('\f');
+        case 'n': return feed('\n');
+        case 'r': return feed('\r');
+        case 't': return feed('\t');
+        case 'u':
+          if (p.controls(f.a, f.b) == 0) return false;
+          f.state = kPatU;
+          return true;
+        default: return false;
+      }
+    case kPatU:
+    case kPatU0:
+      if (byte != '0') return false;
+      f.state = f.state == kPatU ? kPatU0 : kPatU00;
+      return true;
+    case kPatU00:
+      if (byte != '0' && byte != '1') return false;
+      if ((p.controls(f.a, f.b) >> (byte == '1' ? 16 : 0) & 0xFFFF) == 0) return false;
+      f.ws = static_cast<uint16_t>(byte - '0');
+      f.state = kPatU00X;
+      return true;
+    case kPatU00X: {
+      if (!is_hex(byte)) return false;
+      const auto decoded = static_cast<uint8_t>(f.ws * 16 + hex_value(byte));
+      if (!feed(decoded)) return false;
+      f.ws = 0;
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -1155,6 +1268,14 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
         return;
       }
       case kString: {
+        if (node.pattern >= 0) {
+          bool closed = false;
+          if (pattern_string_byte(g.patterns[static_cast<size_t>(node.pattern)], f, byte, closed)) {
+            if (closed) --stack.depth;
+            add_stack(out, stack);
+          }
+          return;
+        }
         bool closed = false, started = false;
         const int next = string_byte(f.state, byte, closed, started, &f.b);
         if (next < 0) return;
@@ -1397,6 +1518,7 @@ int JsonMatcher::free_string(const Stack& stack, int32_t& room) const {
   }
   if (top.type == kString) {
     const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
+    if (node.pattern >= 0) return -1;  // its bytes go through its automaton
     room = node.max_items >= 0 ? node.max_items - top.a : INT32_MAX;
     return top.state;
   }

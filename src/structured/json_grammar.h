@@ -12,7 +12,10 @@
 //   API), array items, `minItems`/`maxItems`, `enum`/`const` (written as the canonical
 //   JSON text of the value), `anyOf`/`oneOf` (both as anyOf), `$ref` into `$defs` or
 //   `definitions` (recursion allowed);
-//   `minLength`/`maxLength` of strings (in characters);
+//   `minLength`/`maxLength` of strings (in characters); `pattern` (pattern.h: an automaton
+//   over the value's bytes, which a string's escapes are decoded into first; in such a
+//   string `\u` escapes are taken only for control characters, other characters come as
+//   themselves);
 // - JSON's own rules: escapes, valid UTF-8 in strings, no control characters, numbers
 //   without leading zeros (integers without fraction or exponent);
 // - whitespace as JSON writers lay it out: between the tokens inside the value nothing, one
@@ -25,7 +28,7 @@
 // - numbers' `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (such numbers
 //   are written in plain decimals of at most kMaxBoundedDigits significant digits, so that
 //   the text's value is exact, and no text that can no longer reach the range is taken).
-// Keywords that would change what is valid but are not enforced (pattern, multipleOf,
+// Keywords that would change what is valid but are not enforced (multipleOf,
 // uniqueItems, ...) are refused by name when the schema is compiled, never silently dropped;
 // `format` is an annotation (as JSON Schema has it since draft 2019-09) and is not enforced.
 #pragma once
@@ -41,6 +44,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "structured/pattern.h"
 
 namespace qwenrt::structured {
 
@@ -96,11 +101,15 @@ struct SchemaNode {
   bool bounded = false;
   bool exclusive_minimum = false, exclusive_maximum = false;
   double minimum = 0, maximum = 0;  // with `bounded`; ±infinity where unbounded
+  // kString with a `pattern`: its automaton in Grammar::patterns (the length bounds folded
+  // in), -1: none.
+  int32_t pattern = -1;
 };
 
 struct Grammar {
   std::vector<SchemaNode> nodes;
   std::vector<LiteralTrie> tries;
+  std::vector<BytePattern> patterns;
   int32_t root = 0;
   bool free_whitespace = false;  // any whitespace (up to kMaxWhitespace bytes a gap) everywhere
 };

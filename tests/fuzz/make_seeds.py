@@ -125,6 +125,9 @@ def main() -> None:
         ({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -3, "exclusiveMaximum": 100},
                                                {"type": "number", "minimum": 0.25, "maximum": 0.5}]}},
          '[99, -3, 0.3125, 0.5, 7]'),
+        ({"type": "object", "properties": {"phone": {"type": "string", "pattern": r"^(\([0-9]{3}\))?[0-9]{3}-[0-9]{4}$"},
+                                           "tag": {"pattern": r"[a-z\u00e9]+\n?|\u0001", "maxLength": 6}},
+          "required": ["phone", "tag"]}, r'{"phone": "(888)555-1212", "tag": "x\u0001\n' + '\u00e9"}'),
     ]
     for schema, document in structured:
         write(out, "fuzz_structured", json.dumps(schema).encode() + SEP + document.encode())

@@ -390,16 +390,23 @@ await test('max_tokens cutting a character still gives valid UTF-8', async () =>
 });
 
 // Structured output through the real engine: the tiny model's logits are random, so whatever
-// it writes is the grammar's doing. The schemas have no free strings, so every answer ends
-// well inside max_tokens (whitespace and numbers are bounded).
+// it writes is the grammar's doing. The schemas have no free strings (those with patterns are
+// bounded), so every answer ends well inside max_tokens (whitespace and numbers are bounded).
 const weather = {
   type: 'object',
   properties: { unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer', minimum: 1, maximum: 14 }, rain: { type: 'boolean' },
-    hours: { type: 'array', items: { type: 'number', minimum: -10, exclusiveMaximum: 45.5 }, maxItems: 3 }, note: { anyOf: [{ type: 'null' }, { const: 'dry' }] } },
-  required: ['unit', 'days', 'rain', 'note'],
+    hours: { type: 'array', items: { type: 'number', minimum: -10, exclusiveMaximum: 45.5 }, maxItems: 3 }, note: { anyOf: [{ type: 'null' }, { const: 'dry' }] },
+    station: { type: 'string', pattern: '^[A-Z]{2}-\\d{2,4}(?:\\.[a-z\u00e9]+)?$', maxLength: 12 },
+    remark: { type: 'string', pattern: 'wind|\\n', maxLength: 6 } },
+  required: ['unit', 'days', 'rain', 'note', 'station'],
 };
+// The patterns as JavaScript reads them (the reference for JSON Schema's regular expressions).
+const stationPattern = new RegExp(weather.properties.station.pattern, 'u');
+const remarkPattern = new RegExp(weather.properties.remark.pattern, 'u');
 function checkWeather(value) {
-  assert.deepEqual(Object.keys(value).filter((k) => k !== 'hours'), ['unit', 'days', 'rain', 'note']);
+  assert.deepEqual(Object.keys(value).filter((k) => k !== 'hours' && k !== 'remark'), ['unit', 'days', 'rain', 'note', 'station']);
+  assert.ok(stationPattern.test(value.station) && [...value.station].length <= 12, JSON.stringify(value));
+  if ('remark' in value) assert.ok(remarkPattern.test(value.remark) && [...value.remark].length <= 6, JSON.stringify(value));
   assert.ok(['celsius', 'fahrenheit'].includes(value.unit), JSON.stringify(value));
   assert.ok(Number.isInteger(value.days) && value.days >= 1 && value.days <= 14, JSON.stringify(value));
   assert.equal(typeof value.rain, 'boolean');

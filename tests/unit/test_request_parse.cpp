@@ -472,8 +472,11 @@ TEST(RequestParse, StructuredOutput) {
   refused(R"("response_format":{"type":"json_schema","json_schema":{"name":"n"}})", "response_format.json_schema.schema",
           "required");
   refused(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object",
-      "properties":{"zip":{"type":"string","pattern":"^[0-9]+$"}}}}})",
-          "response_format.json_schema.schema", "#/properties/zip: 'pattern'");
+      "properties":{"zip":{"type":"string","pattern":"^[0-9]+\\b"}}}}})",
+          "response_format.json_schema.schema", "#/properties/zip: 'pattern' \"^[0-9]+\\\\b\": word boundaries");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object",
+      "properties":{"zip":{"type":"string","multipleOf":2}}}}})",
+          "response_format.json_schema.schema", "#/properties/zip: 'multipleOf'");
   refused(R"("response_format":{"type":"json_object"},"min_tokens":2)", "min_tokens", "structured output");
 }
 

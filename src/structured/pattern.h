@@ -1,0 +1,93 @@
+// A JSON Schema `pattern` as an automaton over the UTF-8 bytes of a string's value.
+//
+// The pattern is an ECMA-262 regular expression (as JSON Schema specifies), read as with
+// the `u` flag: it matches code points, and `\u{...}` and surrogate pairs spell code points
+// beyond the BMP. JSON Schema does not anchor it: "abc" allows any string that contains
+// "abc"; `^` and `$` anchor at the string's start and end. What it understands: literals,
+// `.` (any code point but a line terminator), classes `[...]` and `[^...]` with ranges,
+// `\d \D \w \W \s \S`, the character escapes (`\t \n \v \f \r \0 \cX \xHH \uHHHH \u{H...}`,
+// an escaped syntax character), groups `(...)`, `(?:...)`, `(?<name>...)`, alternation, and
+// the quantifiers `* + ? {n} {n,} {n,m}` (greedy or lazy: the same set of strings). What it
+// refuses, by name: backreferences, lookaround, `\b`/`\B`, `\p{...}`, flags.
+//
+// The string's `minLength`/`maxLength` (in code points) are enforced with it: a step is taken
+// only where some string that fits the pattern and the bounds still goes on from there, so a
+// generation held to it never reaches a point where no string can be completed.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+namespace qwenrt::structured {
+
+inline constexpr int32_t kMaxPatternStates = 50000;  // automaton states of one pattern
+inline constexpr int32_t kMaxPatternRepeat = 1000;   // the largest bound of {n,m}
+// Automaton states listed by all the subsets built for one pattern: a bound on the time its
+// compilation takes (~0.15 s on one core).
+inline constexpr size_t kMaxPatternWork = size_t{1} << 22;
+inline constexpr int64_t kMaxPatternCounts = int64_t{1} << 24;  // states × counted lengths
+
+// Thrown for a pattern that cannot be read or compiled; the message says why.
+class PatternError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Where a string stands in its pattern: the automaton's state and the characters read so far
+// (counted up to the length bound that matters).
+class BytePattern {
+ public:
+  // The state and count after `byte` from `state`/`count` (0/0 at the start); false, both
+  // unchanged, when no string that fits can follow.
+  bool step(int32_t& state, int32_t& count, uint8_t byte) const {
+    const int32_t to = next_[static_cast<size_t>(state) * classes_ + byte_class_[byte]];
+    if (to < 0) return false;
+    int32_t after = count + ((byte & 0xC0) != 0x80 ? 1 : 0);
+    if (max_length_ >= 0) {
+      if (after > max_length_) return false;
+    } else {
+      after = std::min(after, min_length_);
+    }
+    if (!live(to, after)) return false;
+    state = to;
+    count = after;
+    return true;
+  }
+  bool accepting(int32_t state, int32_t count) const {
+    return accepting_[static_cast<size_t>(state)] != 0 && count >= min_length_;
+  }
+  // Bit c: the control character U+00c (c < 32, which a JSON string escapes) may come next.
+  uint32_t controls(int32_t state, int32_t count) const;
+  int32_t states() const { return static_cast<int32_t>(accepting_.size()); }
+  // True when the whole of `text` (UTF-8) fits.
+  bool matches(std::string_view text) const;
+  // The work its compilation took, in the units of kMaxPatternWork.
+  size_t work() const { return work_; }
+
+ private:
+  friend BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_t max_length, size_t max_work);
+  bool live(int32_t state, int32_t count) const {
+    return (live_[static_cast<size_t>(state) * words_ + static_cast<size_t>(count) / 64] >> (count % 64) & 1) != 0;
+  }
+  std::array<uint8_t, 256> byte_class_{};
+  size_t classes_ = 1;
+  std::vector<int32_t> next_;      // [state * classes_ + class]: -1 where no string can follow
+  std::vector<uint8_t> accepting_;
+  int32_t min_length_ = 0, max_length_ = -1;
+  size_t words_ = 1;               // a state's words in live_
+  std::vector<uint64_t> live_;     // bit count of state: some string that fits goes on from there
+  size_t work_ = 0;
+};
+
+// `pattern` (UTF-8) with the string's length bounds (max_length < 0: none). Throws
+// PatternError when the pattern is not understood, too large, would take over `max_work` to
+// compile, or no string fits it and the bounds together.
+BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_t max_length,
+                            size_t max_work = kMaxPatternWork);
+
+}  // namespace qwenrt::structured
