@@ -682,10 +682,12 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   constexpr const char* kNotAPrompt = "'prompt' must be a string, an array of token ids, or an array of those";
   // One prompt: text, or an array of token ids. Completions take raw text: special-token
   // strings in it become their tokens, as the model's own documents are written.
-  const auto one_prompt = [&](const json& text, const std::string& which) {
+  const auto one_prompt = [&](const json& text, const std::string& which, size_t index) {
     std::vector<int32_t> ids;
     if (text.is_string()) {
       ids = model.tokenizer->encode(text.get<std::string>(), true);
+      out.prompt_texts.resize(std::max(out.prompt_texts.size(), index + 1));
+      out.prompt_texts[index] = text.get<std::string>();
     } else if (text.is_array()) {
       ids.reserve(text.size());
       for (const json& id : text) ids.push_back(vocabulary_id(id, limits, "prompt", kNotAPrompt));
@@ -709,13 +711,13 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
       if (!each.is_string() && !each.is_array()) throw invalid_request(kNotAPrompt, "prompt");
       const std::string which = several ? "prompt " + std::to_string(p) : "'prompt'";
       if (p == 0) {
-        out.prompt = one_prompt(each, which);
+        out.prompt = one_prompt(each, which, p);
       } else {
-        out.more_prompts.push_back(one_prompt(each, which));
+        out.more_prompts.push_back(one_prompt(each, which, p));
       }
     }
   } else {
-    out.prompt = one_prompt(*prompt, "'prompt'");
+    out.prompt = one_prompt(*prompt, "'prompt'", 0);
   }
   out.echo = bool_field(body, "echo", false);
   fill_in_the_middle(body, *model.tokenizer, out);

@@ -74,6 +74,10 @@ struct GenerationRequest {
   // Completions given several prompts: the ones after the first. Each prompt gets its n
   // choices, numbered prompt × n + choice as OpenAI numbers them.
   std::vector<std::vector<int32_t>> more_prompts;
+  // Completions: each prompt as the client wrote it where it came as text (echo returns it
+  // so, not re-decoded from its ids: the tokenizer's normalization would change it); empty
+  // or shorter than the prompts where they came as ids.
+  std::vector<std::optional<std::string>> prompt_texts;
   int max_tokens = 16;
   int min_tokens = 0;
   bool ignore_eos = false;
@@ -101,6 +105,11 @@ struct GenerationRequest {
   int prompt_count() const { return 1 + static_cast<int>(more_prompts.size()); }
   // The p-th prompt (0: `prompt`).
   const std::vector<int32_t>& prompt_at(int p) const { return p == 0 ? prompt : more_prompts[static_cast<size_t>(p - 1)]; }
+  // The p-th prompt's text as the client wrote it, or null where it came as ids.
+  const std::string* prompt_text(int p) const {
+    const auto i = static_cast<size_t>(p);
+    return i < prompt_texts.size() && prompt_texts[i] ? &*prompt_texts[i] : nullptr;
+  }
   // Every choice of every prompt.
   int choices() const { return n * prompt_count(); }
 };

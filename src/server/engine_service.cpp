@@ -141,7 +141,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     std::vector<ChoiceEvent> echoes;
     try {
       for (int p = 0; p < request.prompt_count(); ++p) {
-        echoes.push_back(echo_event(request, request.prompt_at(p), lock));
+        echoes.push_back(echo_event(request, p, lock));
         if (closed_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
       }
     } catch (...) {
@@ -210,8 +210,8 @@ LogprobToken EngineService::logprob_token(int32_t id, float logprob) const {
   return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)), logprob};
 }
 
-ChoiceEvent EngineService::echo_event(const GenerationRequest& request, const std::vector<int32_t>& prompt,
-                                      std::unique_lock<std::mutex>& lock) {
+ChoiceEvent EngineService::echo_event(const GenerationRequest& request, int p, std::unique_lock<std::mutex>& lock) {
+  const std::vector<int32_t>& prompt = request.prompt_at(p);
   ScoreResult scored;
   if (request.top_logprobs >= 0 && prompt.size() >= 2) {
     if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", "", "shutting_down");
@@ -239,7 +239,9 @@ ChoiceEvent EngineService::echo_event(const GenerationRequest& request, const st
   lock.unlock();
   ChoiceEvent event;
   event.echo = true;
-  event.text = tokenizer_.decode(prompt);  // special tokens written out, as the prompt had them
+  // The client's own text where it sent text; else the ids decoded (special tokens written out).
+  const std::string* written = request.prompt_text(p);
+  event.text = written != nullptr ? *written : tokenizer_.decode(prompt);
   if (request.top_logprobs >= 0) {
     for (size_t i = 0; i < prompt.size(); ++i) {
       LogprobEntry entry;

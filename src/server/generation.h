@@ -151,10 +151,10 @@ class EngineService : public GenerationService {
   std::deque<ScoreJob*> score_jobs_;
   std::condition_variable scored_;
   void run_score_jobs(std::unique_lock<std::mutex>& lock);
-  // The echo a choice of `request` for `prompt` (one of its prompts) opens with: the
-  // prompt's text, and with logprobs its tokens (scored on the engine's thread).
-  ChoiceEvent echo_event(const GenerationRequest& request, const std::vector<int32_t>& prompt,
-                         std::unique_lock<std::mutex>& lock);
+  // The echo a choice of `request` for its prompt `p` opens with: the prompt's text (as the
+  // client wrote it, where it came as text), and with logprobs its tokens (scored on the
+  // engine's thread).
+  ChoiceEvent echo_event(const GenerationRequest& request, int p, std::unique_lock<std::mutex>& lock);
   // A token as logprobs list it: its text, its bytes, its log-probability.
   LogprobToken logprob_token(int32_t id, float logprob) const;
   int active_ = 0;

@@ -202,6 +202,16 @@ await test('completions echo: the prompt first; with logprobs its tokens too, as
   const echoed = await client.completions.create({ model, prompt, max_tokens: 4, temperature: 0, ignore_eos: true, echo: true });
   assert.equal(echoed.choices[0].text, prompt + plain.choices[0].text);
   assert.equal(echoed.usage.completion_tokens, 4);
+  // The text as the client wrote it, not as the tokenizer normalized it (NFC would make
+  // "e" + U+0301 one "é"), as OpenAI and vLLM echo it; streamed alike.
+  const decomposed = 'Cafe\u0301 au lait';
+  for (const stream of [false, true]) {
+    const reply = await post(main.url, '/v1/completions', { prompt: decomposed, max_tokens: 0, echo: true, stream });
+    const text = stream
+      ? reply.text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)).choices[0]?.text ?? '').join('')
+      : reply.json.choices[0].text;
+    assert.equal(text, decomposed);
+  }
   // max_tokens 0: the prompt's log-probabilities alone (as evaluation harnesses ask).
   const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
   const scored = await client.completions.create({ model, prompt: reference.score_ids, max_tokens: 0, echo: true, logprobs: 2 });
