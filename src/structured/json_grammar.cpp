@@ -320,9 +320,20 @@ constexpr int kMaxSchemaDepth = 64;
 constexpr size_t kMaxNodes = 20000;
 constexpr int64_t kMaxPatternStatesInAll = 200000;  // automaton states of a schema's patterns together
 
+// A pattern with its length bounds.
+using PatternKey = std::tuple<std::string, int32_t, int32_t>;
+// The patterns compiled for one request, shared by the compilers that build its grammar (a
+// tool's parameters are compiled alone first, to see whether the grammar can hold them):
+// each is compiled once, and all of them together within one budget of work.
+struct Automata {
+  std::map<PatternKey, BytePattern> compiled;
+  size_t work_left = 4 * kMaxPatternWork;
+};
+
 class Compiler {
  public:
-  Compiler() : g_(base_grammar()) {}
+  explicit Compiler(std::shared_ptr<Automata> automata = std::make_shared<Automata>())
+      : g_(base_grammar()), automata_(std::move(automata)) {}
 
   // A schema with its own root (what its references point into), compiled into this grammar.
   int32_t compile_root(const ordered_json& root, const std::string& path) {
@@ -348,7 +359,7 @@ class Compiler {
       if (!parameters.is_null()) {
         bool usable = true;
         try {
-          Compiler alone;  // every check a schema of its own gets, the whole grammar's included
+          Compiler alone(automata_);  // every check a schema of its own gets, the whole grammar's included
           alone.take(alone.compile_root(parameters, path));
         } catch (const Error&) {
           usable = false;
@@ -494,18 +505,22 @@ class Compiler {
     const std::string& text = it->get_ref<const std::string&>();
     const auto key = std::make_tuple(text, min_length, max_length);
     if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
-    try {
-      if (pattern_work_left_ == 0) fail(path, "the schema's patterns take too long to compile in all");
-      BytePattern compiled = compile_pattern(text, min_length, max_length, std::min(pattern_work_left_, kMaxPatternWork));
-      pattern_work_left_ -= std::min(pattern_work_left_, compiled.work());
-      pattern_states_ += compiled.states();
-      if (pattern_states_ > kMaxPatternStatesInAll) {
-        fail(path, "the schema's patterns need over " + std::to_string(kMaxPatternStatesInAll) + " automaton states in all");
+    auto compiled = automata_->compiled.find(key);
+    if (compiled == automata_->compiled.end()) {
+      try {
+        if (automata_->work_left == 0) fail(path, "the schema's patterns take too long to compile in all");
+        BytePattern automaton = compile_pattern(text, min_length, max_length, std::min(automata_->work_left, kMaxPatternWork));
+        automata_->work_left -= std::min(automata_->work_left, automaton.work());
+        compiled = automata_->compiled.emplace(key, std::move(automaton)).first;
+      } catch (const PatternError& error) {
+        fail(path, "'pattern' " + ordered_json(text).dump() + ": " + error.what());
       }
-      g_.patterns.push_back(std::move(compiled));
-    } catch (const PatternError& error) {
-      fail(path, "'pattern' " + ordered_json(text).dump() + ": " + error.what());
     }
+    pattern_states_ += compiled->second.states();
+    if (pattern_states_ > kMaxPatternStatesInAll) {
+      fail(path, "the schema's patterns need over " + std::to_string(kMaxPatternStatesInAll) + " automaton states in all");
+    }
+    g_.patterns.push_back(compiled->second);
     const auto index = static_cast<int32_t>(g_.patterns.size() - 1);
     patterns_.emplace(key, index);
     return index;
@@ -837,9 +852,9 @@ class Compiler {
   std::set<int32_t> pending_;  // references being compiled
   Grammar g_;
   std::map<std::string, int32_t> refs_;
-  std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> patterns_;
+  std::map<PatternKey, int32_t> patterns_;  // in this grammar
   int64_t pattern_states_ = 0;
-  size_t pattern_work_left_ = 4 * kMaxPatternWork;  // for all of a schema's patterns together
+  std::shared_ptr<Automata> automata_;
 };
 
 }  // namespace

@@ -237,6 +237,22 @@ TEST(JsonSchemaPattern, StringsMatchTheirDecodedValue) {
   }
 }
 
+// A tool's parameters with patterns hold its calls (each pattern compiled once, though the
+// parameters are compiled alone first to see whether the grammar can hold them).
+TEST(JsonSchemaPattern, ToolCallArgumentsKeepTheirPatterns) {
+  const ordered_json parameters = ordered_json::parse(R"({"type": "object", "properties": {"zip": {"type": "string",
+      "pattern": "^\\d{5}$"}}, "required": ["zip"]})");
+  const auto g = std::make_shared<const Grammar>(compile_tool_calls({{"lookup", parameters}, {"other", parameters}}));
+  EXPECT_EQ(g->patterns.size(), 1u);
+  EXPECT_TRUE(matches(g, R"({"name": "lookup", "arguments": {"zip": "75001"}})"));
+  EXPECT_FALSE(matches(g, R"({"name": "lookup", "arguments": {"zip": "7500"}})"));
+  // A pattern the grammar cannot hold: that tool's arguments are any object.
+  const ordered_json lookaround = ordered_json::parse(R"x({"type": "object", "properties": {"zip": {"type": "string",
+      "pattern": "^(?!0)"}}})x");
+  const auto loose = std::make_shared<const Grammar>(compile_tool_calls({{"lookup", lookaround}}));
+  EXPECT_TRUE(matches(loose, R"({"name": "lookup", "arguments": {"zip": 3}})"));
+}
+
 // A generation held to the grammar, one byte at a time over an alphabet with escapes in it,
 // always has a way on until the text is complete, and what it completes matches the
 // pattern once decoded.
