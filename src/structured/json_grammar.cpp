@@ -1524,6 +1524,16 @@ bool JsonMatcher::accepting(const MatchState& state) const {
   return false;
 }
 
+const BytePattern* JsonMatcher::pattern_string(const Stack& stack, int32_t& state, int32_t& count) const {
+  const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
+  if (top.type != kString || top.state != kPatPlain) return nullptr;
+  const SchemaNode& node = grammar_->nodes[static_cast<size_t>(top.node)];
+  if (node.pattern < 0) return nullptr;
+  state = top.a;
+  count = top.b;
+  return &grammar_->patterns[static_cast<size_t>(node.pattern)];
+}
+
 int JsonMatcher::free_string(const Stack& stack, int32_t& room) const {
   const Frame& top = stack.frames[static_cast<size_t>(stack.depth - 1)];
   if (top.state >= kUtf8States) return -1;

@@ -191,6 +191,10 @@ class JsonMatcher {
   // such a stack, its UTF-8 state (0-7), with how many more characters its string takes in
   // `room` (INT32_MAX: no bound); -1 when the stack is not inside such a string.
   int free_string(const Stack& stack, int32_t& room) const;
+  // For the vocabulary mask: a stack inside a string with a pattern, between escapes, takes a
+  // token with no quote, backslash or control byte exactly when the pattern's automaton takes
+  // its bytes. Its pattern, with the automaton's state and count; null for any other stack.
+  const BytePattern* pattern_string(const Stack& stack, int32_t& state, int32_t& count) const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

@@ -1,8 +1,10 @@
 #include "structured/pattern.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <string>
 #include <utility>
@@ -793,10 +795,44 @@ BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_
       out.next_[r * c + k] = t >= 0 ? renumber[static_cast<size_t>(t)] : -1;
     }
   }
+  // The fewest characters to an accepting state (a breadth-first search backwards, where a
+  // continuation byte adds no character).
+  out.fewest_.assign(static_cast<size_t>(kept), INT32_MAX);
+  {
+    std::vector<std::vector<std::pair<int32_t, bool>>> back(static_cast<size_t>(kept));
+    for (size_t r = 0; r < static_cast<size_t>(kept); ++r) {
+      for (size_t k = 0; k < c; ++k) {
+        const int32_t t = out.next_[r * c + k];
+        if (t >= 0) back[static_cast<size_t>(t)].emplace_back(static_cast<int32_t>(r), (representative[k] & 0xC0) != 0x80);
+      }
+    }
+    std::deque<int32_t> queue;
+    for (int32_t r = 0; r < kept; ++r) {
+      if (out.accepting_[static_cast<size_t>(r)] != 0) {
+        out.fewest_[static_cast<size_t>(r)] = 0;
+        queue.push_back(r);
+      }
+    }
+    while (!queue.empty()) {
+      const int32_t t = queue.front();
+      queue.pop_front();
+      const int32_t d = out.fewest_[static_cast<size_t>(t)];
+      for (const auto& [from_state, lead] : back[static_cast<size_t>(t)]) {
+        const int32_t via = d + (lead ? 1 : 0);
+        if (via < out.fewest_[static_cast<size_t>(from_state)]) {
+          out.fewest_[static_cast<size_t>(from_state)] = via;
+          if (lead) queue.push_back(from_state);
+          else queue.push_front(from_state);
+        }
+      }
+    }
+  }
   out.min_length_ = min_length;
   out.max_length_ = max_length;
   out.words_ = words;
   out.work_ = nfa.work();
+  static std::atomic<uint64_t> compiled{0};
+  out.id_ = ++compiled;
   return out;
 }
 

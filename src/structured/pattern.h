@@ -58,6 +58,18 @@ class BytePattern {
     count = after;
     return true;
   }
+  // True when reading more characters leaves `count` as it is (no maximum, the minimum met).
+  bool count_saturated(int32_t count) const { return max_length_ < 0 && count >= min_length_; }
+  // With a maximum and the minimum met, a step is taken exactly when the automaton has the
+  // transition and the count after it plus the fewest characters from there to an accepting
+  // state is within the maximum: `transition` (-1: none) and `fewest` give those parts, and
+  // `room` what the maximum leaves (-1 where this does not hold).
+  int32_t transition(int32_t state, uint8_t byte) const {
+    return next_[static_cast<size_t>(state) * classes_ + byte_class_[byte]];
+  }
+  int32_t fewest(int32_t state) const { return fewest_[static_cast<size_t>(state)]; }
+  int32_t room(int32_t count) const { return max_length_ >= 0 && count >= min_length_ ? max_length_ - count : -1; }
+  int32_t max_length() const { return max_length_; }
   bool accepting(int32_t state, int32_t count) const {
     return accepting_[static_cast<size_t>(state)] != 0 && count >= min_length_;
   }
@@ -68,6 +80,8 @@ class BytePattern {
   bool matches(std::string_view text) const;
   // The work its compilation took, in the units of kMaxPatternWork.
   size_t work() const { return work_; }
+  // Unique to one compilation (copies share it): what caches of its results are keyed by.
+  uint64_t id() const { return id_; }
 
  private:
   friend BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_t max_length, size_t max_work);
@@ -81,7 +95,9 @@ class BytePattern {
   int32_t min_length_ = 0, max_length_ = -1;
   size_t words_ = 1;               // a state's words in live_
   std::vector<uint64_t> live_;     // bit count of state: some string that fits goes on from there
+  std::vector<int32_t> fewest_;    // [state]: the fewest characters from there to an accepting state
   size_t work_ = 0;
+  uint64_t id_ = 0;
 };
 
 // `pattern` (UTF-8) with the string's length bounds (max_length < 0: none). Throws

@@ -1,6 +1,7 @@
 #include "structured/token_mask.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,53 @@ std::vector<std::string> ordinary_tokens(const Tokenizer& tokenizer) {
 
 thread_local std::vector<MatchState> scratch;
 
+// A byte a string's content never holds as itself (JSON's syntax inside a string).
+bool syntax_byte(uint8_t byte) { return byte == '"' || byte == '\\' || byte < 0x20; }
+
+// The masks of a pattern's text tokens from recent (state, count)s, per thread: a string's
+// next draws mostly return to states met before.
+// With a maximum length (and the minimum met), one list serves every count: the tokens the
+// automaton takes from the state, each with the room it needs (the most, over its bytes, of
+// the characters it has read plus the fewest still to come), fewest first; count -1 then.
+struct PatternMask {
+  uint64_t vocabulary = 0, pattern = 0;
+  int32_t state = 0, count = 0;
+  std::vector<uint32_t> bits;
+  std::vector<std::pair<int32_t, int32_t>> needs;  // (room needed, token)
+};
+constexpr size_t kPatternMasksKept = 16;
+constexpr size_t kMostPairsChecked = 1024;
+
+// True when `pattern` from `state` at a character's start takes every text (no quote,
+// backslash or control byte; valid UTF-8) without its count changing what may follow: no
+// maxLength and minLength already met, and every byte of any such text leads to a live
+// state (an unanchored pattern before its match, `.*`, a match already made). Then every
+// plain token is allowed. Looked for over at most kMostPairsChecked (state, UTF-8 state)
+// pairs; false past them.
+bool takes_all_text(const BytePattern& pattern, int32_t state, int32_t count) {
+  if (!pattern.count_saturated(count)) return false;
+  std::vector<std::pair<int32_t, int>> work = {{state, 0}};
+  std::vector<std::pair<int32_t, int>> seen = work;
+  while (!work.empty()) {
+    const auto [at, utf8] = work.back();
+    work.pop_back();
+    for (int b = 0x20; b < 0x100; ++b) {
+      const int next_utf8 = plain_string_byte(utf8, static_cast<uint8_t>(b));
+      if (next_utf8 < 0) continue;
+      int32_t next = at, read = count;
+      if (!pattern.step(next, read, static_cast<uint8_t>(b))) return false;
+      const std::pair<int32_t, int> pair{next, next_utf8};
+      if (std::find(seen.begin(), seen.end(), pair) != seen.end()) continue;
+      if (seen.size() >= kMostPairsChecked) return false;
+      seen.push_back(pair);
+      work.push_back(pair);
+    }
+  }
+  return true;
+}
+thread_local std::vector<PatternMask> pattern_masks;
+thread_local size_t pattern_mask_next = 0;
+
 }  // namespace
 
 Vocabulary::Vocabulary(const Tokenizer& tokenizer) { build(ordinary_tokens(tokenizer)); }
@@ -34,6 +82,8 @@ std::string_view Vocabulary::bytes(int32_t id) const {
 }
 
 void Vocabulary::build(const std::vector<std::string>& tokens) {
+  static std::atomic<uint64_t> built{0};
+  id_ = ++built;
   tokens_ = tokens;
   std::vector<int32_t> sorted;
   for (size_t id = 0; id < tokens.size(); ++id) {
@@ -88,9 +138,11 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
   for (size_t n = nodes_.size(); n-- > 0;) {
     Node& node = nodes_[n];
     uint8_t plain = 0xFF;
+    uint8_t text = 1;
     int chars = 0;
     for (int32_t c = node.first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
       const Node& child = nodes_[static_cast<size_t>(c)];
+      if (syntax_byte(child.byte) || child.text == 0) text = 0;
       // A character starts at every byte but a continuation byte.
       chars = std::max(chars, child.chars + ((child.byte & 0xC0) != 0x80 ? 1 : 0));
       for (int s = 0; s < kUtf8States; ++s) {
@@ -99,6 +151,7 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
       }
     }
     node.plain = plain;
+    node.text = text;
     node.chars = static_cast<uint16_t>(std::min(chars, 0xFFFF));
   }
   // The plain tokens of each UTF-8 state, by their characters (a character starts at every
@@ -162,11 +215,36 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
   // of plain text. The other stacks are walked together.
   thread_local std::array<MatchState, kUtf8States> groups;
   thread_local MatchState rest;
+  // The stacks inside strings with patterns, grouped by their automaton's state and count.
+  struct PatternGroup {
+    const BytePattern* pattern = nullptr;
+    int32_t state = 0, count = 0;
+    MatchState stacks;
+  };
+  thread_local std::vector<PatternGroup> patterned;
+  size_t pattern_groups = 0;
   std::array<int32_t, kUtf8States> room{};
   for (MatchState& group : groups) group.clear();
   rest.clear();
   for (const Stack& stack : state.stacks()) {
-    int32_t fits = 0;
+    int32_t fits = 0, automaton = 0, read = 0;
+    if (const BytePattern* pattern = matcher.pattern_string(stack, automaton, read); pattern != nullptr) {
+      size_t g = 0;
+      while (g < pattern_groups && !(patterned[g].pattern->id() == pattern->id() && patterned[g].state == automaton &&
+                                     patterned[g].count == read)) {
+        ++g;
+      }
+      if (g == pattern_groups) {
+        if (patterned.size() == g) patterned.emplace_back();
+        patterned[g].pattern = pattern;
+        patterned[g].state = automaton;
+        patterned[g].count = read;
+        patterned[g].stacks.clear();
+        ++pattern_groups;
+      }
+      add_stack(patterned[g].stacks, stack);
+      continue;
+    }
     const int utf8 = matcher.free_string(stack, fits);
     if (utf8 < 0) {
       add_stack(rest, stack);
@@ -182,9 +260,9 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
   // largest states add up to more, the mask is made again by one walk of the whole state.
   size_t parts = 0, most = 0;
   WalkCount count;
-  const auto walk_part = [&](const MatchState& part_state, int utf8) {
+  const auto walk_part = [&](const MatchState& part_state, int utf8, bool text_only) {
     WalkCount part{0, part_state.count};
-    walk(matcher, 0, part_state, 0, utf8, mask, part);
+    walk(matcher, 0, part_state, 0, utf8, text_only, mask, part);
     count.steps += part.steps;
     most += part.most;
     ++parts;
@@ -192,23 +270,109 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
   for (int s = 0; s < kUtf8States; ++s) {
     if (groups[static_cast<size_t>(s)].dead()) continue;
     allow_plain(s, room[static_cast<size_t>(s)], mask);
-    walk_part(groups[static_cast<size_t>(s)], s);
+    walk_part(groups[static_cast<size_t>(s)], s, false);
   }
-  if (!rest.dead()) walk_part(rest, -1);
+  for (size_t g = 0; g < pattern_groups; ++g) {
+    allow_pattern(*patterned[g].pattern, patterned[g].state, patterned[g].count, mask);
+    walk_part(patterned[g].stacks, -1, true);
+  }
+  if (!rest.dead()) walk_part(rest, -1, false);
   if (parts > 1 && most > static_cast<size_t>(kMaxAlternatives)) {
     std::fill(mask.begin(), mask.end(), 0u);
-    walk(matcher, 0, state, 0, -1, mask, count);
+    walk(matcher, 0, state, 0, -1, false, mask, count);
   }
   return count.steps;
 }
 
+void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_t count, std::span<uint32_t> mask) const {
+  const int32_t room = pattern.room(count);
+  const int32_t key = room >= 0 ? -1 : count;
+  PatternMask* found = nullptr;
+  for (PatternMask& kept : pattern_masks) {
+    if (kept.vocabulary == id_ && kept.pattern == pattern.id() && kept.state == state && kept.count == key) {
+      found = &kept;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    if (pattern_masks.size() < kPatternMasksKept) {
+      pattern_masks.emplace_back();
+      found = &pattern_masks.back();
+    } else {
+      found = &pattern_masks[pattern_mask_next];
+      pattern_mask_next = (pattern_mask_next + 1) % kPatternMasksKept;
+    }
+    found->vocabulary = id_;
+    found->pattern = pattern.id();
+    found->state = state;
+    found->count = key;
+    found->bits.clear();
+    found->needs.clear();
+    if (room >= 0) {
+      need_walk(pattern, 0, state, 0, 0, 0, found->needs);
+      std::sort(found->needs.begin(), found->needs.end());
+    } else {
+      found->bits.assign(mask.size(), 0u);
+      if (takes_all_text(pattern, state, count)) {
+        allow_plain(0, INT32_MAX, found->bits);
+      } else {
+        pattern_walk(pattern, 0, state, count, 0, found->bits);
+      }
+    }
+  }
+  if (room >= 0) {
+    for (const auto& [need, id] : found->needs) {
+      if (need > room) break;
+      allow_token(mask, id);
+    }
+    return;
+  }
+  for (size_t w = 0; w < mask.size() && w < found->bits.size(); ++w) mask[w] |= found->bits[w];
+}
+
+void Vocabulary::need_walk(const BytePattern& pattern, int32_t at, int32_t state, int depth, int32_t chars, int32_t need,
+                           std::vector<std::pair<int32_t, int32_t>>& out) const {
+  for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+    const Node& child = nodes_[static_cast<size_t>(c)];
+    if (syntax_byte(child.byte)) continue;
+    const int32_t next = pattern.transition(state, child.byte);
+    if (next < 0) continue;
+    const int32_t read = chars + ((child.byte & 0xC0) != 0x80 ? 1 : 0);
+    const int32_t needed = std::max(need, read + pattern.fewest(next));
+    if (needed > pattern.max_length()) continue;  // no count leaves that much room
+    int32_t i = child.begin;
+    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
+      out.emplace_back(needed, order_[static_cast<size_t>(i)]);
+    }
+    if (child.first_child >= 0) need_walk(pattern, c, next, depth + 1, read, needed, out);
+  }
+}
+
+void Vocabulary::pattern_walk(const BytePattern& pattern, int32_t at, int32_t state, int32_t count, int depth,
+                              std::span<uint32_t> mask) const {
+  for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+    const Node& child = nodes_[static_cast<size_t>(c)];
+    if (syntax_byte(child.byte)) continue;
+    int32_t next = state, read = count;
+    if (!pattern.step(next, read, child.byte)) continue;
+    int32_t i = child.begin;
+    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
+      allow_token(mask, order_[static_cast<size_t>(i)]);
+    }
+    if (child.first_child >= 0) pattern_walk(pattern, c, next, read, depth + 1, mask);
+  }
+}
+
 void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& state, int depth, int utf8,
-                      std::span<uint32_t> mask, WalkCount& count) const {
+                      bool text_only, std::span<uint32_t> mask, WalkCount& count) const {
   for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
     const Node& child = nodes_[static_cast<size_t>(c)];
     const int after = utf8 >= 0 ? plain_string_byte(utf8, child.byte) : -1;
     // Every token below is plain text from the group's string: the lists gave those that fit.
     if (after >= 0 && ((child.plain >> after) & 1) != 0) continue;
+    // Every token below is text for the group's pattern: its walk gave those it takes.
+    const bool text = text_only && !syntax_byte(child.byte);
+    if (text && child.text != 0) continue;
     MatchState& next = scratch[static_cast<size_t>(depth) + 1];
     matcher.advance(state, child.byte, next);
     ++count.steps;
@@ -234,7 +398,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
       continue;
     }
-    walk(matcher, c, next, depth + 1, after, mask, count);
+    walk(matcher, c, next, depth + 1, after, text, mask, count);
     // `next` (scratch[depth + 1]) is reused by the next sibling: the call above used deeper slots only.
   }
 }

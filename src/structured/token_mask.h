@@ -11,6 +11,12 @@
 // below that is not plain text: each node knows, for each UTF-8 state, whether every token
 // below it is. Where a token closes one string and opens another, a plain subtree below
 // that point is taken whole when its longest token fits the new string's room.
+//
+// Inside a string with a pattern, a token with no quote, backslash or control byte is
+// allowed exactly when the pattern's automaton takes its bytes: those come from a walk of the
+// trie that steps the automaton alone (a table lookup a byte, not a matcher step), kept per
+// automaton state and count for the next draws, and the matcher walks only the nodes with
+// some token below that has such a byte.
 #pragma once
 
 #include <array>
@@ -59,6 +65,7 @@ class Vocabulary {
     uint8_t byte = 0;
     uint8_t plain = 0;             // bit s: every token below is plain text from UTF-8 state s
     uint16_t chars = 0;            // most characters a token below adds (saturating)
+    uint8_t text = 0;              // 1: no token below has a quote, backslash or control byte past here
   };
   void build(const std::vector<std::string>& tokens);
   // `utf8`: with the stacks of one free string group, the UTF-8 state after the path so far
@@ -67,11 +74,23 @@ class Vocabulary {
     size_t steps = 0;  // trie nodes stepped
     size_t most = 0;   // the most stacks a state of the walk held
   };
-  void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth, int utf8,
+  // `text_only`: with the stacks of one pattern string's group, the path so far has no
+  // quote, backslash or control byte (the subtrees of such text are the pattern walk's).
+  void walk(const JsonMatcher& matcher, int32_t node, const MatchState& state, int depth, int utf8, bool text_only,
             std::span<uint32_t> mask, WalkCount& count) const;
+  // Sets the tokens with no quote, backslash or control byte whose bytes `pattern` takes
+  // from `state` with `count` characters read.
+  void allow_pattern(const BytePattern& pattern, int32_t state, int32_t count, std::span<uint32_t> mask) const;
+  void pattern_walk(const BytePattern& pattern, int32_t node, int32_t state, int32_t count, int depth,
+                    std::span<uint32_t> mask) const;
+  // The same for a pattern with a maximum length, for every count at once: each token the
+  // automaton takes, with the room it needs (BytePattern::room) after `chars` characters.
+  void need_walk(const BytePattern& pattern, int32_t node, int32_t state, int depth, int32_t chars, int32_t need,
+                 std::vector<std::pair<int32_t, int32_t>>& out) const;
   // Sets the tokens that are plain text from UTF-8 state `utf8` with at most `room` characters.
   void allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const;
 
+  uint64_t id_ = 0;  // unique to this vocabulary (keys its cached pattern masks)
   std::vector<Node> nodes_;
   std::vector<int32_t> order_;  // token ids, depth-first
   std::vector<std::string> tokens_;
