@@ -308,10 +308,10 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "enum", "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "pattern"};
+    "exclusiveMaximum", "pattern", "multipleOf"};
 // Keywords that constrain values but are not enforced: refused by name.
 const std::set<std::string, std::less<>> kRefused = {
-    "multipleOf", "minProperties",
+    "minProperties",
     "maxProperties", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "not", "if", "then",
     "else", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
@@ -496,6 +496,19 @@ class Compiler {
     return static_cast<int32_t>(it->get<int64_t>());
   }
 
+  // `multipleOf`: a positive integer up to 2^31 - 1 (as a number: 5.0 too); 0 where the
+  // schema has none.
+  static int64_t multiple_of(const ordered_json& schema, const std::string& path) {
+    const auto it = schema.find("multipleOf");
+    if (it == schema.end()) return 0;
+    if (!it->is_number() || !(it->get<double>() > 0)) fail(path, "'multipleOf' must be a number above 0");
+    const double value = it->get<double>();
+    if (value != std::floor(value) || value > 2147483647.0) {
+      fail(path, "'multipleOf' is supported only as a whole number up to 2147483647");
+    }
+    return static_cast<int64_t>(value);
+  }
+
   // The schema's `pattern` with its length bounds as an automaton in the grammar (each
   // distinct one compiled once); -1 where it has no pattern.
   int32_t pattern(const ordered_json& schema, const std::string& path, int32_t min_length, int32_t max_length) {
@@ -607,6 +620,7 @@ class Compiler {
     const int32_t min_length = count(schema, "minLength", path, 0);
     const int32_t max_length = count(schema, "maxLength", path, -1);
     const std::optional<SchemaNode> bounds = number_bounds(schema, path);
+    const int64_t multiple = multiple_of(schema, path);
     const BytePattern* text_pattern = nullptr;
     if (schema.contains("pattern")) {
       const int32_t automaton = pattern(schema, path, 0, -1);
@@ -623,6 +637,10 @@ class Compiler {
         if (bounds) {
           // As a validator compares them: the value as a double (an integer too).
           if (!within_bounds(*bounds, v.get<double>())) return false;
+        }
+        if (multiple > 0) {
+          const double x = v.get<double>();
+          if (x != std::floor(x) || std::fmod(x, static_cast<double>(multiple)) != 0) return false;
         }
       } else if (v.is_string()) typed = typed || is("string");
       else if (v.is_array()) typed = typed || is("array");
@@ -730,7 +748,7 @@ class Compiler {
     } else if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("pattern")) {
       types.push_back("string");
     } else if (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
-               schema.contains("exclusiveMaximum")) {
+               schema.contains("exclusiveMaximum") || schema.contains("multipleOf")) {
       types.push_back("number");
     } else {
       return kAnyNode;
@@ -748,6 +766,13 @@ class Compiler {
     if (type == "boolean") return kBooleanNode;
     if (type == "number" || type == "integer") {
       const std::optional<SchemaNode> bounds = number_bounds(schema, path);
+      const int64_t multiple = multiple_of(schema, path);
+      if (multiple > 0) {
+        if (bounds) fail(path, "'multipleOf' beside 'minimum', 'maximum' or their exclusive forms is not supported");
+        const int32_t node = new_node(NodeKind::kInteger, path);  // a number then written as an integer
+        g_.nodes[static_cast<size_t>(node)].multiple_of = multiple;
+        return node;
+      }
       if (!bounds && type == "number") return kNumberNode;
       const int32_t node = new_node(type == "integer" ? NodeKind::kInteger : NodeKind::kNumber, path);
       SchemaNode& n = g_.nodes[static_cast<size_t>(node)];
@@ -982,6 +1007,21 @@ int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started, int32_
   return next_utf8_state(state, byte);
 }
 
+// The fewest digits that, written after digits whose value is r modulo k, make a multiple
+// of k (0 where r is 0). Appending m digits gives r·10^m + x for any x below 10^m, so m
+// digits suffice where the x that completes r·10^m to a multiple is below 10^m.
+int digits_to_multiple(int64_t r, int64_t k) {
+  if (r == 0) return 0;
+  int64_t power = 1, power_mod = 1 % k;  // 10^m (capped), 10^m mod k
+  for (int m = 1; m <= 19; ++m) {
+    power = std::min<int64_t>(power * 10, int64_t{1} << 40);
+    power_mod = power_mod * 10 % k;
+    const int64_t x = (k - r * power_mod % k) % k;
+    if (x < power) return m;
+  }
+  return kMaxNumberBytes + 1;
+}
+
 // A string with a pattern (Frame::a: the automaton's state, Frame::b: the characters read,
 // as BytePattern counts them; Frame::state: where in an escape, Frame::ws: the escape's digit
 // so far). Its bytes are decoded (escapes into the characters they stand for) and fed to the
@@ -1202,6 +1242,11 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             else if (byte == '0') f = Frame{kNumber, kNumZero, 0, f.node, 1, 0};
             else if (is_digit(byte)) f = Frame{kNumber, kNumInt, 0, f.node, 1, 0};
             else return;
+            if (node.multiple_of > 0 && f.state == kNumInt) {
+              // Frame::b: the value so far modulo multipleOf.
+              f.b = static_cast<int32_t>((byte - '0') % node.multiple_of);
+              if (1 + digits_to_multiple(f.b, node.multiple_of) > kMaxNumberBytes) return;
+            }
             add_stack(out, stack);
             return;
           case NodeKind::kLiterals: {
@@ -1244,6 +1289,22 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           write_decimal(f, d);
           add_stack(out, stack);
           return;
+        }
+        if (node.multiple_of > 0) {
+          // An integer that must be a multiple: a digit only where one can still be
+          // written in the bytes left, the end only at one.
+          if (is_digit(byte) && (f.state == kNumMinus || f.state == kNumInt)) {
+            const int64_t r = (static_cast<int64_t>(f.state == kNumMinus ? 0 : f.b) * 10 + (byte - '0')) % node.multiple_of;
+            if (f.a + 1 + digits_to_multiple(r, node.multiple_of) > kMaxNumberBytes) return;
+            f.state = static_cast<uint8_t>(f.state == kNumMinus && byte == '0' ? kNumZero : kNumInt);
+            f.a += 1;
+            f.b = static_cast<int32_t>(r);
+            add_stack(out, stack);
+            return;
+          }
+          if ((f.state != kNumZero && f.state != kNumInt) || f.b != 0) return;
+          --stack.depth;  // complete; the byte is the parent's
+          continue;
         }
         const bool integer = node.kind == NodeKind::kInteger;
         int next = -1;
@@ -1499,6 +1560,7 @@ bool settle(const Grammar& g, Stack& stack) {
     if (f.type == kNumber) {
       if (f.state != kNumZero && f.state != kNumInt && f.state != kNumFrac && f.state != kNumExp) return false;
       const SchemaNode& node = g.nodes[static_cast<size_t>(f.node)];
+      if (node.multiple_of > 0 && f.b != 0) return false;
       if (node.bounded) {
         const Decimal d = read_decimal(f);
         if (!fits(node, d.negative, d.digits, d.fraction)) return false;

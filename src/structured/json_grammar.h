@@ -28,8 +28,11 @@
 // - numbers' `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (such numbers
 //   are written in plain decimals of at most kMaxBoundedDigits significant digits, so that
 //   the text's value is exact, and no text that can no longer reach the range is taken).
-// Keywords that would change what is valid but are not enforced (multipleOf,
-// uniqueItems, ...) are refused by name when the schema is compiled, never silently dropped;
+// - `multipleOf` of integers (a positive integer; numbers beside it are then written as
+//   integers; not beside bounds), a digit taken only where a multiple can still be written
+//   within the number's bytes.
+// Keywords that would change what is valid but are not enforced (uniqueItems, ...) are
+// refused by name when the schema is compiled, never silently dropped;
 // `format` is an annotation (as JSON Schema has it since draft 2019-09) and is not enforced.
 #pragma once
 
@@ -101,6 +104,9 @@ struct SchemaNode {
   bool bounded = false;
   bool exclusive_minimum = false, exclusive_maximum = false;
   double minimum = 0, maximum = 0;  // with `bounded`; ±infinity where unbounded
+  // kInteger with `multipleOf` (a positive integer, no bounds beside it): the value is a
+  // multiple of it; 0: none. The frame keeps the value so far modulo it.
+  int64_t multiple_of = 0;
   // kString with a `pattern`: its automaton in Grammar::patterns (the length bounds folded
   // in), -1: none.
   int32_t pattern = -1;

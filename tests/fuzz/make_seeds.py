@@ -128,6 +128,7 @@ def main() -> None:
         ({"type": "object", "properties": {"phone": {"type": "string", "pattern": r"^(\([0-9]{3}\))?[0-9]{3}-[0-9]{4}$"},
                                            "tag": {"pattern": r"[a-z\u00e9]+\n?|\u0001", "maxLength": 6}},
           "required": ["phone", "tag"]}, r'{"phone": "(888)555-1212", "tag": "x\u0001\n' + '\u00e9"}'),
+        ({"type": "array", "items": {"type": "integer", "multipleOf": 7}}, '[0, -14, 700, 7]'),
     ]
     for schema, document in structured:
         write(out, "fuzz_structured", json.dumps(schema).encode() + SEP + document.encode())

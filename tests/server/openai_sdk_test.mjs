@@ -571,7 +571,7 @@ const badCases = [
   ['a json_schema response_format without its schema', { ...good, response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],
   ['a schema keyword the grammar cannot enforce', { ...good, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { n: { type: 'integer', multipleOf: 2 } } } } } },
+    json_schema: { name: 'x', schema: { type: 'object', properties: { n: { type: 'array', uniqueItems: true } } } } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],
   ['a schema that is not one', { ...good, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'wat' } } } },
     400, 'invalid_request_error', 'response_format.json_schema.schema'],

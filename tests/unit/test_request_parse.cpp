@@ -475,8 +475,8 @@ TEST(RequestParse, StructuredOutput) {
       "properties":{"zip":{"type":"string","pattern":"^[0-9]+\\b"}}}}})",
           "response_format.json_schema.schema", "#/properties/zip: 'pattern' \"^[0-9]+\\\\b\": word boundaries");
   refused(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object",
-      "properties":{"zip":{"type":"string","multipleOf":2}}}}})",
-          "response_format.json_schema.schema", "#/properties/zip: 'multipleOf'");
+      "properties":{"price":{"type":"number","multipleOf":0.01}}}}})",
+          "response_format.json_schema.schema", "#/properties/price: 'multipleOf' is supported only as a whole number");
   refused(R"("response_format":{"type":"json_object"},"min_tokens":2)", "min_tokens", "structured output");
 }
 
@@ -487,7 +487,7 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
       {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
         "properties":{"city":{"type":"string"}},"required":["city"]}}},
       {"type":"function","function":{"name":"lookup","parameters":{"type":"object",
-        "properties":{"n":{"type":"integer","multipleOf":2}}}}},
+        "properties":{"n":{"type":"array","uniqueItems":true}}}}},
       {"type":"function","function":{"name":"count","parameters":{"type":"object",
         "properties":{"n":{"type":"integer","minimum":1}}}}}])";
   const GenerationRequest named = chat("{" + tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
@@ -504,7 +504,7 @@ TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {
   EXPECT_FALSE(matcher.advance_all(misses, R"( {"town": )"));
 
   // "required", parallel calls: any of the tools, more calls after each; a tool whose
-  // schema the grammar cannot enforce (multipleOf) still gets an object for its arguments;
+  // schema the grammar cannot enforce (uniqueItems) still gets an object for its arguments;
   // one with bounds is held to them.
   const GenerationRequest required = chat("{" + tools + R"(,"tool_choice":"required"})");
   ASSERT_TRUE(required.structured);

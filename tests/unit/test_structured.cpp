@@ -400,7 +400,10 @@ TEST(JsonMatcher, NumbersNeverEndUnfinishableAtTheirLimit) {
 TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type": "string", "pattern": "(?=a)b"})", "'pattern' \"(?=a)b\": lookahead"},
-      {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})", "#/properties/n: 'multipleOf'"},
+      {R"({"type": "object", "properties": {"n": {"type": "array", "uniqueItems": true}}})", "#/properties/n: 'uniqueItems'"},
+      {R"({"type": "number", "multipleOf": 0.5})", "'multipleOf' is supported only as a whole number"},
+      {R"({"type": "integer", "multipleOf": 0})", "'multipleOf' must be a number above 0"},
+      {R"({"type": "integer", "multipleOf": 3, "minimum": 1})", "'multipleOf' beside 'minimum'"},
       {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer of at most 15 significant digits lies within"},
       {R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})", "no integer"},
       {R"({"type": "number", "minimum": 1e300})", "no number"},
@@ -567,6 +570,59 @@ TEST(JsonSchema, BoundedNumbersNeverGetStuck) {
 // A vocabulary of single bytes, JSON-ish pieces and UTF-8 fragments; the mask must be
 // exactly the tokens that step through the matcher one by one, in every state met while
 // writing a few documents.
+// Integers with multipleOf against arithmetic, and generations that never get stuck: a digit
+// is taken only where a multiple can still be written within the number's 32 bytes.
+TEST(JsonSchema, MultipleOfIntegersAgreeWithArithmetic) {
+  for (const int64_t k : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{10}, int64_t{25}, int64_t{1000},
+                          int64_t{999983}, int64_t{2147483647}}) {
+    const auto g = schema(R"({"type": "integer", "multipleOf": )" + std::to_string(k) + "}");
+    for (int64_t x = -1200; x <= 1200; ++x) {
+      EXPECT_EQ(matches(g, std::to_string(x)), x % k == 0) << k << " " << x;
+    }
+    for (const int64_t x : {k * 12345, k * 99991 + 1, k * 1000003, -k * 77, k * 4611686}) {
+      EXPECT_EQ(matches(g, std::to_string(x)), x % k == 0) << k << " " << x;
+    }
+    EXPECT_TRUE(matches(g, "-0"));
+    EXPECT_FALSE(matches(g, "00"));
+    // Walks over digits always have a way on, and end at multiples.
+    JsonMatcher matcher(g);
+    std::mt19937 rng(static_cast<uint32_t>(k));
+    for (int walk = 0; walk < 200; ++walk) {
+      MatchState state = matcher.start();
+      std::string written;
+      for (int step = 0; step < 40 && !(matcher.accepting(state) && rng() % 3 == 0); ++step) {
+        std::vector<std::pair<char, MatchState>> ways;
+        for (const char c : std::string("-0123456789")) {
+          MatchState next;
+          matcher.advance(state, static_cast<uint8_t>(c), next);
+          if (!next.dead()) ways.emplace_back(c, std::move(next));
+        }
+        if (ways.empty()) break;
+        const size_t pick = rng() % ways.size();
+        written += ways[pick].first;
+        state = std::move(ways[pick].second);
+      }
+      ASSERT_TRUE(matcher.accepting(state)) << k << ": stuck after " << written;
+      int64_t residue = 0;  // the digits' value modulo k (the text may have 31 digits)
+      for (const char c : written) {
+        if (c != '-') residue = (residue * 10 + (c - '0')) % k;
+      }
+      EXPECT_EQ(residue, 0) << k << ": " << written;
+    }
+  }
+  // A number with multipleOf is written as an integer; enum values keep only multiples.
+  const auto number = schema(R"({"type": "number", "multipleOf": 5})");
+  EXPECT_TRUE(matches(number, "-15"));
+  EXPECT_FALSE(matches(number, "15.0"));
+  EXPECT_FALSE(matches(number, "1.5e1"));
+  const auto listed = schema(R"({"enum": [3, 4, 6.0, 7.5, "x"], "multipleOf": 3})");
+  EXPECT_TRUE(matches(listed, "3"));
+  EXPECT_TRUE(matches(listed, "6.0"));
+  EXPECT_TRUE(matches(listed, "\"x\""));
+  EXPECT_FALSE(matches(listed, "4"));
+  EXPECT_FALSE(matches(listed, "7.5"));
+}
+
 TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
   std::vector<std::string> tokens;
   for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
