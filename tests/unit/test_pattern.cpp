@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "structured/json_grammar.h"
 #include "structured/pattern.h"
+#include "structured_helpers.h"
 
 namespace qwenrt::structured {
 namespace {
@@ -183,15 +184,8 @@ TEST(Pattern, RefusesWhatItDoesNotReadByName) {
   EXPECT_TRUE(compile_pattern("^a{,2}]}$", 0, -1).matches("a{,2}]}"));
 }
 
-std::shared_ptr<const Grammar> schema(const std::string& text) {
-  return std::make_shared<const Grammar>(compile_json_schema(ordered_json::parse(text)));
-}
-
-bool matches(const std::shared_ptr<const Grammar>& grammar, const std::string& text) {
-  JsonMatcher matcher(grammar);
-  MatchState state = matcher.start();
-  return matcher.advance_all(state, text) && matcher.accepting(state);
-}
+using testing::matches;
+using testing::schema;
 
 TEST(JsonSchemaPattern, StringsMatchTheirDecodedValue) {
   const auto phone = schema(R"({"type": "string", "pattern": "^\\d{3}-\\d{4}$"})");

@@ -17,22 +17,16 @@
 #include "structured/constraint.h"
 #include "structured/json_grammar.h"
 #include "structured/token_mask.h"
+#include "structured_helpers.h"
 
 namespace qwenrt::structured {
 namespace {
 
 using nlohmann::ordered_json;
 
-std::shared_ptr<const Grammar> schema(const std::string& text) {
-  return std::make_shared<const Grammar>(compile_json_schema(ordered_json::parse(text)));
-}
-
-// True when the whole text is a complete value of the grammar.
-bool matches(const std::shared_ptr<const Grammar>& grammar, const std::string& text) {
-  JsonMatcher matcher(grammar);
-  MatchState state = matcher.start();
-  return matcher.advance_all(state, text) && matcher.accepting(state);
-}
+using testing::matches;
+using testing::schema;
+using testing::ways_on;
 
 // True when the text can still be completed (every byte taken).
 bool viable(const std::shared_ptr<const Grammar>& grammar, const std::string& text) {
@@ -307,12 +301,7 @@ TEST(JsonMatcher, RandomWalksNeverGetStuck) {
       MatchState state = matcher.start();
       std::string written;
       for (int step = 0; step < 400 && !matcher.accepting(state); ++step) {
-        std::vector<std::pair<char, MatchState>> ways;
-        for (const char c : alphabet) {
-          MatchState next;
-          matcher.advance(state, static_cast<uint8_t>(c), next);
-          if (!next.dead()) ways.emplace_back(c, std::move(next));
-        }
+        std::vector<std::pair<char, MatchState>> ways = ways_on(matcher, state, alphabet);
         ASSERT_FALSE(ways.empty()) << text << "\nstuck after: " << written;
         // Lean towards opening things, so that walks reach the depth limit.
         size_t pick = rng() % ways.size();
@@ -552,12 +541,7 @@ TEST(JsonSchema, BoundedNumbersNeverGetStuck) {
       for (int step = 0; step < kMaxNumberBytes; ++step) {
         budget = 2000;
         ASSERT_TRUE(finishes(state, step)) << text << " cannot finish after '" << written << "'";
-        std::vector<std::pair<char, MatchState>> ways;
-        for (const char c : alphabet) {
-          MatchState next;
-          matcher.advance(state, static_cast<uint8_t>(c), next);
-          if (!next.dead()) ways.emplace_back(c, std::move(next));
-        }
+        std::vector<std::pair<char, MatchState>> ways = ways_on(matcher, state, alphabet);
         if (ways.empty()) break;
         const size_t pick = rng() % ways.size();
         written += ways[pick].first;
@@ -591,12 +575,7 @@ TEST(JsonSchema, MultipleOfIntegersAgreeWithArithmetic) {
       MatchState state = matcher.start();
       std::string written;
       for (int step = 0; step < 40 && !(matcher.accepting(state) && rng() % 3 == 0); ++step) {
-        std::vector<std::pair<char, MatchState>> ways;
-        for (const char c : std::string("-0123456789")) {
-          MatchState next;
-          matcher.advance(state, static_cast<uint8_t>(c), next);
-          if (!next.dead()) ways.emplace_back(c, std::move(next));
-        }
+        std::vector<std::pair<char, MatchState>> ways = ways_on(matcher, state, std::string("-0123456789"));
         if (ways.empty()) break;
         const size_t pick = rng() % ways.size();
         written += ways[pick].first;
