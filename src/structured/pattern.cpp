@@ -97,6 +97,9 @@ std::vector<uint32_t> decode_utf8(std::string_view text) {
       if ((t & 0xC0) != 0x80) throw PatternError("the pattern is not valid UTF-8");
       c = c << 6 | (t & 0x3F);
     }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kLeast[n] || c > kMaxCode || (c >= 0xD800 && c <= 0xDFFF)) throw PatternError("the pattern is not valid UTF-8");
     out.push_back(c);
     i += static_cast<size_t>(n);
   }

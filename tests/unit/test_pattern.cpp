@@ -167,6 +167,10 @@ TEST(Pattern, RefusesWhatItDoesNotReadByName) {
       {"^[]$", "no string matches"},
       {"^a$b", "no string matches"},
       {"(?P<x>a)", "unknown group"},
+      // Not UTF-8: an overlong "/", an encoded surrogate, a code point past U+10FFFF.
+      {"^\xE0\x80\xAF$", "not valid UTF-8"},
+      {"^\xED\xA0\x80$", "not valid UTF-8"},
+      {"^\xF4\x90\x80\x80$", "not valid UTF-8"},
   };
   for (const auto& [pattern, expected] : cases) {
     try {
