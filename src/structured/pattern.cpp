@@ -376,8 +376,7 @@ class Parser {
             ++count;
           }
           if (count == 0 || !eat('}') || value > kMaxCode) throw PatternError("an invalid \\u{...} escape");
-          if (value >= 0xD800 && value <= 0xDFFF) throw PatternError("a lone surrogate escape");
-          return single(value);
+          return single(value);  // a surrogate: no character (a JSON text holds none alone)
         }
         uint32_t value = hex_digits(4);
         if (value >= 0xD800 && value <= 0xDBFF && peek() == '\\' && peek(1) == 'u') {
@@ -387,8 +386,7 @@ class Parser {
           if (low >= 0xDC00 && low <= 0xDFFF) return single(0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00));
           pos_ = at;
         }
-        if (value >= 0xD800 && value <= 0xDFFF) throw PatternError("a lone surrogate escape");
-        return single(value);
+        return single(value);  // a lone surrogate: no character
       }
       default:
         break;
@@ -588,6 +586,11 @@ class Nfa {
  public:
   size_t max_work = kMaxPatternWork;
   size_t work() const { return work_; }
+  // Other work, counted at an eighth of a state listed (scanning an edge costs less).
+  void charge(size_t edges) {
+    work_ += edges / 8;
+    if (work_ > max_work) throw PatternError("it takes too long to compile; simplify it");
+  }
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
 };
@@ -626,29 +629,33 @@ uint32_t BytePattern::controls(int32_t state, int32_t count) const {
 }
 
 BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_t max_length, size_t max_work) {
+  if (min_length < 0 || min_length > kMaxPatternLength || max_length < -1 || max_length > kMaxPatternLength) {
+    throw PatternError("length bounds beyond " + std::to_string(kMaxPatternLength) + " are not supported");
+  }
   Parser parser(pattern);
   int32_t root = parser.parse();
   std::vector<Node>& ast = parser.nodes;
-  // Not anchored: any text before and after, line terminators too.
+  // Not anchored: any text before and after, line terminators too. The text after is one
+  // loop state (`tail`): a subset that holds it takes every string, and is made that state
+  // alone (a pattern found, nothing else needs following: "a.{12}" stays small).
   const bool open_start = !anchored(ast, root, Kind::kStart), open_end = !anchored(ast, root, Kind::kEnd);
-  if (open_start || open_end) {
-    const Ranges all = complement({});
-    auto free_text = [&] {
-      ast.push_back(Node{Kind::kSet, all, {}, 0, -1});
-      ast.push_back(Node{Kind::kRepeat, {}, {static_cast<int32_t>(ast.size() - 1)}, 0, -1});
-      return static_cast<int32_t>(ast.size() - 1);
-    };
-    Node whole{Kind::kConcat, {}, {}, 0, -1};
-    if (open_start) whole.parts.push_back(free_text());
-    whole.parts.push_back(root);
-    if (open_end) whole.parts.push_back(free_text());
-    ast.push_back(std::move(whole));
+  ast.push_back(Node{Kind::kSet, complement({}), {}, 0, -1});
+  const auto any_character = static_cast<int32_t>(ast.size() - 1);
+  if (open_start) {
+    ast.push_back(Node{Kind::kRepeat, {}, {any_character}, 0, -1});
+    ast.push_back(Node{Kind::kConcat, {}, {static_cast<int32_t>(ast.size() - 1), root}, 0, -1});
     root = static_cast<int32_t>(ast.size() - 1);
   }
   Nfa nfa;
   nfa.max_work = max_work;
   const int32_t start = nfa.add(), final = nfa.add();
-  nfa.build(ast, root, start, final);
+  int32_t tail = -1;
+  if (open_end) {
+    tail = nfa.add();
+    nfa.build(ast, any_character, tail, tail);
+    nfa.states[static_cast<size_t>(tail)].free.push_back(final);
+  }
+  nfa.build(ast, root, start, open_end ? tail : final);
 
   // Bytes that every edge treats alike share a class (UTF-8 continuation bytes apart from
   // the rest: they do not start a character).
@@ -676,7 +683,13 @@ BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_
   std::vector<Key> keys;
   std::vector<int32_t> next;
   std::vector<uint8_t> accepting;
-  auto intern = [&](Key key) {
+  const std::vector<int32_t> everything = tail >= 0 ? nfa.closure({tail}, false, false) : std::vector<int32_t>();
+  auto intern = [&](std::vector<int32_t> set, bool initial) {
+    if (tail >= 0 && std::binary_search(set.begin(), set.end(), tail)) {
+      set = everything;
+      initial = false;
+    }
+    Key key{std::move(set), initial};
     const auto [it, added] = index.emplace(key, static_cast<int32_t>(keys.size()));
     if (added) {
       if (keys.size() >= static_cast<size_t>(kMaxPatternStates)) {
@@ -686,153 +699,170 @@ BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_
     }
     return it->second;
   };
-  intern(Key{nfa.closure({start}, true, false), true});
+  intern(nfa.closure({start}, true, false), true);
+  std::vector<std::vector<int32_t>> targets(c);
   for (size_t k = 0; k < keys.size(); ++k) {
     const std::vector<int32_t> set = keys[k].first;
     const std::vector<int32_t> ends = nfa.closure(set, keys[k].second, true);
     accepting.push_back(std::binary_search(ends.begin(), ends.end(), final) ? 1 : 0);
-    for (const uint8_t b : representative) {
-      std::vector<int32_t> targets;
-      for (const int32_t s : set) {
-        for (const ByteEdge& e : nfa.states[static_cast<size_t>(s)].edges) {
-          if (e.lo <= b && b <= e.hi) targets.push_back(e.to);
-        }
+    // Each edge gives its target to the classes it covers (a run of classes: they are cut at
+    // every edge's ends).
+    for (std::vector<int32_t>& t : targets) t.clear();
+    size_t scanned = 0;
+    for (const int32_t s : set) {
+      for (const ByteEdge& e : nfa.states[static_cast<size_t>(s)].edges) {
+        for (int cls = out.byte_class_[e.lo]; cls <= out.byte_class_[e.hi]; ++cls) targets[static_cast<size_t>(cls)].push_back(e.to);
+        scanned += static_cast<size_t>(out.byte_class_[e.hi] - out.byte_class_[e.lo]) + 1;
       }
+    }
+    nfa.charge(scanned);
+    for (size_t cls = 0; cls < c; ++cls) {
+      std::vector<int32_t>& t = targets[cls];
       int32_t to = -1;
-      if (!targets.empty()) {
-        std::sort(targets.begin(), targets.end());
-        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-        to = intern(Key{nfa.closure(std::move(targets), false, false), false});
+      if (!t.empty()) {
+        std::sort(t.begin(), t.end());
+        t.erase(std::unique(t.begin(), t.end()), t.end());
+        to = intern(nfa.closure(t, false, false), false);
       }
       next.push_back(to);
     }
   }
   const size_t n = keys.size();
 
-  // The counts from which a string that fits goes on, per state: bit k of state s is set
-  // when, with k characters read, some bytes lead from s to an accepting state and the
-  // characters then number within the bounds. (Counts saturate at min_length where there is
-  // no maximum.) Found backwards from the accepting states, a state at a time.
-  const int32_t width = max_length >= 0 ? max_length + 1 : min_length + 1;
-  const size_t words = static_cast<size_t>(width + 63) / 64;
-  if (static_cast<int64_t>(n) * width > kMaxPatternCounts) {
-    throw PatternError("with its length bounds it needs over " + std::to_string(kMaxPatternCounts) +
-                       " state and length pairs; simplify it or lower the bounds");
-  }
-  std::vector<uint64_t> live(n * words, 0);
-  // (from, class is a character's first byte) for each edge into a state, each once.
-  std::vector<std::vector<std::pair<int32_t, bool>>> into(n);
+  // Keep the states from which an accepting one can be reached; the start stays state 0.
+  std::vector<std::vector<std::pair<int32_t, bool>>> into(n);  // (from, the class starts a character)
   for (size_t s = 0; s < n; ++s) {
     for (size_t k = 0; k < c; ++k) {
-      const int32_t t = next[s * c + k];
-      if (t < 0) continue;
-      const std::pair<int32_t, bool> edge{static_cast<int32_t>(s), (representative[k] & 0xC0) != 0x80};
-      auto& list = into[static_cast<size_t>(t)];
-      if (std::find(list.begin(), list.end(), edge) == list.end()) list.push_back(edge);
+      if (const int32_t t = next[s * c + k]; t >= 0) {
+        into[static_cast<size_t>(t)].emplace_back(static_cast<int32_t>(s), (representative[k] & 0xC0) != 0x80);
+      }
     }
   }
+  std::vector<uint8_t> reaches(n, 0);
   std::vector<int32_t> work;
-  std::vector<uint8_t> queued(n, 0);
   for (size_t s = 0; s < n; ++s) {
-    if (accepting[s] == 0) continue;
-    for (int32_t k = min_length; k < width; ++k) live[s * words + static_cast<size_t>(k) / 64] |= uint64_t{1} << (k % 64);
-    work.push_back(static_cast<int32_t>(s));
-    queued[s] = 1;
+    if (accepting[s] != 0) {
+      reaches[s] = 1;
+      work.push_back(static_cast<int32_t>(s));
+    }
   }
-  std::vector<uint64_t> shifted(words);
-  const int32_t top = width - 1;
   while (!work.empty()) {
     const auto t = static_cast<size_t>(work.back());
     work.pop_back();
-    queued[t] = 0;
-    const uint64_t* from = &live[t * words];
-    // Bit k of `shifted`: bit k + 1 of t (a character read on the way), and at the top, where
-    // counts saturate, bit top itself.
-    for (size_t w = 0; w < words; ++w) shifted[w] = from[w] >> 1 | (w + 1 < words ? from[w + 1] << 63 : 0);
-    if (max_length < 0 && (from[static_cast<size_t>(top) / 64] >> (top % 64) & 1) != 0) {
-      shifted[static_cast<size_t>(top) / 64] |= uint64_t{1} << (top % 64);
-    }
     for (const auto& [s, lead] : into[t]) {
-      uint64_t* to = &live[static_cast<size_t>(s) * words];
-      bool changed = false;
-      for (size_t w = 0; w < words; ++w) {
-        const uint64_t add = (lead ? shifted[w] : from[w]) & ~to[w];
-        if (add != 0) {
-          to[w] |= add;
-          changed = true;
-        }
-      }
-      if (changed && queued[static_cast<size_t>(s)] == 0) {
-        queued[static_cast<size_t>(s)] = 1;
+      if (reaches[static_cast<size_t>(s)] == 0) {
+        reaches[static_cast<size_t>(s)] = 1;
         work.push_back(s);
       }
     }
   }
-
-  // Keep the states with some live count; the start stays state 0.
-  auto any_live = [&](size_t s) {
-    for (size_t w = 0; w < words; ++w) {
-      if (live[s * words + w] != 0) return true;
-    }
-    return false;
-  };
-  if ((live[0] & 1) == 0) {
-    throw PatternError(min_length > 0 || max_length >= 0 ? "no string within the length bounds matches it"
-                                                         : "no string matches it");
-  }
+  if (reaches[0] == 0) throw PatternError("no string matches it");
   std::vector<int32_t> renumber(n, -1);
   int32_t kept = 0;
   for (size_t s = 0; s < n; ++s) {
-    if (any_live(s)) renumber[s] = kept++;
+    if (reaches[s] != 0) renumber[s] = kept++;
   }
-  out.next_.assign(static_cast<size_t>(kept) * c, -1);
-  out.accepting_.assign(static_cast<size_t>(kept), 0);
-  out.live_.assign(static_cast<size_t>(kept) * words, 0);
+  const auto m = static_cast<size_t>(kept);
+  out.next_.assign(m * c, -1);
+  out.accepting_.assign(m, 0);
+  std::vector<std::vector<std::pair<int32_t, bool>>> back(m);
   for (size_t s = 0; s < n; ++s) {
     if (renumber[s] < 0) continue;
     const auto r = static_cast<size_t>(renumber[s]);
     out.accepting_[r] = accepting[s];
-    std::copy_n(&live[s * words], words, &out.live_[r * words]);
     for (size_t k = 0; k < c; ++k) {
       const int32_t t = next[s * c + k];
-      out.next_[r * c + k] = t >= 0 ? renumber[static_cast<size_t>(t)] : -1;
+      if (t < 0 || renumber[static_cast<size_t>(t)] < 0) continue;
+      out.next_[r * c + k] = renumber[static_cast<size_t>(t)];
+      back[static_cast<size_t>(renumber[static_cast<size_t>(t)])].emplace_back(static_cast<int32_t>(r),
+                                                                                (representative[k] & 0xC0) != 0x80);
     }
   }
+
   // The fewest characters to an accepting state (a breadth-first search backwards, where a
   // continuation byte adds no character).
-  out.fewest_.assign(static_cast<size_t>(kept), INT32_MAX);
+  out.fewest_.assign(m, INT32_MAX);
+  std::deque<int32_t> queue;
+  for (size_t r = 0; r < m; ++r) {
+    if (out.accepting_[r] != 0) {
+      out.fewest_[r] = 0;
+      queue.push_back(static_cast<int32_t>(r));
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t t = queue.front();
+    queue.pop_front();
+    const int32_t d = out.fewest_[static_cast<size_t>(t)];
+    for (const auto& [from_state, lead] : back[static_cast<size_t>(t)]) {
+      const int32_t via = d + (lead ? 1 : 0);
+      if (via < out.fewest_[static_cast<size_t>(from_state)]) {
+        out.fewest_[static_cast<size_t>(from_state)] = via;
+        if (lead) queue.push_back(from_state);
+        else queue.push_front(from_state);
+      }
+    }
+  }
+  // The most characters to an accepting state (INT32_MAX: no bound, a cycle on the way; every
+  // cycle reads a character): states are settled sinks first, a state once all it leads to
+  // is; those never settled reach a cycle.
+  out.longest_.assign(m, INT32_MAX);
   {
-    std::vector<std::vector<std::pair<int32_t, bool>>> back(static_cast<size_t>(kept));
-    for (size_t r = 0; r < static_cast<size_t>(kept); ++r) {
+    std::vector<int32_t> pending(m, 0);
+    for (size_t r = 0; r < m; ++r) {
+      for (size_t k = 0; k < c; ++k) pending[r] += out.next_[r * c + k] >= 0 ? 1 : 0;
+    }
+    std::vector<int32_t> ready;
+    for (size_t r = 0; r < m; ++r) {
+      if (pending[r] == 0) ready.push_back(static_cast<int32_t>(r));
+    }
+    while (!ready.empty()) {
+      const auto r = static_cast<size_t>(ready.back());
+      ready.pop_back();
+      int64_t most = out.accepting_[r] != 0 ? 0 : -1;
       for (size_t k = 0; k < c; ++k) {
         const int32_t t = out.next_[r * c + k];
-        if (t >= 0) back[static_cast<size_t>(t)].emplace_back(static_cast<int32_t>(r), (representative[k] & 0xC0) != 0x80);
+        if (t >= 0) most = std::max<int64_t>(most, out.longest_[static_cast<size_t>(t)] + ((representative[k] & 0xC0) != 0x80 ? 1 : 0));
       }
-    }
-    std::deque<int32_t> queue;
-    for (int32_t r = 0; r < kept; ++r) {
-      if (out.accepting_[static_cast<size_t>(r)] != 0) {
-        out.fewest_[static_cast<size_t>(r)] = 0;
-        queue.push_back(r);
-      }
-    }
-    while (!queue.empty()) {
-      const int32_t t = queue.front();
-      queue.pop_front();
-      const int32_t d = out.fewest_[static_cast<size_t>(t)];
-      for (const auto& [from_state, lead] : back[static_cast<size_t>(t)]) {
-        const int32_t via = d + (lead ? 1 : 0);
-        if (via < out.fewest_[static_cast<size_t>(from_state)]) {
-          out.fewest_[static_cast<size_t>(from_state)] = via;
-          if (lead) queue.push_back(from_state);
-          else queue.push_front(from_state);
-        }
+      out.longest_[r] = static_cast<int32_t>(std::min<int64_t>(most, INT32_MAX - 1));
+      for (const auto& [from_state, lead] : back[r]) {
+        if (--pending[static_cast<size_t>(from_state)] == 0) ready.push_back(from_state);
       }
     }
   }
   out.min_length_ = min_length;
   out.max_length_ = max_length;
-  out.words_ = words;
+
+  // With both bounds, the counts under the minimum: bit k of state s is set when, with k
+  // characters read, some string goes on from s to an accepting state with its characters
+  // between the bounds. Counts from the minimum on are decided by `fewest`; with no maximum,
+  // counts under the minimum by `longest`.
+  if (max_length >= 0 && min_length > 0) {
+    const auto words = static_cast<size_t>(min_length + 63) / 64;
+    if (static_cast<double>(words) * static_cast<double>(m) * static_cast<double>(c) * static_cast<double>(min_length) >
+        static_cast<double>(kMaxPatternWork) * 16) {
+      throw PatternError("its 'minLength' beside 'maxLength' takes too long to compile; lower the minimum");
+    }
+    out.words_ = words;
+    out.live_.assign(m * words, 0);
+    // Count k depends on k + 1 (a character read) and on k itself through continuation
+    // bytes, which come at most three in a row: counts downwards, each settled in four passes.
+    for (int32_t k = min_length - 1; k >= 0; --k) {
+      for (int pass = 0; pass < 4; ++pass) {
+        for (size_t r = 0; r < m; ++r) {
+          if (out.live(static_cast<int32_t>(r), k)) continue;
+          for (size_t cls = 0; cls < c; ++cls) {
+            const int32_t t = out.next_[r * c + cls];
+            if (t < 0) continue;
+            const int32_t after = k + ((representative[cls] & 0xC0) != 0x80 ? 1 : 0);
+            if (after > max_length || !out.live(t, after)) continue;
+            out.live_[r * words + static_cast<size_t>(k) / 64] |= uint64_t{1} << (k % 64);
+            break;
+          }
+        }
+      }
+    }
+  }
+  if (!out.live(0, 0)) throw PatternError("no string within the length bounds matches it");
   out.work_ = nfa.work();
   static std::atomic<uint64_t> compiled{0};
   out.id_ = ++compiled;

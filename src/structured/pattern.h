@@ -30,7 +30,7 @@ inline constexpr int32_t kMaxPatternRepeat = 1000;   // the largest bound of {n,
 // Automaton states listed by all the subsets built for one pattern: a bound on the time its
 // compilation takes (~0.15 s on one core).
 inline constexpr size_t kMaxPatternWork = size_t{1} << 22;
-inline constexpr int64_t kMaxPatternCounts = int64_t{1} << 24;  // states × counted lengths
+inline constexpr int32_t kMaxPatternLength = 1000000;  // the largest minLength/maxLength beside a pattern
 
 // Thrown for a pattern that cannot be read or compiled; the message says why.
 class PatternError : public std::invalid_argument {
@@ -85,17 +85,23 @@ class BytePattern {
 
  private:
   friend BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_t max_length, size_t max_work);
+  // Some string that fits goes on from `state` with `count` characters read.
   bool live(int32_t state, int32_t count) const {
-    return (live_[static_cast<size_t>(state) * words_ + static_cast<size_t>(count) / 64] >> (count % 64) & 1) != 0;
+    const auto r = static_cast<size_t>(state);
+    if (count >= min_length_) return max_length_ < 0 || count + fewest_[r] <= max_length_;
+    if (max_length_ < 0) return longest_[r] >= min_length_ - count;
+    return (live_[r * words_ + static_cast<size_t>(count) / 64] >> (count % 64) & 1) != 0;
   }
   std::array<uint8_t, 256> byte_class_{};
   size_t classes_ = 1;
   std::vector<int32_t> next_;      // [state * classes_ + class]: -1 where no string can follow
   std::vector<uint8_t> accepting_;
   int32_t min_length_ = 0, max_length_ = -1;
-  size_t words_ = 1;               // a state's words in live_
-  std::vector<uint64_t> live_;     // bit count of state: some string that fits goes on from there
   std::vector<int32_t> fewest_;    // [state]: the fewest characters from there to an accepting state
+  std::vector<int32_t> longest_;   // [state]: the most (INT32_MAX: no bound)
+  // With both bounds, for counts under the minimum: bit count of state (words_ a state).
+  size_t words_ = 0;
+  std::vector<uint64_t> live_;
   size_t work_ = 0;
   uint64_t id_ = 0;
 };

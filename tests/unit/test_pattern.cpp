@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <climits>
 #include <fstream>
 #include <map>
 #include <random>
@@ -161,7 +163,6 @@ TEST(Pattern, RefusesWhatItDoesNotReadByName) {
       {"[\\d-z]", "cannot bound a range"},
       {"\\q", "unknown escape"},
       {"\\x4", "hex digits"},
-      {"\\uD800", "lone surrogate"},
       {"\\012", "octal"},
       {"a\\", "at the end"},
       {"^[]$", "no string matches"},
@@ -180,10 +181,39 @@ TEST(Pattern, RefusesWhatItDoesNotReadByName) {
       EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << pattern << ": " << error.what();
     }
   }
+  // A lone surrogate is no character (a JSON text holds none alone): it matches nothing.
+  EXPECT_TRUE(compile_pattern("^[^\\uD800-\\uDFFF]$", 0, -1).matches("a"));
+  EXPECT_TRUE(compile_pattern("^(?:a|\\uD83D)$", 0, -1).matches("a"));
+  EXPECT_THROW(compile_pattern("^\\uD800$", 0, -1), PatternError);
+  // Length bounds out of range are refused, not overflowed.
+  EXPECT_THROW(compile_pattern("a", -1, -1), PatternError);
+  EXPECT_THROW(compile_pattern("a", 0, INT32_MAX), PatternError);
+  EXPECT_THROW(compile_pattern("a", INT32_MAX, -1), PatternError);
   EXPECT_THROW(compile_pattern("^a{5}$", 0, 4), PatternError);
   EXPECT_THROW(compile_pattern("^(ab)+$", 3, 3), PatternError);
   // Too many states, refused rather than compiled for ever: "an a 40 characters back".
   EXPECT_THROW(compile_pattern("a[ab]{40}", 0, -1), PatternError);
+  // Once found, an unanchored pattern takes any text: the automaton stops following it
+  // ("\S{1,200}" is "some character not a space").
+  const BytePattern found = compile_pattern("\\S{1,200}", 0, -1);
+  EXPECT_LT(found.states(), 40);
+  EXPECT_TRUE(found.matches(" \n x"));
+  EXPECT_FALSE(found.matches(" \n\t"));
+  // Large bounds cost no more than small ones where a count is decided by the fewest or the
+  // most characters still to come; both bounds with a large minimum are refused.
+  const auto began = std::chrono::steady_clock::now();
+  const BytePattern many = compile_pattern("^a*$", 1000000, -1);
+  EXPECT_TRUE(many.matches(std::string(1000000, 'a')));
+  EXPECT_FALSE(many.matches(std::string(999999, 'a')));
+  const BytePattern most = compile_pattern("^(?:ab)*$", 0, 1000000);
+  EXPECT_TRUE(most.matches("abab"));
+  EXPECT_FALSE(most.matches("aba"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(), 2.0);
+  EXPECT_THROW(compile_pattern("^a*$", 300000, 600000), PatternError);
+  const BytePattern even = compile_pattern("^(?:aa)*$", 3, 5);
+  EXPECT_TRUE(even.matches("aaaa"));
+  EXPECT_FALSE(even.matches("aa"));
+  EXPECT_FALSE(even.matches("aaaaaa"));
   // Literal braces and brackets where they quantify nothing, as browsers read them.
   EXPECT_TRUE(compile_pattern("^a{,2}]}$", 0, -1).matches("a{,2}]}"));
 }
