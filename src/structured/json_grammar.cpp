@@ -359,7 +359,11 @@ class Compiler {
       if (!parameters.is_null()) {
         bool usable = true;
         try {
-          Compiler alone(automata_);  // every check a schema of its own gets, the whole grammar's included
+          // Every check a schema of its own gets, the whole grammar's included, counting
+          // what the grammar holds already (its parts and its patterns' states).
+          Compiler alone(automata_);
+          alone.node_base_ = g_.nodes.size() - alone.g_.nodes.size();
+          alone.pattern_states_ = pattern_states_;
           alone.take(alone.compile_root(parameters, path));
         } catch (const Error&) {
           usable = false;
@@ -481,7 +485,9 @@ class Compiler {
   }
 
   int32_t new_node(NodeKind kind, const std::string& path) {
-    if (g_.nodes.size() >= kMaxNodes) fail(path, "the schema is too large (over " + std::to_string(kMaxNodes) + " parts)");
+    if (node_base_ + g_.nodes.size() >= kMaxNodes) {
+      fail(path, "the schema is too large (over " + std::to_string(kMaxNodes) + " parts)");
+    }
     g_.nodes.emplace_back();
     g_.nodes.back().kind = kind;
     return static_cast<int32_t>(g_.nodes.size() - 1);
@@ -520,12 +526,15 @@ class Compiler {
     if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
     auto compiled = automata_->compiled.find(key);
     if (compiled == automata_->compiled.end()) {
+      if (automata_->work_left == 0) fail(path, "the schema's patterns take too long to compile in all");
+      const size_t allowed = std::min(automata_->work_left, kMaxPatternWork);
       try {
-        if (automata_->work_left == 0) fail(path, "the schema's patterns take too long to compile in all");
-        BytePattern automaton = compile_pattern(text, min_length, max_length, std::min(automata_->work_left, kMaxPatternWork));
+        BytePattern automaton = compile_pattern(text, min_length, max_length, allowed);
         automata_->work_left -= std::min(automata_->work_left, automaton.work());
         compiled = automata_->compiled.emplace(key, std::move(automaton)).first;
       } catch (const PatternError& error) {
+        // A refusal may have spent all it was allowed (too much work, too many states).
+        automata_->work_left -= allowed;
         fail(path, "'pattern' " + ordered_json(text).dump() + ": " + error.what());
       }
     }
@@ -639,8 +648,16 @@ class Compiler {
           if (!within_bounds(*bounds, v.get<double>())) return false;
         }
         if (multiple > 0) {
-          const double x = v.get<double>();
-          if (x != std::floor(x) || std::fmod(x, static_cast<double>(multiple)) != 0) return false;
+          if (v.is_number_integer()) {
+            const bool negative = v.is_number_unsigned() ? false : v.get<int64_t>() < 0;
+            const uint64_t magnitude = v.is_number_unsigned() ? v.get<uint64_t>()
+                                       : negative ? 0 - static_cast<uint64_t>(v.get<int64_t>())
+                                                  : static_cast<uint64_t>(v.get<int64_t>());
+            if (magnitude % static_cast<uint64_t>(multiple) != 0) return false;
+          } else {
+            const double x = v.get<double>();
+            if (x != std::floor(x) || std::fmod(x, static_cast<double>(multiple)) != 0) return false;
+          }
         }
       } else if (v.is_string()) typed = typed || is("string");
       else if (v.is_array()) typed = typed || is("array");
@@ -879,6 +896,7 @@ class Compiler {
   std::map<std::string, int32_t> refs_;
   std::map<PatternKey, int32_t> patterns_;  // in this grammar
   int64_t pattern_states_ = 0;
+  size_t node_base_ = 0;  // parts of the grammar this one's schema will join (a tool's, compiled alone first)
   std::shared_ptr<Automata> automata_;
 };
 
@@ -979,6 +997,12 @@ int string_byte(uint8_t state, uint8_t byte, bool& closed, bool& started, int32_
   }
   if (state >= kHex1) {
     if (!is_hex(byte)) return -1;
+    // The low half of a pair is DC00-DFFF: its first digits are fixed on the way, so that no
+    // digit is taken that no ending could make one.
+    if (state == kLowHex1 && hex_value(byte) != 0xD) return -1;
+    if (state == kLowHex1 + 1 && hex_value(byte) < 0xC) return -1;
+    // Nor does a first escape start a low half (DC00-DFFF alone is refused at its end).
+    if (state == kHex1 + 1 && value != nullptr && *value == 0xD && hex_value(byte) >= 0xC) return -1;
     const bool low = state >= kLowHex1;
     const uint8_t last = low ? kLowHex1 + 3 : kHex1 + 3;
     if (value == nullptr) return state == last ? 0 : state + 1;

@@ -70,6 +70,11 @@ class BytePattern {
   int32_t fewest(int32_t state) const { return fewest_[static_cast<size_t>(state)]; }
   int32_t room(int32_t count) const { return max_length_ >= 0 && count >= min_length_ ? max_length_ - count : -1; }
   int32_t max_length() const { return max_length_; }
+  int32_t min_length() const { return min_length_; }
+  // Without a maximum, under the minimum: a step is taken exactly when the automaton has the
+  // transition and the count after it plus the most characters from there (INT32_MAX: no
+  // bound) reaches the minimum.
+  int32_t longest(int32_t state) const { return longest_[static_cast<size_t>(state)]; }
   bool accepting(int32_t state, int32_t count) const {
     return accepting_[static_cast<size_t>(state)] != 0 && count >= min_length_;
   }

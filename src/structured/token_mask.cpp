@@ -29,9 +29,9 @@ bool syntax_byte(uint8_t byte) { return byte == '"' || byte == '\\' || byte < 0x
 
 // The masks of a pattern's text tokens from recent (state, count)s, per thread: a string's
 // next draws mostly return to states met before.
-// With a maximum length (and the minimum met), one list serves every count: the tokens the
-// automaton takes from the state, each with the room it needs (the most, over its bytes, of
-// the characters it has read plus the fewest still to come), fewest first; count -1 then.
+// Where the count decides only through the fewest or the most characters still to come, one
+// list serves every count: the tokens the automaton takes from the state, each with the room
+// (count -1) or the least count (count -2) it needs, in that order.
 struct PatternMask {
   uint64_t vocabulary = 0, pattern = 0;
   int32_t state = 0, count = 0;
@@ -285,8 +285,12 @@ size_t Vocabulary::fill(const JsonMatcher& matcher, const MatchState& state, std
 }
 
 void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_t count, std::span<uint32_t> mask) const {
+  // A list for every count (each token with the least count, or the most room, it needs)
+  // where the count decides by `fewest` (a maximum, the minimum met) or by `longest` (no
+  // maximum, the minimum not met); else one mask for this count.
   const int32_t room = pattern.room(count);
-  const int32_t key = room >= 0 ? -1 : count;
+  const bool floors = pattern.max_length() < 0 && !pattern.count_saturated(count);
+  const int32_t key = room >= 0 ? -1 : floors ? -2 : count;
   PatternMask* found = nullptr;
   for (PatternMask& kept : pattern_masks) {
     if (kept.vocabulary == id_ && kept.pattern == pattern.id() && kept.state == state && kept.count == key) {
@@ -308,11 +312,12 @@ void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_
     found->count = key;
     found->bits.clear();
     found->needs.clear();
-    if (room >= 0) {
-      need_walk(pattern, 0, state, 0, 0, 0, found->needs);
+    if (room >= 0 || floors) {
+      need_walk(pattern, 0, state, 0, 0, INT32_MIN, room >= 0, found->needs);
       std::sort(found->needs.begin(), found->needs.end());
     } else {
-      found->bits.assign(mask.size(), 0u);
+      // Sized by the vocabulary, whatever the mask: the bits are kept for later masks.
+      found->bits.assign((tokens_.size() + 31) / 32, 0u);
       if (takes_all_text(pattern, state, count)) {
         allow_plain(0, INT32_MAX, found->bits);
       } else {
@@ -320,9 +325,10 @@ void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_
       }
     }
   }
-  if (room >= 0) {
+  if (room >= 0 || floors) {
+    const int32_t limit = room >= 0 ? room : count;
     for (const auto& [need, id] : found->needs) {
-      if (need > room) break;
+      if (need > limit) break;
       allow_token(mask, id);
     }
     return;
@@ -331,20 +337,30 @@ void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_
 }
 
 void Vocabulary::need_walk(const BytePattern& pattern, int32_t at, int32_t state, int depth, int32_t chars, int32_t need,
-                           std::vector<std::pair<int32_t, int32_t>>& out) const {
+                           bool by_room, std::vector<std::pair<int32_t, int32_t>>& out) const {
   for (int32_t c = nodes_[static_cast<size_t>(at)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
     const Node& child = nodes_[static_cast<size_t>(c)];
     if (syntax_byte(child.byte)) continue;
     const int32_t next = pattern.transition(state, child.byte);
     if (next < 0) continue;
     const int32_t read = chars + ((child.byte & 0xC0) != 0x80 ? 1 : 0);
-    const int32_t needed = std::max(need, read + pattern.fewest(next));
-    if (needed > pattern.max_length()) continue;  // no count leaves that much room
+    int32_t needed = 0;
+    if (by_room) {
+      // The room: the characters read plus the fewest still to come, at the most.
+      needed = std::max(need, read + pattern.fewest(next));
+      if (needed > pattern.max_length()) continue;  // no count leaves that much room
+    } else {
+      // The count: at least the minimum less the characters read and the most still to come.
+      const int64_t longest = pattern.longest(next);
+      needed = std::max<int32_t>(need, static_cast<int32_t>(std::max<int64_t>(
+                                           int64_t{pattern.min_length()} - read - longest, INT32_MIN + 1)));
+      if (needed >= pattern.min_length()) continue;  // no count under the minimum is that large
+    }
     int32_t i = child.begin;
     for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
       out.emplace_back(needed, order_[static_cast<size_t>(i)]);
     }
-    if (child.first_child >= 0) need_walk(pattern, c, next, depth + 1, read, needed, out);
+    if (child.first_child >= 0) need_walk(pattern, c, next, depth + 1, read, needed, by_room, out);
   }
 }
 

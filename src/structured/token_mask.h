@@ -83,10 +83,11 @@ class Vocabulary {
   void allow_pattern(const BytePattern& pattern, int32_t state, int32_t count, std::span<uint32_t> mask) const;
   void pattern_walk(const BytePattern& pattern, int32_t node, int32_t state, int32_t count, int depth,
                     std::span<uint32_t> mask) const;
-  // The same for a pattern with a maximum length, for every count at once: each token the
-  // automaton takes, with the room it needs (BytePattern::room) after `chars` characters.
+  // The same for every count at once: each token the automaton takes, with the room it needs
+  // (`by_room`: a maximum, the minimum met) or the least count (no maximum, under the
+  // minimum), after `chars` characters.
   void need_walk(const BytePattern& pattern, int32_t node, int32_t state, int depth, int32_t chars, int32_t need,
-                 std::vector<std::pair<int32_t, int32_t>>& out) const;
+                 bool by_room, std::vector<std::pair<int32_t, int32_t>>& out) const;
   // Sets the tokens that are plain text from UTF-8 state `utf8` with at most `room` characters.
   void allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const;
 

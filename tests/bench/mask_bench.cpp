@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       {"pattern ^[a-z ]+$ (permissive)", R"({"type": "string", "pattern": "^[a-z ]+$"})", R"("the quick brown fox jumps over it")"},
       {"pattern ^[a-z ]+$, maxLength 40", R"({"type": "string", "pattern": "^[a-z ]+$", "maxLength": 40})",
        R"("the quick brown fox jumps over it")"},
+      {"pattern ^[a-z ]+$, minLength 20", R"({"type": "string", "pattern": "^[a-z ]+$", "minLength": 20})",
+       R"("the quick brown fox jumps over it")"},
       {"pattern fox (unanchored)", R"({"type": "string", "pattern": "fox"})", R"("The quick brown fox jumps over it")"},
       {"pattern ^\\d{3}-\\d{4}$", R"({"type": "string", "pattern": "^\\d{3}-\\d{4}$"})", R"("555-1212")"},
       {"pattern e-mail in an object",

@@ -279,6 +279,16 @@ TEST(JsonSchemaPattern, ToolCallArgumentsKeepTheirPatterns) {
       "pattern": "^(?!0)"}}})x");
   const auto loose = std::make_shared<const Grammar>(compile_tool_calls({{"lookup", lookaround}}));
   EXPECT_TRUE(matches(loose, R"({"name": "lookup", "arguments": {"zip": 3}})"));
+  // Tools whose patterns fit alone but not together: the ones past the grammar's total get
+  // any object (the request is not refused).
+  std::vector<std::pair<std::string, ordered_json>> large;
+  for (const char* start : {"ba", "ca", "da", "ea", "fa"}) {
+    large.emplace_back(std::string("t") + start, ordered_json::parse(std::string(R"({"type": "object", "properties": {"s":
+        {"type": "string", "pattern": ")") + start + R"(.{17}$"}}, "required": ["s"]})"));
+  }
+  const auto several = std::make_shared<const Grammar>(compile_tool_calls(large));
+  EXPECT_FALSE(matches(several, R"({"name": "tba", "arguments": {"s": "x"}})"));
+  EXPECT_TRUE(matches(several, R"({"name": "tfa", "arguments": {"s": 1}})"));
 }
 
 // A generation held to the grammar, one byte at a time over an alphabet with escapes in it,

@@ -375,6 +375,15 @@ TEST(JsonMatcher, SurrogatePairsAreOneCharacterAndComeInPairs) {
   const auto declared = schema(R"({"properties":{"a":{"type":"integer"}},"additionalProperties":true})");
   EXPECT_TRUE(matches(declared, R"({"a":1,"b\ud83d\ude00":2})"));
   EXPECT_FALSE(viable(declared, R"({"a":1,"b\ud83d":)"));
+  // No digit is taken that no ending could make a pair of: the low half's first two digits
+  // are fixed on the way ("\ud83d\u0" used to be taken, and then no fourth digit was).
+  const auto text = schema(R"({"type":"string"})");
+  for (const char* dead : {R"("\ud83d\u0)", R"("\ud83d\ud0)", R"("\udc)", R"("\uDF)"}) {
+    EXPECT_FALSE(viable(text, dead)) << dead;
+  }
+  for (const char* alive : {R"("\ud83d\udc)", R"("\ud83d\uDF)", R"("\udb)", R"("\ud7)"}) {
+    EXPECT_TRUE(viable(text, alive)) << alive;
+  }
 }
 
 TEST(JsonMatcher, NumbersNeverEndUnfinishableAtTheirLimit) {
@@ -641,6 +650,9 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
           "c": {"type": "string", "pattern": "^[a-z\u00e9]+\\n?$", "maxLength": 4}, "x": {"pattern": "\\u0001"}},
           "required": ["p", "c", "x"]})",
        "{\"p\": \"555-1234\", \"c\": \"ab\xc3\xa9\\n\", \"x\": \"\\u0001\\\"red\"}"},
+      // A pattern with a minimum and no maximum: counts under it are decided per token.
+      {R"({"type": "array", "items": {"type": "string", "pattern": "^[a-z\u00e9]+(?:ab)?$", "minLength": 4}})",
+       "[\"ab\xc3\xa9" "abc\", \"abcd\", \"nameab\"]"},
   };
   const size_t words = (tokens.size() + 31) / 32;
   for (const auto& [schema_text, doc] : runs) {
