@@ -27,18 +27,21 @@ thread_local std::vector<MatchState> scratch;
 // A byte a string's content never holds as itself (JSON's syntax inside a string).
 bool syntax_byte(uint8_t byte) { return byte == '"' || byte == '\\' || byte < 0x20; }
 
-// The masks of a pattern's text tokens from recent (state, count)s, per thread: a string's
-// next draws mostly return to states met before.
-// Where the count decides only through the fewest or the most characters still to come, one
-// list serves every count: the tokens the automaton takes from the state, each with the room
-// (count -1) or the least count (count -2) it needs, in that order.
+// The text tokens a pattern takes from recent (state, count)s, kept per thread: a string's
+// next draws mostly return to states met before. Where the count decides only through the
+// fewest or the most characters still to come, one list serves every count: the tokens the
+// automaton takes from the state, each with the room (count -1) or the least count (count -2)
+// it needs, in that order; else a mask for the one count.
 struct PatternMask {
   uint64_t vocabulary = 0, pattern = 0;
   int32_t state = 0, count = 0;
   std::vector<uint32_t> bits;
-  std::vector<std::pair<int32_t, int32_t>> needs;  // (room needed, token)
+  std::vector<std::pair<int32_t, int32_t>> needs;  // (room or count needed, token)
 };
 constexpr size_t kPatternMasksKept = 16;
+thread_local std::vector<PatternMask> pattern_masks;
+thread_local size_t pattern_mask_next = 0;
+
 constexpr size_t kMostPairsChecked = 1024;
 
 // True when `pattern` from `state` at a character's start takes every text (no quote,
@@ -68,8 +71,6 @@ bool takes_all_text(const BytePattern& pattern, int32_t state, int32_t count) {
   }
   return true;
 }
-thread_local std::vector<PatternMask> pattern_masks;
-thread_local size_t pattern_mask_next = 0;
 
 }  // namespace
 
