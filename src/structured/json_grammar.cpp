@@ -515,15 +515,15 @@ class Compiler {
     return static_cast<int64_t>(value);
   }
 
-  // The schema's `pattern` with its length bounds as an automaton in the grammar (each
-  // distinct one compiled once); -1 where it has no pattern.
-  int32_t pattern(const ordered_json& schema, const std::string& path, int32_t min_length, int32_t max_length) {
+  // The schema's `pattern` (null where it has none) with its length bounds as an automaton,
+  // each distinct one compiled once for the request.
+  const BytePattern* automaton(const ordered_json& schema, const std::string& path, int32_t min_length,
+                               int32_t max_length) {
     const auto it = schema.find("pattern");
-    if (it == schema.end()) return -1;
+    if (it == schema.end()) return nullptr;
     if (!it->is_string()) fail(path, "'pattern' must be a string");
     const std::string& text = it->get_ref<const std::string&>();
     const auto key = std::make_tuple(text, min_length, max_length);
-    if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
     auto compiled = automata_->compiled.find(key);
     if (compiled == automata_->compiled.end()) {
       if (automata_->work_left == 0) fail(path, "the schema's patterns take too long to compile in all");
@@ -538,11 +538,20 @@ class Compiler {
         fail(path, "'pattern' " + ordered_json(text).dump() + ": " + error.what());
       }
     }
-    pattern_states_ += compiled->second.states();
+    return &compiled->second;
+  }
+
+  // The schema's `pattern` with its length bounds in the grammar; -1 where it has none.
+  int32_t pattern(const ordered_json& schema, const std::string& path, int32_t min_length, int32_t max_length) {
+    const BytePattern* compiled = automaton(schema, path, min_length, max_length);
+    if (compiled == nullptr) return -1;
+    const auto key = std::make_tuple(schema["pattern"].get<std::string>(), min_length, max_length);
+    if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
+    pattern_states_ += compiled->states();
     if (pattern_states_ > kMaxPatternStatesInAll) {
       fail(path, "the schema's patterns need over " + std::to_string(kMaxPatternStatesInAll) + " automaton states in all");
     }
-    g_.patterns.push_back(compiled->second);
+    g_.patterns.push_back(*compiled);
     const auto index = static_cast<int32_t>(g_.patterns.size() - 1);
     patterns_.emplace(key, index);
     return index;
@@ -630,11 +639,7 @@ class Compiler {
     const int32_t max_length = count(schema, "maxLength", path, -1);
     const std::optional<SchemaNode> bounds = number_bounds(schema, path);
     const int64_t multiple = multiple_of(schema, path);
-    const BytePattern* text_pattern = nullptr;
-    if (schema.contains("pattern")) {
-      const int32_t automaton = pattern(schema, path, 0, -1);
-      text_pattern = &g_.patterns[static_cast<size_t>(automaton)];
-    }
+    const BytePattern* text_pattern = automaton(schema, path, 0, -1);  // for checking only
     auto fits = [&](const ordered_json& v) {
       auto is = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
       bool typed = types.empty();
@@ -649,10 +654,8 @@ class Compiler {
         }
         if (multiple > 0) {
           if (v.is_number_integer()) {
-            const bool negative = v.is_number_unsigned() ? false : v.get<int64_t>() < 0;
-            const uint64_t magnitude = v.is_number_unsigned() ? v.get<uint64_t>()
-                                       : negative ? 0 - static_cast<uint64_t>(v.get<int64_t>())
-                                                  : static_cast<uint64_t>(v.get<int64_t>());
+            const uint64_t raw = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+            const uint64_t magnitude = !v.is_number_unsigned() && v.get<int64_t>() < 0 ? 0 - raw : raw;
             if (magnitude % static_cast<uint64_t>(multiple) != 0) return false;
           } else {
             const double x = v.get<double>();
@@ -1046,6 +1049,18 @@ int digits_to_multiple(int64_t r, int64_t k) {
   return kMaxNumberBytes + 1;
 }
 
+// A digit of an integer under multipleOf after a sign (or before any byte: Frame::a 0) or
+// after digits: Frame::b keeps the value modulo it. False where no multiple could then be
+// written within the number's bytes.
+bool multiple_digit(const SchemaNode& node, Frame& f, uint8_t byte) {
+  const int64_t r = (int64_t{f.b} * 10 + (byte - '0')) % node.multiple_of;
+  if (f.a + 1 + digits_to_multiple(r, node.multiple_of) > kMaxNumberBytes) return false;
+  f.state = static_cast<uint8_t>(f.state == kNumMinus && byte == '0' ? kNumZero : kNumInt);
+  f.a += 1;
+  f.b = static_cast<int32_t>(r);
+  return true;
+}
+
 // A string with a pattern (Frame::a: the automaton's state, Frame::b: the characters read,
 // as BytePattern counts them; Frame::state: where in an escape, Frame::ws: the escape's digit
 // so far). Its bytes are decoded (escapes into the characters they stand for) and fed to the
@@ -1266,10 +1281,10 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
             else if (byte == '0') f = Frame{kNumber, kNumZero, 0, f.node, 1, 0};
             else if (is_digit(byte)) f = Frame{kNumber, kNumInt, 0, f.node, 1, 0};
             else return;
-            if (node.multiple_of > 0 && f.state == kNumInt) {
-              // Frame::b: the value so far modulo multipleOf.
-              f.b = static_cast<int32_t>((byte - '0') % node.multiple_of);
-              if (1 + digits_to_multiple(f.b, node.multiple_of) > kMaxNumberBytes) return;
+            if (node.multiple_of > 0 && f.state != kNumMinus) {
+              // The first digit, as after a sign: no bytes yet, the value 0 so far.
+              f = Frame{kNumber, kNumMinus, 0, f.node, 0, 0};
+              if (!multiple_digit(node, f, byte)) return;
             }
             add_stack(out, stack);
             return;
@@ -1318,12 +1333,7 @@ void JsonMatcher::step(const Stack& in, uint8_t byte, MatchState& out) const {
           // An integer that must be a multiple: a digit only where one can still be
           // written in the bytes left, the end only at one.
           if (is_digit(byte) && (f.state == kNumMinus || f.state == kNumInt)) {
-            const int64_t r = (static_cast<int64_t>(f.state == kNumMinus ? 0 : f.b) * 10 + (byte - '0')) % node.multiple_of;
-            if (f.a + 1 + digits_to_multiple(r, node.multiple_of) > kMaxNumberBytes) return;
-            f.state = static_cast<uint8_t>(f.state == kNumMinus && byte == '0' ? kNumZero : kNumInt);
-            f.a += 1;
-            f.b = static_cast<int32_t>(r);
-            add_stack(out, stack);
+            if (multiple_digit(node, f, byte)) add_stack(out, stack);
             return;
           }
           if ((f.state != kNumZero && f.state != kNumInt) || f.b != 0) return;

@@ -730,12 +730,10 @@ BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_
   const size_t n = keys.size();
 
   // Keep the states from which an accepting one can be reached; the start stays state 0.
-  std::vector<std::vector<std::pair<int32_t, bool>>> into(n);  // (from, the class starts a character)
+  std::vector<std::vector<int32_t>> into(n);
   for (size_t s = 0; s < n; ++s) {
     for (size_t k = 0; k < c; ++k) {
-      if (const int32_t t = next[s * c + k]; t >= 0) {
-        into[static_cast<size_t>(t)].emplace_back(static_cast<int32_t>(s), (representative[k] & 0xC0) != 0x80);
-      }
+      if (const int32_t t = next[s * c + k]; t >= 0) into[static_cast<size_t>(t)].push_back(static_cast<int32_t>(s));
     }
   }
   std::vector<uint8_t> reaches(n, 0);
@@ -749,7 +747,7 @@ BytePattern compile_pattern(std::string_view pattern, int32_t min_length, int32_
   while (!work.empty()) {
     const auto t = static_cast<size_t>(work.back());
     work.pop_back();
-    for (const auto& [s, lead] : into[t]) {
+    for (const int32_t s : into[t]) {
       if (reaches[static_cast<size_t>(s)] == 0) {
         reaches[static_cast<size_t>(s)] = 1;
         work.push_back(s);

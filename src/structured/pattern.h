@@ -45,7 +45,7 @@ class BytePattern {
   // The state and count after `byte` from `state`/`count` (0/0 at the start); false, both
   // unchanged, when no string that fits can follow.
   bool step(int32_t& state, int32_t& count, uint8_t byte) const {
-    const int32_t to = next_[static_cast<size_t>(state) * classes_ + byte_class_[byte]];
+    const int32_t to = transition(state, byte);
     if (to < 0) return false;
     int32_t after = count + ((byte & 0xC0) != 0x80 ? 1 : 0);
     if (max_length_ >= 0) {

@@ -194,6 +194,12 @@ void Vocabulary::build(const std::vector<std::string>& tokens) {
   });
 }
 
+int32_t Vocabulary::spelled_end(const Node& node, int depth) const {
+  int32_t i = node.begin;
+  while (i < node.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1) ++i;
+  return i;
+}
+
 void Vocabulary::allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const {
   const std::vector<int32_t>& fit = plain_fit_[static_cast<size_t>(utf8)];
   if (room < 0) return;
@@ -357,10 +363,8 @@ void Vocabulary::need_walk(const BytePattern& pattern, int32_t at, int32_t state
                                            int64_t{pattern.min_length()} - read - longest, INT32_MIN + 1)));
       if (needed >= pattern.min_length()) continue;  // no count under the minimum is that large
     }
-    int32_t i = child.begin;
-    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
-      out.emplace_back(needed, order_[static_cast<size_t>(i)]);
-    }
+    const int32_t spelled = spelled_end(child, depth);
+    for (int32_t i = child.begin; i < spelled; ++i) out.emplace_back(needed, order_[static_cast<size_t>(i)]);
     if (child.first_child >= 0) need_walk(pattern, c, next, depth + 1, read, needed, by_room, out);
   }
 }
@@ -372,10 +376,8 @@ void Vocabulary::pattern_walk(const BytePattern& pattern, int32_t at, int32_t st
     if (syntax_byte(child.byte)) continue;
     int32_t next = state, read = count;
     if (!pattern.step(next, read, child.byte)) continue;
-    int32_t i = child.begin;
-    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
-      allow_token(mask, order_[static_cast<size_t>(i)]);
-    }
+    const int32_t spelled = spelled_end(child, depth);
+    for (int32_t i = child.begin; i < spelled; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
     if (child.first_child >= 0) pattern_walk(pattern, c, next, read, depth + 1, mask);
   }
 }
@@ -396,10 +398,8 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
     count.most = std::max(count.most, next.count);
     if (next.dead()) continue;
     // Tokens spelled by exactly these bytes come first in the subtree's run.
-    int32_t i = child.begin;
-    for (; i < child.end && tokens_[static_cast<size_t>(order_[static_cast<size_t>(i)])].size() == static_cast<size_t>(depth) + 1; ++i) {
-      allow_token(mask, order_[static_cast<size_t>(i)]);
-    }
+    const int32_t spelled = spelled_end(child, depth);
+    for (int32_t i = child.begin; i < spelled; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
     if (child.first_child < 0) continue;
     // A stack in a free string with room for the subtree's longest token takes it whole.
     bool whole = false;
@@ -412,7 +412,7 @@ void Vocabulary::walk(const JsonMatcher& matcher, int32_t at, const MatchState& 
       }
     }
     if (whole) {
-      for (; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
+      for (int32_t i = spelled; i < child.end; ++i) allow_token(mask, order_[static_cast<size_t>(i)]);
       continue;
     }
     walk(matcher, c, next, depth + 1, after, text, mask, count);

@@ -88,6 +88,9 @@ class Vocabulary {
   // minimum), after `chars` characters.
   void need_walk(const BytePattern& pattern, int32_t node, int32_t state, int depth, int32_t chars, int32_t need,
                  bool by_room, std::vector<std::pair<int32_t, int32_t>>& out) const;
+  // The end of the tokens spelled by exactly the bytes down to `node` (at `depth`), which
+  // come first in its run of order_.
+  int32_t spelled_end(const Node& node, int depth) const;
   // Sets the tokens that are plain text from UTF-8 state `utf8` with at most `room` characters.
   void allow_plain(int utf8, int32_t room, std::span<uint32_t> mask) const;
 
