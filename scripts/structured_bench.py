@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 # Structured output against a running `qwenrt serve`: the decode rate of one stream free and
 # under grammars (json_object, json_schema), then 16 and 64 streams at once, and that every
-# answer that ends parses (and fits its schema). Standard library only.
+# answer that ends parses (and fits its schema; `pattern` strings included). Standard library only.
 #   scripts/structured_bench.py PORT
-import json, sys, time, threading, urllib.request
+import json, re, sys, time, threading, urllib.request
 URL = "http://127.0.0.1:%s/v1/completions" % sys.argv[1]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
           "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}, "ok": {"type": "boolean"}},
           "required": ["name", "age", "tags", "ok"]}
+# Strings under `pattern`: the mask inside them walks each pattern's automaton (Python's re reads
+# these patterns as JavaScript does).
+PATTERNS = {"code": "^[A-Z]{3}-[0-9]{4}$", "email": "^[a-z0-9._]{1,20}@[a-z]{2,12}\\.(com|org|net)$",
+            "note": "^[A-Za-z ,.]{0,80}$"}
+PSCHEMA = {"type": "object", "properties": {k: {"type": "string", "pattern": v} for k, v in PATTERNS.items()},
+           "required": list(PATTERNS)}
 def stream(body):
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     req = urllib.request.Request(URL, json.dumps(body).encode(), {"Content-Type": "application/json"})
@@ -30,7 +36,12 @@ def stream(body):
 base = {"prompt": "Describe a person as JSON:", "temperature": 1.0}
 kinds = {"free": {"max_tokens": 256, "ignore_eos": True},
          "json_object": {"max_tokens": 256, "response_format": {"type": "json_object"}},
-         "json_schema": {"max_tokens": 256, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}}}
+         "json_schema": {"max_tokens": 256, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}},
+         "pattern": {"max_tokens": 256, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": PSCHEMA}}}}
+def check(kind, text):
+    v = json.loads(text)
+    if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int) and 0 <= v["age"] <= 120, text
+    if kind == "pattern": assert list(v) == list(PATTERNS) and all(re.search(p, v[k]) for k, p in PATTERNS.items()), text
 for kind, extra in kinds.items():
     rates = []; ok = 0; stops = 0
     for seed in range(5):
@@ -38,12 +49,11 @@ for kind, extra in kinds.items():
         rates.append(rate)
         if finish == "stop":
             stops += 1
-            v = json.loads(text); ok += 1
-            if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int) and 0 <= v["age"] <= 120, text
+            check(kind, text); ok += 1
     rates.sort()
     print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); stopped {stops}/5, parsed {ok}", flush=True)
 for conc in (16, 64):
-    for kind in ("free", "json_schema"):
+    for kind in ("free", "json_schema", "pattern"):
         out = [None] * conc
         def work(i):
             out[i] = stream({**base, **kinds[kind], "seed": 100 + i, "max_tokens": 128})
@@ -55,6 +65,6 @@ for conc in (16, 64):
         bad = 0
         for o in out:
             if o[2] == "stop":
-                try: json.loads(o[3])
+                try: check(kind, o[3])
                 except Exception: bad += 1
         print(f"{conc} streams {kind}: {toks / wall:.0f} generated tok/s over {wall:.2f} s, per-stream median {sorted(o[0] for o in out)[conc // 2]:.1f}, stopped {sum(o[2] == 'stop' for o in out)}, unparsable {bad}", flush=True)
