@@ -285,10 +285,9 @@ class Engine {
             const std::function<Weights(Backend&)>& make_weights, size_t weight_bytes);
   void warm_up();
   void warm_up_batched();
-  void copy_logprob_rows();
-  // Whether this step's logits get bans, biases or masks before the draw (the rows that
-  // report log-probabilities are then copied before them).
-  bool step_logits_adjusted() const { return !step_adjust_host_.empty() || !step_mask_rows_host_.empty(); }
+  // Room in logprob_buffer_ for `rows` rows of log-probabilities `width` wide, and for their
+  // logits when `logit_rows` (grown, never shrunk).
+  void reserve_logprob_rows(size_t rows, size_t width, bool logit_rows);
   // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
   // Appends one token (its blocks reserved) and returns the logits that follow it.
@@ -320,14 +319,26 @@ class Engine {
   std::vector<uint32_t> step_masks_host_;
   std::vector<std::span<const uint32_t>> step_mask_spans_;  // read after begin_step's before_draw
   std::vector<SampleRow> step_rows_host_;
-  std::vector<float> step_logits_host_;
+  // The log-probabilities of drawn tokens, reduced on the device (Backend::score_rows) from
+  // the model's logits (before bans, biases and masks): the reporting rows' sampling rows
+  // [rows] (int32), their logits when gathered [rows, vocab] (fp32), then log-probabilities
+  // and ids [rows, width]. Allocated at the first step that asks for them.
+  DeviceBuffer logprob_buffer_;
+  size_t logprob_capacity_rows_ = 0, logprob_capacity_width_ = 0;
+  bool logprob_capacity_logits_ = false;
+  int32_t* logprob_rows_ = nullptr;
+  float* logprob_logits_ = nullptr;
+  float* logprob_values_ = nullptr;
+  int32_t* logprob_ids_ = nullptr;
   // The step between begin_step and end_step: per input whether it samples and its
-  // top_logprobs; the logits; whether log-probability rows are wanted.
+  // top_logprobs; the logits; the sampling rows that report log-probabilities, how wide
+  // their results are (top_logprobs + 1), and the results once back.
   std::vector<uint8_t> step_samples_;
   std::vector<int> step_top_logprobs_;
   Tensor step_logits_;
-  size_t step_logprob_rows_ = 0;
-  bool step_logprobs_wanted_ = false;
+  std::vector<int32_t> step_logprob_rows_host_, step_logprob_ids_host_;
+  std::vector<float> step_logprob_values_host_;
+  size_t step_logprob_width_ = 0;
   bool step_in_flight_ = false;
   std::chrono::steady_clock::time_point step_started_;
   std::unique_ptr<DeviceTimer> step_timer_;

@@ -357,13 +357,15 @@ class Backend {
   // [n, W] in backend memory (a row given twice keeps the ids both masks allow); rows outside
   // the tensor are skipped.
   virtual void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) = 0;
-  // Teacher-forced scoring of fp32 logits [n, vocab] (Engine::score), row i predicting
-  // targets[i]: logprobs[i, 0] = the log-softmax of logits[i, targets[i]], ids[i, 0] = the
-  // row's argmax (lowest id on ties); for r < top_k, ids[i, 1 + r] and logprobs[i, 1 + r]
-  // the r-th most likely id and its log-softmax (largest logit first, lowest id on ties).
-  // A row with a logit that is not finite gets NaN log-probabilities and ids -1. targets
-  // [n], logprobs and ids [n, top_k + 1] in backend memory; 0 <= top_k < vocab.
-  virtual void score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids) = 0;
+  // Scoring of fp32 logits [n, vocab] (Engine::score, and the log-probabilities of drawn
+  // tokens), row i predicting t = targets[target_rows ? target_rows[i] : i]: logprobs[i, 0]
+  // = the log-softmax of logits[i, t], ids[i, 0] = the row's argmax (lowest id on ties); for
+  // r < top_k, ids[i, 1 + r] and logprobs[i, 1 + r] the r-th most likely id and its
+  // log-softmax (largest logit first, lowest id on ties). A row with a logit that is not
+  // finite gets NaN log-probabilities and ids -1. targets, target_rows [n] (target_rows may
+  // be null), logprobs and ids [n, top_k + 1] in backend memory; 0 <= top_k <= vocab.
+  virtual void score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k,
+                          float* logprobs, int32_t* ids) = 0;
   // out[i, :] = x[rows[i], :]; rows in backend memory, n_rows = out.rows.
   virtual void gather_rows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
   // Picks one token per row of fp32 logits [n, vocab]. `history`/`history_lens` give each row's
@@ -381,8 +383,9 @@ class Backend {
   // sample_rows in two halves, for a caller that works on the host while the device runs:
   // begin_sample_rows issues the draw without waiting for it; finish_sample_rows waits,
   // raises what sample_rows raises (non-finite logits) and copies the logits.rows ids to
-  // host memory. Nothing else may run on the backend in between. Default: the whole draw
-  // in the first half.
+  // host memory. Nothing else may run on the backend in between but score_rows, which may
+  // read out_ids and the logits (the drawn tokens' log-probabilities). Default: the whole
+  // draw in the first half.
   virtual void begin_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,
                                  const int32_t* history_lens, int history_stride, int32_t* out_ids);
   virtual void finish_sample_rows(const Tensor& logits, const int32_t* out_ids, int32_t* host_ids);

@@ -29,17 +29,6 @@ std::string gib(size_t bytes) {
   return text;
 }
 
-// log_softmax of one row of logits at `token`, and the `top` most likely tokens.
-StepLogprobs log_probabilities(std::span<const float> logits, int32_t token, int top) {
-  const double log_norm = log_softmax_norm(logits);
-  StepLogprobs out;
-  out.sampled = static_cast<float>(logits[static_cast<size_t>(token)] - log_norm);
-  std::vector<int32_t> ids;
-  top_logit_ids(logits, std::min<int>(top, static_cast<int>(logits.size())), ids);
-  for (const int32_t id : ids) out.top.push_back(TokenLogprob{id, static_cast<float>(logits[static_cast<size_t>(id)] - log_norm)});
-  return out;
-}
-
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
@@ -443,19 +432,41 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
   for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
   step_logits_ = logits;
-  step_logprob_rows_ = 0;
+  step_logprob_rows_host_.clear();
   if (n_rows == 0) {
     step_in_flight_ = true;
     return;
   }
-  // Log-probabilities are the model's: the rows asking for them (rare) come to the host
-  // before any ban, bias or mask, so here when this step has some (a blocking copy), else
-  // after the draw, which leaves the logits as they are; then the biases are added and the
-  // banned ids and those a mask leaves out get a logit no draw picks (the mask last: it only
-  // takes ids away, whatever their bias).
-  step_logprobs_wanted_ = want_logprobs;
-  // The masks are the caller's to fill while the device runs the pass (a grammar's walk of
-  // the vocabulary), then go up behind it.
+  // Log-probabilities are the model's, before any ban, bias or mask: the rows that report
+  // them are gathered before those (unless they are every row and none is touched: the draw
+  // leaves the logits as they are), and reduced on the device once the draw has picked.
+  const auto vocab = static_cast<int64_t>(model_->config().vocab_size);
+  int top = 0;
+  size_t row = 0;
+  for (size_t i = 0; i < step_samples_.size() && want_logprobs; ++i) {
+    if (step_samples_[i] == 0) continue;
+    if (step_top_logprobs_[i] >= 0) {
+      step_logprob_rows_host_.push_back(static_cast<int32_t>(row));
+      top = std::max(top, static_cast<int>(std::min<int64_t>(step_top_logprobs_[i], vocab)));
+    }
+    ++row;
+  }
+  const size_t n_logprob_rows = step_logprob_rows_host_.size();
+  const bool adjusted = !step_adjust_host_.empty() || !step_mask_rows_host_.empty();
+  const bool gathered = n_logprob_rows > 0 && (n_logprob_rows < n_rows || adjusted);
+  step_logprob_width_ = static_cast<size_t>(top) + 1;
+  if (n_logprob_rows > 0) {
+    reserve_logprob_rows(n_logprob_rows, step_logprob_width_, gathered);
+    backend_->copy_to_device(logprob_rows_, step_logprob_rows_host_.data(), n_logprob_rows * sizeof(int32_t));
+    if (gathered) {
+      backend_->gather_rows(logits, logprob_rows_,
+                            Tensor{logprob_logits_, DType::kF32, static_cast<int64_t>(n_logprob_rows), vocab});
+    }
+  }
+  // Then the biases are added and the banned ids and those a mask leaves out get a logit no
+  // draw picks (the mask last: it only takes ids away, whatever their bias). The masks are
+  // the caller's to fill while the device runs the pass (a grammar's walk of the
+  // vocabulary), then go up behind it.
   if (before_draw) before_draw();
   if (!step_mask_rows_host_.empty()) {
     for (const std::span<const uint32_t> mask : step_mask_spans_) {
@@ -464,7 +475,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
     backend_->copy_to_device(step_mask_rows_, step_mask_rows_host_.data(), step_mask_rows_host_.size() * sizeof(int32_t));
     backend_->copy_to_device(step_masks_, step_masks_host_.data(), step_masks_host_.size() * sizeof(uint32_t));
   }
-  if (want_logprobs && step_logits_adjusted()) copy_logprob_rows();
   if (!step_adjust_host_.empty()) {
     backend_->adjust_logits(logits, step_adjust_, static_cast<int>(step_adjust_host_.size() / 3));
   }
@@ -473,24 +483,41 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   }
   backend_->begin_sample_rows(logits, step_rows_, penalties ? step_history_ : nullptr,
                               penalties ? step_history_lens_ : nullptr, history_stride, step_out_);
+  // The drawn ids' log-probabilities and the top ones, behind the draw (they read its ids).
+  if (n_logprob_rows > 0) {
+    const Tensor source = gathered ? Tensor{logprob_logits_, DType::kF32, static_cast<int64_t>(n_logprob_rows), vocab}
+                                   : logits;
+    backend_->score_rows(source, step_out_, gathered ? logprob_rows_ : nullptr, top, logprob_values_, logprob_ids_);
+  }
   step_timer_->stop();
   step_in_flight_ = true;
 }
 
-// The logits of the step's rows that report log-probabilities, to step_logits_host_.
-void Engine::copy_logprob_rows() {
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
-  size_t row = 0;
-  for (size_t i = 0; i < step_samples_.size(); ++i) {
-    if (step_samples_[i] == 0) continue;
-    if (step_top_logprobs_[i] >= 0) {
-      step_logits_host_.resize((step_logprob_rows_ + 1) * vocab);
-      backend_->copy_to_host(step_logits_host_.data() + step_logprob_rows_ * vocab,
-                             step_logits_.row_slice(static_cast<int64_t>(row), 1).data, vocab * sizeof(float));
-      ++step_logprob_rows_;
-    }
-    ++row;
+void Engine::reserve_logprob_rows(size_t rows, size_t width, bool logit_rows) {
+  if (rows <= logprob_capacity_rows_ && width <= logprob_capacity_width_ && (!logit_rows || logprob_capacity_logits_)) {
+    return;
   }
+  const size_t capacity_rows = std::max(rows, logprob_capacity_rows_);
+  const size_t capacity_width = std::max(width, logprob_capacity_width_);
+  const bool capacity_logits = logit_rows || logprob_capacity_logits_;
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows_bytes = align(capacity_rows * sizeof(int32_t));
+  const size_t logits_bytes = capacity_logits ? align(capacity_rows * vocab * sizeof(float)) : 0;
+  const size_t values_bytes = align(capacity_rows * capacity_width * sizeof(float));
+  const size_t ids_bytes = capacity_rows * capacity_width * sizeof(int32_t);
+  // The buffer may be in use by a step issued before this one: let it finish first.
+  backend_->synchronize();
+  logprob_buffer_ = DeviceBuffer();
+  logprob_buffer_ = backend_->allocate(rows_bytes + logits_bytes + values_bytes + ids_bytes, "log-probability rows");
+  char* base = static_cast<char*>(logprob_buffer_.data());
+  logprob_rows_ = reinterpret_cast<int32_t*>(base);
+  logprob_logits_ = capacity_logits ? reinterpret_cast<float*>(base + rows_bytes) : nullptr;
+  logprob_values_ = reinterpret_cast<float*>(base + rows_bytes + logits_bytes);
+  logprob_ids_ = reinterpret_cast<int32_t*>(base + rows_bytes + logits_bytes + values_bytes);
+  logprob_capacity_rows_ = capacity_rows;
+  logprob_capacity_width_ = capacity_width;
+  logprob_capacity_logits_ = capacity_logits;
 }
 
 void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs) {
@@ -503,16 +530,29 @@ void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* 
   if (n_rows == 0) return;
   step_out_host_.resize(n_rows);
   backend_->finish_sample_rows(step_logits_, step_out_, step_out_host_.data());
-  if (step_logprobs_wanted_ && !step_logits_adjusted()) copy_logprob_rows();
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
-  size_t row = 0;
-  const float* logprob_row = step_logits_host_.data();
+  const size_t n_logprob_rows = step_logprob_rows_host_.size();
+  const size_t width = step_logprob_width_;
+  if (n_logprob_rows > 0) {
+    step_logprob_values_host_.resize(n_logprob_rows * width);
+    step_logprob_ids_host_.resize(n_logprob_rows * width);
+    backend_->copy_to_host(step_logprob_values_host_.data(), logprob_values_, n_logprob_rows * width * sizeof(float));
+    backend_->copy_to_host(step_logprob_ids_host_.data(), logprob_ids_, n_logprob_rows * width * sizeof(int32_t));
+  }
+  size_t row = 0, reporting = 0;
   for (size_t i = 0; i < n_inputs; ++i) {
     if (step_samples_[i] == 0) continue;
     sampled[i] = step_out_host_[row];
-    if (logprobs != nullptr && step_top_logprobs_[i] >= 0 && step_logprob_rows_ > 0) {
-      (*logprobs)[i] = log_probabilities(std::span<const float>(logprob_row, vocab), sampled[i], step_top_logprobs_[i]);
-      logprob_row += vocab;
+    if (reporting < n_logprob_rows && step_logprob_rows_host_[reporting] == static_cast<int32_t>(row)) {
+      if (logprobs != nullptr) {
+        const float* values = step_logprob_values_host_.data() + reporting * width;
+        const int32_t* ids = step_logprob_ids_host_.data() + reporting * width;
+        StepLogprobs& out = (*logprobs)[i];
+        out.sampled = values[0];
+        // Entry 0 is the drawn id's, then the most likely ids (none past the vocabulary).
+        const auto top = static_cast<size_t>(std::max(step_top_logprobs_[i], 0));
+        for (size_t q = 1; q <= top && q < width && ids[q] >= 0; ++q) out.top.push_back(TokenLogprob{ids[q], values[q]});
+      }
+      ++reporting;
     }
     ++row;
   }
@@ -721,7 +761,7 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
                                     std::span<const int32_t>(rows.data(), count));
     sequence.advance(static_cast<int>(count));
     backend_->copy_to_device(targets.data(), ids.data() + begin + 1, count * sizeof(int32_t));
-    backend_->score_rows(logits, static_cast<const int32_t*>(targets.data()), k,
+    backend_->score_rows(logits, static_cast<const int32_t*>(targets.data()), nullptr, k,
                          static_cast<float*>(row_logprobs.data()), static_cast<int32_t*>(row_ids.data()));
     backend_->copy_to_host(host_logprobs.data(), row_logprobs.data(), count * width * sizeof(float));
     backend_->copy_to_host(host_ids.data(), row_ids.data(), count * width * sizeof(int32_t));

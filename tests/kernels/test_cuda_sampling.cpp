@@ -65,7 +65,9 @@ TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
 
 // Teacher-forced scoring's reduction (Backend::score_rows) against the CPU backend's: the
 // same argmax and top-k ids in the same order (ties by lowest id), log-probabilities within
-// float rounding of the host's double sums, and NaN for a row with a non-finite logit.
+// float rounding of the host's double sums, and NaN for a row with a non-finite logit. The
+// GPU reads its targets through target_rows (as a step's drawn ids are read) from a wider
+// array holding the same targets elsewhere.
 TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
   const auto cpu = make_cpu_backend(2);
   for (int vocab : {5, 1000, 151936}) {
@@ -84,12 +86,19 @@ TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
       std::vector<float> want_lp(rows * width), got_lp(rows * width);
       std::vector<int32_t> want_ids(rows * width), got_ids(rows * width);
       Tensor host{logits.data(), DType::kF32, rows, vocab};
-      cpu->score_rows(host, targets.data(), k, want_lp.data(), want_ids.data());
+      cpu->score_rows(host, targets.data(), nullptr, k, want_lp.data(), want_ids.data());
       auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
-      auto d_targets = upload_ints(gpu(), targets);
+      std::vector<int32_t> wide(rows * 3, -1), target_rows(rows);
+      for (int r = 0; r < rows; ++r) {
+        target_rows[r] = (r * 7 + 5) % (rows * 3);
+        wide[target_rows[r]] = targets[r];
+      }
+      auto d_targets = upload_ints(gpu(), wide);
+      auto d_target_rows = upload_ints(gpu(), target_rows);
       DeviceBuffer d_lp = gpu().allocate(got_lp.size() * sizeof(float), "test");
       DeviceBuffer d_ids = gpu().allocate(got_ids.size() * sizeof(int32_t), "test");
-      gpu().score_rows(d.t, static_cast<const int32_t*>(d_targets.data()), k, static_cast<float*>(d_lp.data()),
+      gpu().score_rows(d.t, static_cast<const int32_t*>(d_targets.data()),
+                       static_cast<const int32_t*>(d_target_rows.data()), k, static_cast<float*>(d_lp.data()),
                        static_cast<int32_t*>(d_ids.data()));
       gpu().copy_to_host(got_lp.data(), d_lp.data(), got_lp.size() * sizeof(float));
       gpu().copy_to_host(got_ids.data(), d_ids.data(), got_ids.size() * sizeof(int32_t));

@@ -154,6 +154,33 @@ TEST_F(EngineStepMask, LogprobsStayTheModels) {
   }
 }
 
+// Rows that report log-probabilities beside rows that do not (and one that only prefills):
+// each reporting row gets what it gets when every row reports, the others nothing.
+TEST_F(EngineStepMask, LogprobsOfSomeRowsAreThoseTheyGetAlongsideOthers) {
+  std::vector<StepLogprobs> every, some;
+  const std::vector<int32_t> all_report =
+      step({{other_, {}, {}, 4}, {prompt_, sampled_row(5), {}, 4}, {other_, sampled_row(9), {}, 2}}, &every);
+  const std::vector<int32_t> two_report = step({{other_, {}, {}, -1},
+                                                {prompt_, sampled_row(5), {}, 4},
+                                                {prompt_, {}, {}, 3, false},
+                                                {other_, sampled_row(9), {}, 2}},
+                                               &some);
+  ASSERT_EQ(two_report, (std::vector<int32_t>{all_report[0], all_report[1], -1, all_report[2]}));
+  ASSERT_EQ(some.size(), 4u);
+  EXPECT_TRUE(some[0].top.empty());
+  EXPECT_TRUE(some[2].top.empty());
+  for (const auto& [got, want] : {std::pair{&some[1], &every[1]}, std::pair{&some[3], &every[2]}}) {
+    EXPECT_EQ(got->sampled, want->sampled);
+    ASSERT_EQ(got->top.size(), want->top.size());
+    for (size_t k = 0; k < want->top.size(); ++k) {
+      EXPECT_EQ(got->top[k].id, want->top[k].id);
+      EXPECT_EQ(got->top[k].logprob, want->top[k].logprob);
+    }
+  }
+  EXPECT_EQ(every[1].top.size(), 4u);
+  EXPECT_EQ(every[2].top.size(), 2u);
+}
+
 TEST_F(EngineStepMask, AMaskOfTheWrongSizeIsRefused) {
   std::vector<uint32_t> mask = mask_of({1});
   mask.push_back(~0u);

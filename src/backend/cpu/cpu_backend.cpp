@@ -327,10 +327,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids) override {
+  void score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k, float* logprobs,
+                  int32_t* ids) override {
     require_f32(logits, "score_rows", "logits");
     const int64_t vocab = logits.cols;
-    QWENRT_CHECK(top_k >= 0 && top_k < vocab, "score_rows: top_k " + std::to_string(top_k) + " for " +
+    QWENRT_CHECK(top_k >= 0 && top_k <= vocab, "score_rows: top_k " + std::to_string(top_k) + " for " +
                                                   std::to_string(vocab) + " ids");
     const auto width = static_cast<int64_t>(top_k) + 1;
     pool_.parallel_for(logits.rows, 1, [&](int64_t begin, int64_t end) {
@@ -353,7 +354,7 @@ class CpuBackend final : public Backend {
         const std::span<const float> values(row, static_cast<size_t>(vocab));
         const double log_sum = log_softmax_norm(values);
         id[0] = best;
-        lp[0] = static_cast<float>(row[targets[r]] - log_sum);
+        lp[0] = static_cast<float>(row[targets[target_rows != nullptr ? target_rows[r] : r]] - log_sum);
         top_logit_ids(values, top_k, top_ids);
         for (size_t q = 0; q < top_ids.size(); ++q) {
           id[1 + q] = top_ids[q];

@@ -534,8 +534,9 @@ class CudaBackend final : public Backend {
     launch_adjust_logits(logits, entries, n, stream_);
   }
 
-  void score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids) override {
-    launch_score_rows(logits, targets, top_k, logprobs, ids, stream_);
+  void score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k, float* logprobs,
+                  int32_t* ids) override {
+    launch_score_rows(logits, targets, target_rows, top_k, logprobs, ids, stream_);
   }
   void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) override {
     launch_mask_logits(logits, rows, masks, n, stream_);

@@ -671,7 +671,8 @@ __global__ void __launch_bounds__(kHistThreads)
 // k by rounds: each the smallest candidate key above the last (largest logit first, lowest
 // id on ties, as the host's order).
 __global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, const int32_t* __restrict__ targets,
-                                  int k, float* __restrict__ logprobs, int32_t* __restrict__ ids) {
+                                  const int32_t* __restrict__ target_rows, int k, float* __restrict__ logprobs,
+                                  int32_t* __restrict__ ids) {
   __shared__ float scratch[kHistThreads / gpu::kWarpSize];
   __shared__ unsigned long long keys_s[kHistThreads / gpu::kWarpSize];
   __shared__ unsigned long long best_s;
@@ -702,7 +703,7 @@ __global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, c
   const float log_sum = top + logf(gpu::block_sum(sum, scratch));
   if (threadIdx.x == 0) {
     id[0] = static_cast<int32_t>(last & 0xffffffffu);
-    lp[0] = x[targets[row]] - log_sum;
+    lp[0] = x[targets[target_rows != nullptr ? target_rows[row] : row]] - log_sum;
     if (k > 0) lp[1] = top - log_sum;
     if (k > 0) id[1] = id[0];
   }
@@ -850,14 +851,14 @@ void launch_mask_logits(Tensor logits, const int32_t* rows, const uint32_t* mask
   QWENRT_CUDA_LAUNCHED("mask_logits", std::to_string(n) + " rows, logits " + shape_string(logits));
 }
 
-void launch_score_rows(const Tensor& logits, const int32_t* targets, int top_k, float* logprobs, int32_t* ids,
-                       Stream stream) {
+void launch_score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k,
+                       float* logprobs, int32_t* ids, Stream stream) {
   QWENRT_CHECK(logits.dtype == DType::kF32, "score_rows: logits must be fp32 (" + shape_string(logits) + ")");
-  QWENRT_CHECK(top_k >= 0 && top_k < logits.cols, "score_rows: top_k " + std::to_string(top_k) + " for " +
+  QWENRT_CHECK(top_k >= 0 && top_k <= logits.cols, "score_rows: top_k " + std::to_string(top_k) + " for " +
                                                       std::to_string(logits.cols) + " ids");
   if (logits.rows == 0) return;
   score_rows_kernel<<<static_cast<unsigned>(logits.rows), kHistThreads, 0, stream>>>(
-      logits.as<const float>(), static_cast<int>(logits.cols), targets, top_k, logprobs, ids);
+      logits.as<const float>(), static_cast<int>(logits.cols), targets, target_rows, top_k, logprobs, ids);
   QWENRT_CUDA_LAUNCHED("score_rows", "logits " + shape_string(logits));
 }
 
