@@ -2,9 +2,15 @@
 # Structured output against a running `qwenrt serve`: the decode rate of one stream free and
 # under grammars (json_object, json_schema), then 16 and 64 streams at once, and that every
 # answer that ends parses (and fits its schema; `pattern` strings included). Standard library only.
-#   scripts/structured_bench.py PORT
-import json, re, sys, time, threading, urllib.request
-URL = "http://127.0.0.1:%s/v1/completions" % sys.argv[1]
+#   scripts/structured_bench.py PORT [--streams 16,64] [--kinds free,json_schema,pattern] [--no-single]
+import argparse, json, re, sys, time, threading, urllib.request
+ap = argparse.ArgumentParser()
+ap.add_argument("port")
+ap.add_argument("--streams", default="16,64", help="concurrent stream counts, comma-separated")
+ap.add_argument("--kinds", default="free,json_schema,pattern", help="what the concurrent streams ask for")
+ap.add_argument("--no-single", action="store_true", help="skip the one-stream rates")
+args = ap.parse_args()
+URL = "http://127.0.0.1:%s/v1/completions" % args.port
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
           "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}, "ok": {"type": "boolean"}},
           "required": ["name", "age", "tags", "ok"]}
@@ -43,6 +49,7 @@ def check(kind, text):
     if kind == "json_schema": assert list(v) == ["name", "age", "tags", "ok"] and isinstance(v["age"], int) and 0 <= v["age"] <= 120, text
     if kind == "pattern": assert list(v) == list(PATTERNS) and all(re.search(p, v[k]) for k, p in PATTERNS.items()), text
 for kind, extra in kinds.items():
+    if args.no_single: break
     rates = []; ok = 0; stops = 0
     for seed in range(5):
         rate, n, finish, text = stream({**base, **extra, "seed": seed})
@@ -52,8 +59,8 @@ for kind, extra in kinds.items():
             check(kind, text); ok += 1
     rates.sort()
     print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); stopped {stops}/5, parsed {ok}", flush=True)
-for conc in (16, 64):
-    for kind in ("free", "json_schema", "pattern"):
+for conc in [int(n) for n in args.streams.split(",")]:
+    for kind in args.kinds.split(","):
         out = [None] * conc
         def work(i):
             out[i] = stream({**base, **kinds[kind], "seed": 100 + i, "max_tokens": 128})

@@ -390,7 +390,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   int history_stride = 0;
   step_started_ = std::chrono::steady_clock::now();
   // The draw's inputs go up before the forward pass: uploads are ordered with the ops (on
-  // a GPU those up to 2 MiB do not wait for the device: no round trip for the step).
+  // a GPU those up to 8 MiB do not wait for the device: no round trip for the step).
   if (n_rows > 0) {
     backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
     if (penalties) {

@@ -2,7 +2,7 @@
 // stream, the matrix library's handle and the fixed workspaces (matrix library, split-K
 // attention partials, sampling), and routes each op of the Backend interface to its kernel
 // file. Everything runs on the one stream, in order. Copies to the host wait for it; copies
-// to the device up to 2 MiB are staged in pinned memory and only ordered on it, larger ones
+// to the device up to 8 MiB are staged in pinned memory and only ordered on it, larger ones
 // wait for it, so host buffers may be reused on return either way.
 #include <algorithm>
 #include <array>
@@ -261,17 +261,11 @@ class CudaBackend final : public Backend {
     if (bytes == 0) return;
     // A recording would keep the ring's address and replay whatever it holds then.
     QWENRT_CHECK(!recording_, "copy_to_device while recording ops");
-    if (bytes >= kStagedCopyMinBytes) {
-      staged_copy_to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
-      return;
-    }
     if (bytes <= kUploadHalfBytes) {
       upload_through_ring(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
       return;
     }
-    QWENRT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
-                     "copy_to_device", std::to_string(bytes) + " bytes");
-    QWENRT_CUDA_CALL(cudaStreamSynchronize(stream_), "copy_to_device", std::to_string(bytes) + " bytes");
+    staged_copy_to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
   }
 
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
@@ -782,14 +776,16 @@ class CudaBackend final : public Backend {
     ring_offset_ += aligned;
   }
 
-  static constexpr size_t kUploadHalfBytes = size_t{2} << 20;
+  // A half holds a step's largest upload: the grammar masks of 256 rows of a 152k-id
+  // vocabulary are 4.9 MB (at 2 MiB, more than 110 rows went through a blocking copy that
+  // waited for the forward pass the masks are filled beside).
+  static constexpr size_t kUploadHalfBytes = size_t{8} << 20;
   char* ring_ = nullptr;  // pinned, two halves
   std::array<cudaEvent_t, 2> ring_done_{};
   std::array<bool, 2> ring_used_{};
   int ring_half_ = 0;
   size_t ring_offset_ = 0;
 
-  static constexpr size_t kStagedCopyMinBytes = size_t{4} << 20;
   static constexpr size_t kStageBytes = size_t{16} << 20;
   struct Stage {
     char* buffer = nullptr;  // pinned
