@@ -279,7 +279,9 @@ TEST(CudaBatchedEngine, SchedulerCompletesAndReportsAgreementWithOneAtATime) {
 // score of the same text, which takes every token through every layer, to bf16 noise. A
 // wrong gather or a wrong row's attention would be off by nats. Chunks of 16 tokens (ending
 // mid-prompt beside other sequences' decode rows) and whole prompts; and 136 sequences at
-// once, whose decode steps are recorded padded to the 192-row bucket (decode_bucket).
+// once, whose decode steps are recorded padded to the 192-row bucket (decode_bucket). A
+// third of the requests report nothing, so the reporting rows are gathered from among the
+// others (Engine's log-probability rows), and a third report the top 3 too.
 TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
   QWENRT_REQUIRE_GPU();
   const std::filesystem::path dir = std::filesystem::path(QWENRT_TEST_DATA) / "models" / "qwen2_gqa";
@@ -304,7 +306,7 @@ TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
       }
       request.max_new_tokens = 3;
       request.ignore_eos = true;
-      request.top_logprobs = 0;
+      request.top_logprobs = i % 3 == 1 ? -1 : (i % 3 == 2 ? 3 : 0);
       requests.push_back(request);
     }
     options.max_batch_tokens = batch_tokens;
@@ -320,8 +322,15 @@ TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
     for (int step = 0; step < 1000 && !scheduler.idle(); ++step) {
       for (const auto& event : scheduler.step()) {
         if (event.token < 0) continue;
-        tokens[index.at(event.id)].push_back(event.token);
-        logprobs[index.at(event.id)].push_back(event.logprobs.sampled);
+        const size_t i = index.at(event.id);
+        tokens[i].push_back(event.token);
+        logprobs[i].push_back(event.logprobs.sampled);
+        const size_t top = static_cast<size_t>(std::max(requests[i].top_logprobs, 0));
+        ASSERT_EQ(event.logprobs.top.size(), top) << "request " << i;
+        if (top > 0) {
+          EXPECT_GE(event.logprobs.top[0].logprob, event.logprobs.sampled - 1e-6f) << "request " << i;
+          EXPECT_GE(event.logprobs.top[0].logprob, event.logprobs.top[top - 1].logprob) << "request " << i;
+        }
       }
     }
     ASSERT_TRUE(scheduler.idle());
@@ -333,6 +342,7 @@ TEST(CudaBatchedEngine, GeneratedLogprobsMatchTheScoreOfTheirText) {
     double worst = 0, other_context = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
       ASSERT_EQ(tokens[i].size(), 3u) << "request " << i;
+      if (requests[i].top_logprobs < 0) continue;
       std::vector<int32_t> text = requests[i].prompt;
       text.insert(text.end(), tokens[i].begin(), tokens[i].end());
       const ScoreResult score = scorer.score(text);
