@@ -67,13 +67,16 @@ TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
 // same argmax and top-k ids in the same order (ties by lowest id), log-probabilities within
 // float rounding of the host's double sums, and NaN for a row with a non-finite logit. The
 // GPU reads its targets through target_rows (as a step's drawn ids are read) from a wider
-// array holding the same targets elsewhere.
+// array holding the same targets elsewhere. It also times one row and 64 rows of 151,936
+// ids with the top 20 (the server's log-probabilities of drawn tokens).
 TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
   const auto cpu = make_cpu_backend(2);
   for (int vocab : {5, 1000, 151936}) {
     const int rows = 9;
-    for (int k : {0, 1, 4, 20}) {
-      if (k >= vocab) continue;
+    // Up to 32 the top k come from slices of the row merged (two kernels); past it, by
+    // rounds over the whole row (one kernel). k may be the whole vocabulary.
+    for (int k : {0, 1, 4, 5, 20, 32, 40}) {
+      if (k > vocab) continue;
       auto logits = random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32);
       if (vocab > 3) {
         logits[1 * vocab + 2] = logits[1 * vocab + vocab - 1] = 100.f;  // a tie for the max
@@ -114,6 +117,28 @@ TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
           }
         }
       }
+    }
+  }
+  const int vocab = 151936;
+  for (const int rows : {1, 64}) {
+    auto logits = random_values(rng_, static_cast<size_t>(rows) * vocab, 3.f, DType::kF32);
+    auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
+    auto d_targets = upload_ints(gpu(), std::vector<int32_t>(rows, 7));
+    DeviceBuffer d_lp = gpu().allocate(static_cast<size_t>(rows) * 41 * sizeof(float), "test");
+    DeviceBuffer d_ids = gpu().allocate(static_cast<size_t>(rows) * 41 * sizeof(int32_t), "test");
+    for (const int k : {20, 40}) {
+      auto timer = gpu().make_timer();
+      std::vector<double> times;
+      for (int repeat = 0; repeat < 6; ++repeat) {
+        timer->start();
+        gpu().score_rows(d.t, static_cast<const int32_t*>(d_targets.data()), nullptr, k,
+                         static_cast<float*>(d_lp.data()), static_cast<int32_t*>(d_ids.data()));
+        timer->stop();
+        times.push_back(timer->seconds());
+      }
+      std::sort(times.begin() + 1, times.end());
+      std::printf("score_rows, %d rows of %d ids, top %d: %.1f us (median of 5 after one)\n", rows, vocab, k,
+                  times[3] * 1e6);
     }
   }
 }

@@ -225,9 +225,11 @@ void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record,
 void launch_adjust_logits(Tensor logits, const int32_t* entries, int n, Stream stream);
 // Backend::mask_logits: rows [n] and masks [n, token_mask_words(logits.cols)] in device memory.
 void launch_mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n, Stream stream);
-// Backend::score_rows: targets, target_rows (may be null) [rows], logprobs and ids [rows, top_k + 1] in device memory.
+// Backend::score_rows: targets, target_rows (may be null) [rows], logprobs and ids [rows, top_k + 1] in device memory;
+// workspace of score_workspace_bytes(rows, vocab, top_k) bytes (0: none needed).
+size_t score_workspace_bytes(int64_t rows, int64_t vocab, int top_k);
 void launch_score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k,
-                       float* logprobs, int32_t* ids,
+                       float* logprobs, int32_t* ids, void* workspace,
                        Stream stream);
 // The same with per-row parameters and random keys, rows [n] in device memory.
 void launch_sample_rows(const Tensor& logits, const SampleRow* rows, const int32_t* history,

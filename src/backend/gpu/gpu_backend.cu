@@ -230,7 +230,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const override {
     return cublas_workspace_.bytes() + attention_workspace_.bytes() + status_buffer_.bytes() +
            penalty_logits_.bytes() + penalty_counts_.bytes() + sampling_histogram_.bytes() +
-           greedy_scratch_.bytes();
+           greedy_scratch_.bytes() + score_workspace_.bytes();
   }
 
   DeviceMemoryInfo memory_info() const override {
@@ -530,7 +530,13 @@ class CudaBackend final : public Backend {
 
   void score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k, float* logprobs,
                   int32_t* ids) override {
-    launch_score_rows(logits, targets, target_rows, top_k, logprobs, ids, stream_);
+    const size_t bytes = score_workspace_bytes(logits.rows, logits.cols, top_k);
+    if (bytes > score_workspace_.bytes()) {
+      synchronize();
+      score_workspace_.reset();
+      score_workspace_ = allocate(bytes, "score_rows workspace");
+    }
+    launch_score_rows(logits, targets, target_rows, top_k, logprobs, ids, score_workspace_.data(), stream_);
   }
   void mask_logits(Tensor logits, const int32_t* rows, const uint32_t* masks, int n) override {
     launch_mask_logits(logits, rows, masks, n, stream_);
@@ -810,6 +816,7 @@ class CudaBackend final : public Backend {
   size_t penalty_vocab_ = 0;
   DeviceBuffer sampling_histogram_;
   size_t histogram_rows_ = 0;
+  DeviceBuffer score_workspace_;  // score_rows' slices, grown to the largest call
   DeviceBuffer greedy_scratch_;
   size_t greedy_rows_ = 0;
   std::array<DrawRecord, kAsyncDraws + 1> draws_{};

@@ -34,6 +34,7 @@ constexpr int kHistBuckets = 1 << kHistBits;
 constexpr int kHistSlice = 4096;   // logits per histogram block
 constexpr int kHistThreads = 256;
 constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at most
+constexpr int kScoreSliceTop = 32;  // score_rows' top k up to this in slices (score_slices_kernel)
 // A histogram row: the buckets, then the row's argmax as one 64-bit key (see key_max).
 constexpr int kHistRowInts = kHistBuckets + 2;
 static_assert(kHistBuckets % 2 == 0, "the argmax key is 8-byte aligned");
@@ -740,9 +741,158 @@ __global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, c
   }
 }
 
+// Backend::score_rows for top_k <= kScoreSliceTop in two kernels, so that a few rows spread
+// over many blocks (a row's rounds in one block were bound by its loads' latency: ≈ 0.1 ms
+// a round). First, a block per slice of kHistSlice logits: the slice's keys in shared
+// memory, its max and sum of exp(x - max), and its smallest max(top_k, 1) keys by rounds
+// over shared memory. Then a block per row merges the slices: the log of the softmax's sum
+// and the top k from the slices' keys (a row's top k are among them).
+struct ScoreSlice {
+  float max;  // the slice's largest logit
+  float sum;  // sum of exp(x - max) over the slice
+  int bad;    // a logit of the slice is not finite
+};
+
+__device__ __forceinline__ int score_slice_keys(int k) { return k > 1 ? k : 1; }
+
+__global__ void __launch_bounds__(kHistThreads)
+    score_slices_kernel(const float* __restrict__ logits, int vocab, int k, ScoreSlice* __restrict__ slices,
+                        uint64_t* __restrict__ keys) {
+  __shared__ uint64_t keys_s[kHistSlice];
+  __shared__ unsigned long long warp_s[kHistThreads / gpu::kWarpSize];
+  __shared__ float scratch[kHistThreads / gpu::kWarpSize];
+  const int row = blockIdx.y;
+  const int n_slices = gridDim.x;
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const int begin = blockIdx.x * kHistSlice;
+  const int count = min(vocab, begin + kHistSlice) - begin;
+  const int n_keys = score_slice_keys(k);
+  ScoreSlice* out = slices + static_cast<int64_t>(row) * n_slices + blockIdx.x;
+  uint64_t* out_keys = keys + (static_cast<int64_t>(row) * n_slices + blockIdx.x) * n_keys;
+  bool bad = false;
+  for (int j = threadIdx.x; j < count; j += blockDim.x) {
+    const float v = x[begin + j];
+    bad = bad || !isfinite(v);
+    keys_s[j] = candidate_key(v, begin + j);
+  }
+  if (__syncthreads_or(bad)) {
+    if (threadIdx.x == 0) out->bad = 1;
+    return;
+  }
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  // Round r: the smallest key above the last (a finite logit's key is never 0); its
+  // complement is reduced with key_max, 0 meaning none left.
+  uint64_t last = 0;
+  float slice_max = 0.f;
+  for (int r = 0; r < n_keys; ++r) {
+    unsigned long long best = 0;
+    for (int j = threadIdx.x; j < count; j += blockDim.x) {
+      const uint64_t key = keys_s[j];
+      if (key > last) best = key_max(best, ~key);
+    }
+#pragma unroll
+    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+    __syncthreads();  // warp_s of the round before has been read
+    if (lane == 0) warp_s[warp] = best;
+    __syncthreads();
+    best = 0;
+    for (int w = 0; w < warps; ++w) best = key_max(best, warp_s[w]);
+    last = best == 0 ? ~uint64_t{0} : ~best;  // ~0: no key left, what the slice's list ends with
+    if (threadIdx.x == 0) out_keys[r] = last;
+    if (r == 0) slice_max = key_logit(last);
+  }
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < count; j += blockDim.x) sum += expf(key_logit(keys_s[j]) - slice_max);
+  sum = gpu::block_sum(sum, scratch);
+  if (threadIdx.x == 0) *out = ScoreSlice{slice_max, sum, 0};
+}
+
+__global__ void __launch_bounds__(kHistThreads)
+    score_merge_kernel(const float* __restrict__ logits, int vocab, int n_slices, const int32_t* __restrict__ targets,
+                       const int32_t* __restrict__ target_rows, int k, const ScoreSlice* __restrict__ slices,
+                       const uint64_t* __restrict__ keys, float* __restrict__ logprobs, int32_t* __restrict__ ids) {
+  __shared__ unsigned long long warp_s[kHistThreads / gpu::kWarpSize];
+  const int row = blockIdx.x;
+  const ScoreSlice* slice = slices + static_cast<int64_t>(row) * n_slices;
+  const int n_keys = score_slice_keys(k);
+  const uint64_t* row_keys = keys + static_cast<int64_t>(row) * n_slices * n_keys;
+  float* lp = logprobs + static_cast<int64_t>(row) * (k + 1);
+  int32_t* id = ids + static_cast<int64_t>(row) * (k + 1);
+  // A few dozen slices: every thread reads them all (the same sums everywhere).
+  bool bad = false;
+  float top = -INFINITY;
+  for (int s = 0; s < n_slices; ++s) {
+    bad = bad || slice[s].bad != 0;
+    if (!bad) top = fmaxf(top, slice[s].max);
+  }
+  if (bad) {
+    if (threadIdx.x == 0) {
+      for (int r = 0; r <= k; ++r) {
+        lp[r] = __int_as_float(0x7fc00000);  // NaN: the host reports the row
+        id[r] = -1;
+      }
+    }
+    return;
+  }
+  float sum = 0.f;
+  for (int s = 0; s < n_slices; ++s) sum += slice[s].sum * expf(slice[s].max - top);
+  const float log_sum = top + logf(sum);
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  const int n_candidates = n_slices * n_keys;
+  uint64_t last = 0;
+  for (int r = 0; r < n_keys; ++r) {
+    unsigned long long best = 0;
+    for (int c = threadIdx.x; c < n_candidates; c += blockDim.x) {
+      const uint64_t key = row_keys[c];
+      if (key > last && key != ~uint64_t{0}) best = key_max(best, ~key);
+    }
+#pragma unroll
+    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+    __syncthreads();
+    if (lane == 0) warp_s[warp] = best;
+    __syncthreads();
+    best = 0;
+    for (int w = 0; w < warps; ++w) best = key_max(best, warp_s[w]);
+    if (threadIdx.x == 0) {
+      if (best == 0) {  // fewer ids than k
+        for (int q = r; q < k; ++q) {
+          id[q + 1] = -1;
+          lp[q + 1] = -INFINITY;
+        }
+      } else {
+        const uint64_t key = ~best;
+        const auto token = static_cast<int32_t>(key & 0xffffffffu);
+        if (r == 0) id[0] = token;
+        if (r < k) {
+          id[r + 1] = token;
+          lp[r + 1] = key_logit(key) - log_sum;
+        }
+      }
+    }
+    if (best == 0) break;
+    last = ~best;
+  }
+  if (threadIdx.x == 0) {
+    const float* x = logits + static_cast<int64_t>(row) * vocab;
+    lp[0] = x[targets[target_rows != nullptr ? target_rows[row] : row]] - log_sum;
+  }
+}
+
 }  // namespace
 
 size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
+
+size_t score_workspace_bytes(int64_t rows, int64_t vocab, int top_k) {
+  if (top_k > kScoreSliceTop) return 0;
+  const auto slices = static_cast<size_t>(ceil_div(vocab, kHistSlice));
+  const auto n_keys = static_cast<size_t>(std::max(top_k, 1));
+  const size_t slice_bytes = (static_cast<size_t>(rows) * slices * sizeof(ScoreSlice) + 255) / 256 * 256;
+  return slice_bytes + static_cast<size_t>(rows) * slices * n_keys * sizeof(uint64_t);
+}
 
 void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record, GreedyScratch* scratch,
                         Stream stream) {
@@ -852,11 +1002,27 @@ void launch_mask_logits(Tensor logits, const int32_t* rows, const uint32_t* mask
 }
 
 void launch_score_rows(const Tensor& logits, const int32_t* targets, const int32_t* target_rows, int top_k,
-                       float* logprobs, int32_t* ids, Stream stream) {
+                       float* logprobs, int32_t* ids, void* workspace, Stream stream) {
   QWENRT_CHECK(logits.dtype == DType::kF32, "score_rows: logits must be fp32 (" + shape_string(logits) + ")");
   QWENRT_CHECK(top_k >= 0 && top_k <= logits.cols, "score_rows: top_k " + std::to_string(top_k) + " for " +
                                                       std::to_string(logits.cols) + " ids");
   if (logits.rows == 0) return;
+  if (top_k <= kScoreSliceTop) {
+    QWENRT_CHECK(logits.rows <= 65535, "score_rows: " + std::to_string(logits.rows) + " rows in one call");
+    const int vocab = static_cast<int>(logits.cols);
+    const int slices = ceil_div(vocab, kHistSlice);
+    auto* slice_out = static_cast<ScoreSlice*>(workspace);
+    auto* keys = reinterpret_cast<uint64_t*>(
+        static_cast<char*>(workspace) +
+        (static_cast<size_t>(logits.rows) * slices * sizeof(ScoreSlice) + 255) / 256 * 256);
+    score_slices_kernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(logits.rows)), kHistThreads, 0,
+                          stream>>>(logits.as<const float>(), vocab, top_k, slice_out, keys);
+    QWENRT_CUDA_LAUNCHED("score_rows (slices)", "logits " + shape_string(logits));
+    score_merge_kernel<<<static_cast<unsigned>(logits.rows), kHistThreads, 0, stream>>>(
+        logits.as<const float>(), vocab, slices, targets, target_rows, top_k, slice_out, keys, logprobs, ids);
+    QWENRT_CUDA_LAUNCHED("score_rows (merge)", "logits " + shape_string(logits));
+    return;
+  }
   score_rows_kernel<<<static_cast<unsigned>(logits.rows), kHistThreads, 0, stream>>>(
       logits.as<const float>(), static_cast<int>(logits.cols), targets, target_rows, top_k, logprobs, ids);
   QWENRT_CUDA_LAUNCHED("score_rows", "logits " + shape_string(logits));
