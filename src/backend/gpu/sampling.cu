@@ -364,6 +364,22 @@ __device__ void sample_compact(const RowView& view, int keep, const SamplingPara
 // (largest logit, lowest index on ties; never 0, so 0 means no finite logit).
 __device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 
+// The block-wide key_max of every thread's `best`, to every thread; warp_s holds a key a
+// warp. It begins with a barrier, so warp_s may still be being read from a call before.
+__device__ __forceinline__ unsigned long long block_key_max(unsigned long long best, unsigned long long* warp_s) {
+#pragma unroll
+  for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  __syncthreads();
+  if (lane == 0) warp_s[warp] = best;
+  __syncthreads();
+  best = 0;
+  for (int w = 0; w < warps; ++w) best = key_max(best, warp_s[w]);
+  return best;
+}
+
 struct SliceArgmax {
   unsigned long long key;  // key_max key of the slice's argmax (0: no finite logit); thread 0 only
   bool bad;                // a logit of the slice is not finite; every thread
@@ -667,6 +683,15 @@ __global__ void __launch_bounds__(kHistThreads)
 }
 
 
+// A score_rows row with a logit that is not finite: NaN log-probabilities (the host reports
+// the row) and ids -1.
+__device__ __forceinline__ void unscorable_row(float* lp, int32_t* id, int k) {
+  for (int r = 0; r <= k; ++r) {
+    lp[r] = __int_as_float(0x7fc00000);
+    id[r] = -1;
+  }
+}
+
 // Backend::score_rows, one block of kHistThreads a row: the argmax and the non-finite check
 // (slice_argmax), the log of the softmax's sum, the target's log-probability, then the top
 // k by rounds: each the smallest candidate key above the last (largest logit first, lowest
@@ -689,12 +714,7 @@ __global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, c
   }
   __syncthreads();
   if (bad_s) {
-    if (threadIdx.x == 0) {
-      for (int r = 0; r <= k; ++r) {
-        lp[r] = __int_as_float(0x7fc00000);  // NaN: the host reports the row
-        id[r] = -1;
-      }
-    }
+    if (threadIdx.x == 0) unscorable_row(lp, id, k);
     return;
   }
   uint64_t last = ~best_s;  // the argmax's own key
@@ -708,22 +728,13 @@ __global__ void score_rows_kernel(const float* __restrict__ logits, int vocab, c
     if (k > 0) lp[1] = top - log_sum;
     if (k > 0) id[1] = id[0];
   }
-  const int lane = threadIdx.x % gpu::kWarpSize;
-  const int warp = threadIdx.x / gpu::kWarpSize;
-  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
   for (int r = 1; r < k; ++r) {
     unsigned long long best = 0;  // the complement of the smallest key above `last`
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
       const uint64_t key = candidate_key(x[i], i);
       if (key > last) best = key_max(best, ~key);
     }
-#pragma unroll
-    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
-    __syncthreads();  // keys_s of the round before has been read
-    if (lane == 0) keys_s[warp] = best;
-    __syncthreads();
-    best = 0;
-    for (int w = 0; w < warps; ++w) best = key_max(best, keys_s[w]);
+    best = block_key_max(best, keys_s);
     if (best == 0) {  // fewer ids than k
       if (threadIdx.x == 0) {
         for (int q = r; q < k; ++q) {
@@ -779,9 +790,6 @@ __global__ void __launch_bounds__(kHistThreads)
     if (threadIdx.x == 0) out->bad = 1;
     return;
   }
-  const int lane = threadIdx.x % gpu::kWarpSize;
-  const int warp = threadIdx.x / gpu::kWarpSize;
-  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
   // Round r: the smallest key above the last (a finite logit's key is never 0); its
   // complement is reduced with key_max, 0 meaning none left.
   uint64_t last = 0;
@@ -792,13 +800,7 @@ __global__ void __launch_bounds__(kHistThreads)
       const uint64_t key = keys_s[j];
       if (key > last) best = key_max(best, ~key);
     }
-#pragma unroll
-    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
-    __syncthreads();  // warp_s of the round before has been read
-    if (lane == 0) warp_s[warp] = best;
-    __syncthreads();
-    best = 0;
-    for (int w = 0; w < warps; ++w) best = key_max(best, warp_s[w]);
+    best = block_key_max(best, warp_s);
     last = best == 0 ? ~uint64_t{0} : ~best;  // ~0: no key left, what the slice's list ends with
     if (threadIdx.x == 0) out_keys[r] = last;
     if (r == 0) slice_max = key_logit(last);
@@ -828,20 +830,12 @@ __global__ void __launch_bounds__(kHistThreads)
     if (!bad) top = fmaxf(top, slice[s].max);
   }
   if (bad) {
-    if (threadIdx.x == 0) {
-      for (int r = 0; r <= k; ++r) {
-        lp[r] = __int_as_float(0x7fc00000);  // NaN: the host reports the row
-        id[r] = -1;
-      }
-    }
+    if (threadIdx.x == 0) unscorable_row(lp, id, k);
     return;
   }
   float sum = 0.f;
   for (int s = 0; s < n_slices; ++s) sum += slice[s].sum * expf(slice[s].max - top);
   const float log_sum = top + logf(sum);
-  const int lane = threadIdx.x % gpu::kWarpSize;
-  const int warp = threadIdx.x / gpu::kWarpSize;
-  const int warps = (blockDim.x + gpu::kWarpSize - 1) / gpu::kWarpSize;
   const int n_candidates = n_slices * n_keys;
   uint64_t last = 0;
   for (int r = 0; r < n_keys; ++r) {
@@ -850,13 +844,7 @@ __global__ void __launch_bounds__(kHistThreads)
       const uint64_t key = row_keys[c];
       if (key > last && key != ~uint64_t{0}) best = key_max(best, ~key);
     }
-#pragma unroll
-    for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
-    __syncthreads();
-    if (lane == 0) warp_s[warp] = best;
-    __syncthreads();
-    best = 0;
-    for (int w = 0; w < warps; ++w) best = key_max(best, warp_s[w]);
+    best = block_key_max(best, warp_s);
     if (threadIdx.x == 0) {
       if (best == 0) {  // fewer ids than k
         for (int q = r; q < k; ++q) {
