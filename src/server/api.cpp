@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "model/config.h"
 #include "server/output_parser.h"
+#include "structured/grammar_cache.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -293,7 +294,7 @@ void parse_response_format(const json& body, const ModelText& model, GenerationR
   if (type == "text") {
     return;
   } else if (type == "json_object") {
-    grammar = std::make_shared<const structured::Grammar>(structured::any_json_object_grammar());
+    grammar = structured::cached_grammar("json_object", structured::any_json_object_grammar);
   } else if (type == "json_schema") {
     const json* spec = field(*format, "json_schema");
     if (spec == nullptr || !spec->is_object()) {
@@ -305,7 +306,8 @@ void parse_response_format(const json& body, const ModelText& model, GenerationR
       throw invalid_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
     }
     try {
-      grammar = std::make_shared<const structured::Grammar>(structured::compile_json_schema(*schema));
+      grammar = structured::cached_grammar("json_schema " + schema->dump(),
+                                           [&] { return structured::compile_json_schema(*schema); });
     } catch (const Error& error) {
       throw invalid_request(std::string("'response_format.json_schema.schema': ") + error.what(),
                             "response_format.json_schema.schema");
@@ -492,7 +494,8 @@ void force_tool_call(const ModelText& model, const std::optional<std::string>& n
       callable.emplace_back(tool_name, parameters != nullptr ? *parameters : json());
     }
     structured::ConstraintOptions options;
-    options.grammar = std::make_shared<const structured::Grammar>(structured::compile_tool_calls(callable));
+    options.grammar = structured::cached_grammar("tool_calls " + json(callable).dump(),
+                                                 [&] { return structured::compile_tool_calls(callable); });
     options.prefix = opening;
     options.end_ids = {*close_id};
     if (!out.single_tool_call) {

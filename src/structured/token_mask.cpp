@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <numeric>
+#include <unordered_map>
 
 #include "tokenizer/tokenizer.h"
 
@@ -27,20 +31,69 @@ thread_local std::vector<MatchState> scratch;
 // A byte a string's content never holds as itself (JSON's syntax inside a string).
 bool syntax_byte(uint8_t byte) { return byte == '"' || byte == '\\' || byte < 0x20; }
 
-// The text tokens a pattern takes from recent (state, count)s, kept per thread: a string's
-// next draws mostly return to states met before. Where the count decides only through the
-// fewest or the most characters still to come, one list serves every count: the tokens the
-// automaton takes from the state, each with the room (count -1) or the least count (count -2)
-// it needs, in that order; else a mask for the one count.
+// The text tokens a pattern takes from a (state, count), kept for every thread and every
+// sequence: a string's next draws mostly return to states met before, and sequences of one
+// grammar (a request's choices; requests with the same schema, which share its compiled
+// grammar) meet the same ones. Where the count decides only through the fewest or the most
+// characters still to come, one list serves every count: the tokens the automaton takes
+// from the state, each with the room (count -1) or the least count (count -2) it needs, in
+// that order; else a mask for the one count. Immutable once kept.
 struct PatternMask {
-  uint64_t vocabulary = 0, pattern = 0;
-  int32_t state = 0, count = 0;
   std::vector<uint32_t> bits;
   std::vector<std::pair<int32_t, int32_t>> needs;  // (room or count needed, token)
+  size_t bytes() const { return bits.size() * sizeof(uint32_t) + needs.size() * sizeof(needs[0]) + 64; }
 };
-constexpr size_t kPatternMasksKept = 16;
-thread_local std::vector<PatternMask> pattern_masks;
-thread_local size_t pattern_mask_next = 0;
+
+struct PatternMaskKey {
+  uint64_t vocabulary = 0, pattern = 0;  // ids no other vocabulary or automaton ever has
+  int32_t state = 0, count = 0;
+  bool operator==(const PatternMaskKey&) const = default;
+};
+
+struct PatternMaskKeyHash {
+  size_t operator()(const PatternMaskKey& key) const {
+    uint64_t h = key.vocabulary * 0x9e3779b97f4a7c15ull ^ key.pattern;
+    h = h * 0xbf58476d1ce4e5b9ull ^ (static_cast<uint64_t>(static_cast<uint32_t>(key.state)) << 32 |
+                                     static_cast<uint32_t>(key.count));
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+
+// Up to kPatternMaskBytesKept of them, the oldest dropped first. Looked up and added under a
+// lock; built outside it.
+constexpr size_t kPatternMaskBytesKept = size_t{64} << 20;
+struct PatternMasks {
+  std::mutex mutex;
+  std::unordered_map<PatternMaskKey, std::shared_ptr<const PatternMask>, PatternMaskKeyHash> kept;
+  std::deque<PatternMaskKey> order;  // oldest first
+  size_t bytes = 0;
+
+  std::shared_ptr<const PatternMask> find(const PatternMaskKey& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = kept.find(key);
+    return it != kept.end() ? it->second : nullptr;
+  }
+  // The mask kept for `key`: `mask` unless another thread kept one first.
+  std::shared_ptr<const PatternMask> keep(const PatternMaskKey& key, std::shared_ptr<const PatternMask> mask) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto [it, added] = kept.emplace(key, mask);
+    if (!added) return it->second;
+    order.push_back(key);
+    bytes += mask->bytes();
+    while (bytes > kPatternMaskBytesKept && order.size() > 1) {
+      const auto old = kept.find(order.front());
+      bytes -= old->second->bytes();
+      kept.erase(old);
+      order.pop_front();
+    }
+    return mask;
+  }
+};
+
+PatternMasks& pattern_masks() {
+  static PatternMasks masks;
+  return masks;
+}
 
 constexpr size_t kMostPairsChecked = 1024;
 
@@ -297,40 +350,23 @@ void Vocabulary::allow_pattern(const BytePattern& pattern, int32_t state, int32_
   // maximum, the minimum not met); else one mask for this count.
   const int32_t room = pattern.room(count);
   const bool floors = pattern.max_length() < 0 && !pattern.count_saturated(count);
-  const int32_t key = room >= 0 ? -1 : floors ? -2 : count;
-  PatternMask* found = nullptr;
-  for (PatternMask& kept : pattern_masks) {
-    if (kept.vocabulary == id_ && kept.pattern == pattern.id() && kept.state == state && kept.count == key) {
-      found = &kept;
-      break;
-    }
-  }
+  const PatternMaskKey key{id_, pattern.id(), state, room >= 0 ? -1 : floors ? -2 : count};
+  std::shared_ptr<const PatternMask> found = pattern_masks().find(key);
   if (found == nullptr) {
-    if (pattern_masks.size() < kPatternMasksKept) {
-      pattern_masks.emplace_back();
-      found = &pattern_masks.back();
-    } else {
-      found = &pattern_masks[pattern_mask_next];
-      pattern_mask_next = (pattern_mask_next + 1) % kPatternMasksKept;
-    }
-    found->vocabulary = id_;
-    found->pattern = pattern.id();
-    found->state = state;
-    found->count = key;
-    found->bits.clear();
-    found->needs.clear();
+    auto built = std::make_shared<PatternMask>();
     if (room >= 0 || floors) {
-      need_walk(pattern, 0, state, 0, 0, INT32_MIN, room >= 0, found->needs);
-      std::sort(found->needs.begin(), found->needs.end());
+      need_walk(pattern, 0, state, 0, 0, INT32_MIN, room >= 0, built->needs);
+      std::sort(built->needs.begin(), built->needs.end());
     } else {
       // Sized by the vocabulary, whatever the mask: the bits are kept for later masks.
-      found->bits.assign((tokens_.size() + 31) / 32, 0u);
+      built->bits.assign((tokens_.size() + 31) / 32, 0u);
       if (takes_all_text(pattern, state, count)) {
-        allow_plain(0, INT32_MAX, found->bits);
+        allow_plain(0, INT32_MAX, built->bits);
       } else {
-        pattern_walk(pattern, 0, state, count, 0, found->bits);
+        pattern_walk(pattern, 0, state, count, 0, built->bits);
       }
     }
+    found = pattern_masks().keep(key, std::move(built));
   }
   if (room >= 0 || floors) {
     const int32_t limit = room >= 0 ? room : count;

@@ -4,8 +4,11 @@
 // left in the caches of pattern masks is kept, as in a generation) and of the best of the 5
 // (warm memory caches), and the trie steps of the worst. With --check, every mask is also compared with the tokens stepped one
 // by one through the matcher (slow: the whole vocabulary at every prefix).
+// With --streams N [--threads T]: N sequences of one schema of three pattern strings, each
+// writing its own answer and starting a step after the one before, fill their masks at
+// every step on T threads (as the scheduler's pool does); prints a step's fill time.
 //
-//   qwenrt_mask_bench TOKENIZER_DIR [--check]
+//   qwenrt_mask_bench TOKENIZER_DIR [--check | --streams N [--threads T]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/thread_pool.h"
 #include "structured/json_grammar.h"
 #include "structured/token_mask.h"
 #include "tokenizer/tokenizer.h"
@@ -22,17 +26,95 @@
 using namespace qwenrt;
 using namespace qwenrt::structured;
 
+namespace {
+
+// N sequences of one grammar, each with its own answer, a step apart.
+int streams(const Vocabulary& vocabulary, int vocab_size, int n, int threads) {
+  const auto grammar = std::make_shared<const Grammar>(compile_json_schema(nlohmann::ordered_json::parse(R"({
+      "type": "object", "required": ["code", "email", "note"],
+      "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"},
+                     "email": {"type": "string", "pattern": "^[a-z0-9._]{1,20}@[a-z]{2,12}\\.(com|org|net)$"},
+                     "note": {"type": "string", "pattern": "^[A-Za-z ,.]{0,80}$"}}})")));
+  const JsonMatcher matcher(grammar);
+  uint64_t seed = 7;
+  auto next = [&](int below) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((seed >> 33) % static_cast<uint64_t>(below));
+  };
+  auto letters = [&](const char* from, int count) {
+    std::string text;
+    for (int i = 0; i < count; ++i) text += from[next(static_cast<int>(std::strlen(from)))];
+    return text;
+  };
+  std::vector<std::string> answers;
+  for (int i = 0; i < n; ++i) {
+    answers.push_back(R"({"code": ")" + letters("ABCDEFGHIJKLMNOPQRSTUVWXYZ", 3) + "-" + letters("0123456789", 4) +
+                      R"(", "email": ")" + letters("abcdefghijklmnopqrstuvwxyz0123456789._", 3 + next(12)) + "@" +
+                      letters("abcdefghijklmnopqrstuvwxyz", 2 + next(8)) + (next(2) ? ".org" : ".com") +
+                      R"(", "note": ")" + letters("abcdefghijklmnopqrstuvwxyz  ,.", 10 + next(60)) + R"("})");
+  }
+  std::vector<MatchState> states(static_cast<size_t>(n), matcher.start());
+  std::vector<size_t> at(static_cast<size_t>(n), 0);
+  std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(n),
+                                           std::vector<uint32_t>((static_cast<size_t>(vocab_size) + 31) / 32));
+  ThreadPool pool(threads);
+  std::vector<double> step_ms;
+  size_t fills = 0;
+  for (int step = 0;; ++step) {
+    std::vector<int> active;
+    for (int i = 0; i < n; ++i) {
+      if (step >= i && at[static_cast<size_t>(i)] <= answers[static_cast<size_t>(i)].size()) active.push_back(i);
+    }
+    if (active.empty() && step >= n) break;
+    const auto a = std::chrono::steady_clock::now();
+    pool.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const auto i = static_cast<size_t>(active[static_cast<size_t>(k)]);
+        vocabulary.fill(matcher, states[i], masks[i]);
+      }
+    });
+    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+    fills += active.size();
+    for (const int i : active) {
+      const auto s = static_cast<size_t>(i);
+      if (at[s] < answers[s].size() && !matcher.advance_all(states[s], std::string_view(answers[s]).substr(at[s], 1))) {
+        std::printf("answer %d refused at byte %zu: %s\n", i, at[s], answers[s].c_str());
+        return 1;
+      }
+      ++at[s];
+    }
+  }
+  std::vector<double> sorted = step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  double total = 0;
+  for (const double ms : step_ms) total += ms;
+  std::printf("%d streams on %d threads: %zu steps, %zu masks; a step's fills mean %.2f ms, median %.2f, p90 %.2f, "
+              "worst %.2f; %.3f ms a mask on average\n",
+              n, pool.size(), step_ms.size(), fills, total / static_cast<double>(step_ms.size()),
+              sorted[sorted.size() / 2], sorted[sorted.size() * 9 / 10], sorted.back(),
+              total * pool.size() / static_cast<double>(fills));
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s TOKENIZER_DIR [--check]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TOKENIZER_DIR [--check | --streams N [--threads T]]\n", argv[0]);
     return 2;
   }
   const bool check = argc > 2 && std::strcmp(argv[2], "--check") == 0;
+  int n_streams = 0, threads = 2;
+  for (int i = 2; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--streams") == 0) n_streams = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+  }
   const Tokenizer tokenizer = Tokenizer::load(argv[1]);
   auto t0 = std::chrono::steady_clock::now();
   const Vocabulary vocabulary(tokenizer);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("vocabulary: %d tokens, built in %.1f ms\n", tokenizer.vocab_size(), build_ms);
+  if (n_streams > 0) return streams(vocabulary, tokenizer.vocab_size(), n_streams, threads);
   struct Case {
     const char* name;
     const char* schema;  // empty: any JSON object

@@ -11,10 +11,12 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "structured/constraint.h"
+#include "structured/grammar_cache.h"
 #include "structured/json_grammar.h"
 #include "structured/token_mask.h"
 #include "structured_helpers.h"
@@ -674,6 +676,88 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
     }
     EXPECT_TRUE(matcher.accepting(state));
   }
+}
+
+// Pattern masks are kept for every thread and sequence: four threads walk answers of one
+// grammar at once, twice (the second time every pattern mask comes from what is kept), and
+// every mask must equal stepping each token through the matcher.
+TEST(TokenMask, MasksKeptAcrossThreadsAgreeWithTheMatcher) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const char* piece : {"AB", "ABC-", "-12", "1234", "34\"", "@ex", "ample", ".org", ".org\"", "ab", "a b", " c,",
+                            "\", \"", "{\"", "\":", "\": \""}) {
+    tokens.emplace_back(piece);
+  }
+  const Vocabulary vocabulary(tokens);
+  const auto grammar = schema(R"({"type": "object", "required": ["code", "email", "note"],
+      "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"},
+                     "email": {"type": "string", "pattern": "^[a-z0-9._]{1,20}@[a-z]{2,12}\\.(com|org|net)$"},
+                     "note": {"type": "string", "pattern": "^[A-Za-z ,.]{0,8}$", "minLength": 2}}})");
+  const JsonMatcher matcher(grammar);
+  const std::vector<std::string> answers = {
+      R"({"code": "ABC-1234", "email": "ada@example.org", "note": "a b c,"})",
+      R"({"code": "XYZ-0000", "email": "a.b_c@ex.net", "note": "ab"})",
+      R"({"code": "QQQ-9876", "email": "z9@example.com", "note": "Hi, all."})",
+      R"({"code": "ABD-1234", "email": "ada@examplf.org", "note": "  "})"};
+  std::vector<int> disagreements(answers.size(), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < answers.size(); ++t) {
+      threads.emplace_back([&, t] {
+        MatchState state = matcher.start();
+        const std::string& doc = answers[t];
+        for (size_t n = 0; n <= doc.size(); ++n) {
+          std::vector<uint32_t> mask((tokens.size() + 31) / 32);
+          vocabulary.fill(matcher, state, mask);
+          for (size_t id = 0; id < tokens.size(); ++id) {
+            MatchState probe = state;
+            const bool expected = matcher.advance_all(probe, tokens[id]);
+            disagreements[t] += (((mask[id / 32] >> (id % 32)) & 1) != 0) != expected;
+          }
+          if (n < doc.size() && !matcher.advance_all(state, doc.substr(n, 1))) {
+            disagreements[t] += 1000;
+            return;
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (size_t t = 0; t < answers.size(); ++t) EXPECT_EQ(disagreements[t], 0) << answers[t];
+}
+
+// Requests with the same schema share one compiled grammar; a refusal is kept and thrown
+// again, with its message; another schema compiles anew.
+TEST(GrammarCache, OneGrammarForOneSchemaAndRefusalsKept) {
+  int compiles = 0;
+  auto compile = [&](const std::string& text) {
+    return [&, text] {
+      ++compiles;
+      return compile_json_schema(nlohmann::ordered_json::parse(text));
+    };
+  };
+  const std::string a = R"({"type": "string", "pattern": "^[a-z]{2}$", "x-test": "cache a"})";
+  const auto first = cached_grammar("json_schema " + a, compile(a));
+  const auto second = cached_grammar("json_schema " + a, compile(a));
+  EXPECT_EQ(first.get(), second.get());
+  EXPECT_EQ(compiles, 1);
+  const std::string b = R"({"type": "string", "pattern": "^[a-z]{3}$", "x-test": "cache b"})";
+  EXPECT_NE(cached_grammar("json_schema " + b, compile(b)).get(), first.get());
+  EXPECT_EQ(compiles, 2);
+  const std::string bad = R"({"type": "string", "pattern": "(a)\\1", "x-test": "cache refused"})";
+  std::string message;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      cached_grammar("json_schema " + bad, compile(bad));
+      ADD_FAILURE() << "a backreference was compiled";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.category(), ErrorCategory::kInvalidArgument);
+      if (i == 0) message = error.what();
+      EXPECT_EQ(error.what(), message);
+    }
+  }
+  EXPECT_EQ(compiles, 3) << "the refusal was compiled again";
+  EXPECT_LE(cached_grammars(), kGrammarsKept);
 }
 
 // A state holds at most kMaxAlternatives stacks and drops the rest; the mask walks the
