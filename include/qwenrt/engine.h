@@ -286,7 +286,7 @@ class Engine {
   void warm_up();
   void warm_up_batched();
   // Room in logprob_buffer_ for `rows` rows of log-probabilities `width` wide, and for their
-  // logits when `logit_rows` (grown, never shrunk).
+  // logits when `logit_rows` (grown, never shrunk; allocated before the old room goes).
   void reserve_logprob_rows(size_t rows, size_t width, bool logit_rows);
   // `ntk_alpha_index`: the sequence's dynamic-NTK alpha (model/config.h), from its whole prompt.
   Tensor prefill(SequenceBlocks& sequence, std::span<const int32_t> prompt, int ntk_alpha_index);
@@ -321,11 +321,10 @@ class Engine {
   std::vector<SampleRow> step_rows_host_;
   // The log-probabilities of drawn tokens, reduced on the device (Backend::score_rows) from
   // the model's logits (before bans, biases and masks): the reporting rows' sampling rows
-  // [rows] (int32), their logits when gathered [rows, vocab] (fp32), then log-probabilities
-  // and ids [rows, width]. Allocated at the first step that asks for them.
+  // [rows] (int32), their logits when gathered [logit rows, vocab] (fp32), then
+  // log-probabilities and ids [rows, width]. Allocated at the first step that asks for them.
   DeviceBuffer logprob_buffer_;
-  size_t logprob_capacity_rows_ = 0, logprob_capacity_width_ = 0;
-  bool logprob_capacity_logits_ = false;
+  size_t logprob_capacity_rows_ = 0, logprob_capacity_width_ = 0, logprob_capacity_logit_rows_ = 0;
   int32_t* logprob_rows_ = nullptr;
   float* logprob_logits_ = nullptr;
   float* logprob_values_ = nullptr;

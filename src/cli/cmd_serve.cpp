@@ -214,8 +214,9 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--max-logprobs", args->max_logprobs, "largest top_logprobs / logprobs")
-      ->check(CLI::NonNegativeNumber)
+  cmd->add_option("--max-logprobs", args->max_logprobs,
+                  "largest top_logprobs / logprobs (at most 32: the device reduces up to that many a row at once)")
+      ->check(CLI::Range(0, 32))
       ->capture_default_str();
   cmd->add_option("--max-body-mb", args->max_body_mb, "request body size limit in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)

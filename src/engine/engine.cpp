@@ -388,6 +388,24 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   ++steps_run_;
   const size_t n_rows = step_rows_host_.size();
   int history_stride = 0;
+  // The sampling rows that report log-probabilities, and room for them, before the pass is
+  // issued (growing the room waits for the device).
+  const auto vocab = static_cast<int64_t>(model_->config().vocab_size);
+  step_logprob_rows_host_.clear();
+  int top = 0;
+  for (size_t i = 0, row = 0; i < step_samples_.size() && want_logprobs; ++i) {
+    if (step_samples_[i] == 0) continue;
+    if (step_top_logprobs_[i] >= 0) {
+      step_logprob_rows_host_.push_back(static_cast<int32_t>(row));
+      top = std::max(top, static_cast<int>(std::min<int64_t>(step_top_logprobs_[i], vocab)));
+    }
+    ++row;
+  }
+  const size_t n_logprob_rows = step_logprob_rows_host_.size();
+  const bool adjusted = !step_adjust_host_.empty() || !step_mask_rows_host_.empty();
+  const bool gathered = n_logprob_rows > 0 && (n_logprob_rows < n_rows || adjusted);
+  step_logprob_width_ = static_cast<size_t>(top) + 1;
+  if (n_logprob_rows > 0) reserve_logprob_rows(n_logprob_rows, step_logprob_width_, gathered);
   step_started_ = std::chrono::steady_clock::now();
   // The draw's inputs go up before the forward pass: uploads are ordered with the ops (on
   // a GPU those up to 8 MiB do not wait for the device: no round trip for the step).
@@ -432,7 +450,6 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   Tensor logits = model_->forward(step_chunks_, step_logit_rows_);
   for (const StepInput& input : inputs) input.sequence->advance(static_cast<int>(input.tokens.size()));
   step_logits_ = logits;
-  step_logprob_rows_host_.clear();
   if (n_rows == 0) {
     step_in_flight_ = true;
     return;
@@ -440,23 +457,7 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   // Log-probabilities are the model's, before any ban, bias or mask: the rows that report
   // them are gathered before those (unless they are every row and none is touched: the draw
   // leaves the logits as they are), and reduced on the device once the draw has picked.
-  const auto vocab = static_cast<int64_t>(model_->config().vocab_size);
-  int top = 0;
-  size_t row = 0;
-  for (size_t i = 0; i < step_samples_.size() && want_logprobs; ++i) {
-    if (step_samples_[i] == 0) continue;
-    if (step_top_logprobs_[i] >= 0) {
-      step_logprob_rows_host_.push_back(static_cast<int32_t>(row));
-      top = std::max(top, static_cast<int>(std::min<int64_t>(step_top_logprobs_[i], vocab)));
-    }
-    ++row;
-  }
-  const size_t n_logprob_rows = step_logprob_rows_host_.size();
-  const bool adjusted = !step_adjust_host_.empty() || !step_mask_rows_host_.empty();
-  const bool gathered = n_logprob_rows > 0 && (n_logprob_rows < n_rows || adjusted);
-  step_logprob_width_ = static_cast<size_t>(top) + 1;
   if (n_logprob_rows > 0) {
-    reserve_logprob_rows(n_logprob_rows, step_logprob_width_, gathered);
     backend_->copy_to_device(logprob_rows_, step_logprob_rows_host_.data(), n_logprob_rows * sizeof(int32_t));
     if (gathered) {
       backend_->gather_rows(logits, logprob_rows_,
@@ -494,30 +495,38 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
 }
 
 void Engine::reserve_logprob_rows(size_t rows, size_t width, bool logit_rows) {
-  if (rows <= logprob_capacity_rows_ && width <= logprob_capacity_width_ && (!logit_rows || logprob_capacity_logits_)) {
+  if (rows <= logprob_capacity_rows_ && width <= logprob_capacity_width_ &&
+      (!logit_rows || rows <= logprob_capacity_logit_rows_)) {
     return;
   }
-  const size_t capacity_rows = std::max(rows, logprob_capacity_rows_);
-  const size_t capacity_width = std::max(width, logprob_capacity_width_);
-  const bool capacity_logits = logit_rows || logprob_capacity_logits_;
+  // Rows for every sequence and the top 20 at once (a few KB); the gathered logits (0.6 MB a
+  // row at 152k ids) grow by halves from what is asked.
+  const size_t capacity_rows =
+      std::max({rows, logprob_capacity_rows_, static_cast<size_t>(max_seqs())});
+  const size_t capacity_width = std::max<size_t>({width, logprob_capacity_width_, 21});
+  const size_t capacity_logit_rows =
+      logit_rows && rows > logprob_capacity_logit_rows_
+          ? std::min(capacity_rows, std::max(rows, logprob_capacity_logit_rows_ + logprob_capacity_logit_rows_ / 2))
+          : logprob_capacity_logit_rows_;
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows_bytes = align(capacity_rows * sizeof(int32_t));
-  const size_t logits_bytes = capacity_logits ? align(capacity_rows * vocab * sizeof(float)) : 0;
+  const size_t logits_bytes = align(capacity_logit_rows * vocab * sizeof(float));
   const size_t values_bytes = align(capacity_rows * capacity_width * sizeof(float));
   const size_t ids_bytes = capacity_rows * capacity_width * sizeof(int32_t);
-  // The buffer may be in use by a step issued before this one: let it finish first.
+  // The buffer may be in use by a step issued before this one: let it finish first. The old
+  // one stays, with its pointers, should the new one not fit.
   backend_->synchronize();
-  logprob_buffer_ = DeviceBuffer();
-  logprob_buffer_ = backend_->allocate(rows_bytes + logits_bytes + values_bytes + ids_bytes, "log-probability rows");
+  DeviceBuffer grown = backend_->allocate(rows_bytes + logits_bytes + values_bytes + ids_bytes, "log-probability rows");
+  logprob_buffer_ = std::move(grown);
   char* base = static_cast<char*>(logprob_buffer_.data());
   logprob_rows_ = reinterpret_cast<int32_t*>(base);
-  logprob_logits_ = capacity_logits ? reinterpret_cast<float*>(base + rows_bytes) : nullptr;
+  logprob_logits_ = capacity_logit_rows > 0 ? reinterpret_cast<float*>(base + rows_bytes) : nullptr;
   logprob_values_ = reinterpret_cast<float*>(base + rows_bytes + logits_bytes);
   logprob_ids_ = reinterpret_cast<int32_t*>(base + rows_bytes + logits_bytes + values_bytes);
   logprob_capacity_rows_ = capacity_rows;
   logprob_capacity_width_ = capacity_width;
-  logprob_capacity_logits_ = capacity_logits;
+  logprob_capacity_logit_rows_ = capacity_logit_rows;
 }
 
 void Engine::end_step(std::vector<int32_t>& sampled, std::vector<StepLogprobs>* logprobs) {

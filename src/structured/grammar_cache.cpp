@@ -36,6 +36,7 @@ std::shared_ptr<const Grammar> found(const Entry& entry) {
 }  // namespace
 
 std::shared_ptr<const Grammar> cached_grammar(const std::string& key, const std::function<Grammar()>& compile) {
+  if (key.size() > kLongestKeyKept) return std::make_shared<const Grammar>(compile());
   Cache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
@@ -53,6 +54,8 @@ std::shared_ptr<const Grammar> cached_grammar(const std::string& key, const std:
   try {
     entry.grammar = std::make_shared<const Grammar>(compile());
   } catch (const Error& error) {
+    // A schema the grammar refuses is refused again; anything else is not kept.
+    if (error.category() != ErrorCategory::kInvalidArgument) throw;
     entry.category = error.category();
     entry.refusal = error.what();
   }

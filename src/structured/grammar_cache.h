@@ -19,6 +19,7 @@ namespace qwenrt::structured {
 std::shared_ptr<const Grammar> cached_grammar(const std::string& key, const std::function<Grammar()>& compile);
 
 inline constexpr size_t kGrammarsKept = 64;
+inline constexpr size_t kLongestKeyKept = size_t{256} << 10;  // longer ones are compiled each time
 
 // Entries now kept, and lookups that found one (for tests).
 size_t cached_grammars();

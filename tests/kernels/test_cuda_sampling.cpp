@@ -71,7 +71,8 @@ TEST_F(CudaSampling, GreedyIsArgmaxWithLowestIndexOnTies) {
 // ids with the top 20 (the server's log-probabilities of drawn tokens).
 TEST_F(CudaSampling, ScoreRowsMatchTheCpuBackend) {
   const auto cpu = make_cpu_backend(2);
-  for (int vocab : {5, 1000, 151936}) {
+  // 4,100 ids: a last slice of 4 ids, shorter than k; 40 ids with k = 40: the whole row.
+  for (int vocab : {5, 40, 1000, 4100, 151936}) {
     const int rows = 9;
     // Up to 32 the top k come from slices of the row merged (two kernels); past it, by
     // rounds over the whole row (one kernel). k may be the whole vocabulary.

@@ -757,7 +757,18 @@ TEST(GrammarCache, OneGrammarForOneSchemaAndRefusalsKept) {
     }
   }
   EXPECT_EQ(compiles, 3) << "the refusal was compiled again";
-  EXPECT_LE(cached_grammars(), kGrammarsKept);
+  // kGrammarsKept others used since: the first is gone (compiled again), the last kept.
+  std::string last;
+  for (size_t i = 0; i < kGrammarsKept; ++i) {
+    last = R"({"type": "string", "maxLength": )" + std::to_string(i + 1) + R"(, "x-test": "cache fill"})";
+    cached_grammar("json_schema " + last, compile(last));
+  }
+  EXPECT_EQ(cached_grammars(), kGrammarsKept);
+  const int before = compiles;
+  cached_grammar("json_schema " + last, compile(last));
+  EXPECT_EQ(compiles, before) << "the most recent was dropped";
+  cached_grammar("json_schema " + a, compile(a));
+  EXPECT_EQ(compiles, before + 1) << "the least recently used was kept past the cap";
 }
 
 // A state holds at most kMaxAlternatives stacks and drops the rest; the mask walks the

@@ -532,9 +532,10 @@ class CudaBackend final : public Backend {
                   int32_t* ids) override {
     const size_t bytes = score_workspace_bytes(logits.rows, logits.cols, top_k);
     if (bytes > score_workspace_.bytes()) {
+      // At least 2 MiB: 256 rows' top 20 over 152k ids in one allocation.
       synchronize();
       score_workspace_.reset();
-      score_workspace_ = allocate(bytes, "score_rows workspace");
+      score_workspace_ = allocate(std::max(bytes, size_t{2} << 20), "score_rows workspace");
     }
     launch_score_rows(logits, targets, target_rows, top_k, logprobs, ids, score_workspace_.data(), stream_);
   }
