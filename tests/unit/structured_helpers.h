@@ -1,7 +1,9 @@
 // Helpers for the structured-output tests: a grammar from schema text, whether a text is a
-// complete value of it, and the bytes of an alphabet that a state takes.
+// complete value of it, the bytes of an alphabet that a state takes, and where a token mask
+// differs from stepping each token.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +36,18 @@ inline std::vector<std::pair<char, MatchState>> ways_on(const JsonMatcher& match
     if (!next.dead()) ways.emplace_back(c, std::move(next));
   }
   return ways;
+}
+
+// The first token whose bit in `mask` differs from stepping its bytes from `state` through
+// the matcher (an empty token is never allowed); -1 where none does.
+inline int32_t first_mask_difference(const std::vector<std::string>& tokens, const JsonMatcher& matcher,
+                                     const MatchState& state, const std::vector<uint32_t>& mask) {
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    MatchState probe = state;
+    const bool expected = !tokens[id].empty() && matcher.advance_all(probe, tokens[id]);
+    if ((((mask[id / 32] >> (id % 32)) & 1) != 0) != expected) return static_cast<int32_t>(id);
+  }
+  return -1;
 }
 
 }  // namespace qwenrt::structured::testing

@@ -26,6 +26,7 @@ namespace {
 
 using nlohmann::ordered_json;
 
+using testing::first_mask_difference;
 using testing::matches;
 using testing::schema;
 using testing::ways_on;
@@ -664,12 +665,8 @@ TEST(TokenMask, EqualsSteppingEveryTokenThroughTheMatcher) {
     for (size_t n = 0; n <= doc.size(); ++n) {
       std::vector<uint32_t> mask(words);
       vocabulary.fill(matcher, state, mask);
-      for (size_t id = 0; id < tokens.size(); ++id) {
-        MatchState probe = state;
-        const bool expected = !tokens[id].empty() && matcher.advance_all(probe, tokens[id]);
-        const bool got = ((mask[id / 32] >> (id % 32)) & 1) != 0;
-        ASSERT_EQ(got, expected) << "after " << doc.substr(0, n) << " token " << id << " '" << tokens[id] << "'";
-      }
+      const int32_t differs = first_mask_difference(tokens, matcher, state, mask);
+      ASSERT_EQ(differs, -1) << "after " << doc.substr(0, n) << " token '" << tokens[std::max(differs, 0)] << "'";
       if (n < doc.size()) {
         ASSERT_TRUE(matcher.advance_all(state, doc.substr(n, 1))) << doc.substr(0, n + 1);
       }
@@ -709,11 +706,7 @@ TEST(TokenMask, MasksKeptAcrossThreadsAgreeWithTheMatcher) {
         for (size_t n = 0; n <= doc.size(); ++n) {
           std::vector<uint32_t> mask((tokens.size() + 31) / 32);
           vocabulary.fill(matcher, state, mask);
-          for (size_t id = 0; id < tokens.size(); ++id) {
-            MatchState probe = state;
-            const bool expected = matcher.advance_all(probe, tokens[id]);
-            disagreements[t] += (((mask[id / 32] >> (id % 32)) & 1) != 0) != expected;
-          }
+          disagreements[t] += first_mask_difference(tokens, matcher, state, mask) >= 0 ? 1 : 0;
           if (n < doc.size() && !matcher.advance_all(state, doc.substr(n, 1))) {
             disagreements[t] += 1000;
             return;
@@ -791,11 +784,8 @@ TEST(TokenMask, AgreesWithTheMatcherWhereAStateOverflows) {
     ASSERT_TRUE(matcher.advance_all(state, prefix)) << prefix;
     std::vector<uint32_t> mask((tokens.size() + 31) / 32);
     vocabulary.fill(matcher, state, mask);
-    for (size_t id = 0; id < tokens.size(); ++id) {
-      MatchState probe = state;
-      const bool expected = matcher.advance_all(probe, tokens[id]);
-      EXPECT_EQ(((mask[id / 32] >> (id % 32)) & 1) != 0, expected) << "after " << prefix << " token '" << tokens[id] << "'";
-    }
+    const int32_t differs = first_mask_difference(tokens, matcher, state, mask);
+    EXPECT_EQ(differs, -1) << "after " << prefix << " token '" << tokens[std::max(differs, 0)] << "'";
   }
 }
 

@@ -874,12 +874,16 @@ __global__ void __launch_bounds__(kHistThreads)
 
 size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
 
+// The score workspace's slice records, then (at this offset, 256-byte aligned) their keys.
+static size_t score_slices_bytes(int64_t rows, int64_t slices) {
+  return (static_cast<size_t>(rows) * static_cast<size_t>(slices) * sizeof(ScoreSlice) + 255) / 256 * 256;
+}
+
 size_t score_workspace_bytes(int64_t rows, int64_t vocab, int top_k) {
   if (top_k > kScoreSliceTop) return 0;
   const auto slices = static_cast<size_t>(ceil_div(vocab, kHistSlice));
   const auto n_keys = static_cast<size_t>(std::max(top_k, 1));
-  const size_t slice_bytes = (static_cast<size_t>(rows) * slices * sizeof(ScoreSlice) + 255) / 256 * 256;
-  return slice_bytes + static_cast<size_t>(rows) * slices * n_keys * sizeof(uint64_t);
+  return score_slices_bytes(rows, static_cast<int64_t>(slices)) + static_cast<size_t>(rows) * slices * n_keys * sizeof(uint64_t);
 }
 
 void launch_greedy_draw(const Tensor& logits, int32_t* out_ids, int32_t* record, GreedyScratch* scratch,
@@ -1000,9 +1004,7 @@ void launch_score_rows(const Tensor& logits, const int32_t* targets, const int32
     const int vocab = static_cast<int>(logits.cols);
     const int slices = ceil_div(vocab, kHistSlice);
     auto* slice_out = static_cast<ScoreSlice*>(workspace);
-    auto* keys = reinterpret_cast<uint64_t*>(
-        static_cast<char*>(workspace) +
-        (static_cast<size_t>(logits.rows) * slices * sizeof(ScoreSlice) + 255) / 256 * 256);
+    auto* keys = reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) + score_slices_bytes(logits.rows, slices));
     score_slices_kernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(logits.rows)), kHistThreads, 0,
                           stream>>>(logits.as<const float>(), vocab, top_k, slice_out, keys);
     QWENRT_CUDA_LAUNCHED("score_rows (slices)", "logits " + shape_string(logits));
