@@ -50,15 +50,15 @@ def check(kind, text):
     if kind == "pattern": assert list(v) == list(PATTERNS) and all(re.search(p, v[k]) for k, p in PATTERNS.items()), text
 for kind, extra in kinds.items():
     if args.no_single: break
-    rates = []; ok = 0; stops = 0
+    rates = []; ok = 0; stops = 0; lengths = []
     for seed in range(5):
         rate, n, finish, text = stream({**base, **extra, "seed": seed})
-        rates.append(rate)
+        rates.append(rate); lengths.append(n)
         if finish == "stop":
             stops += 1
             check(kind, text); ok += 1
     rates.sort()
-    print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); stopped {stops}/5, parsed {ok}", flush=True)
+    print(f"one stream {kind}: decode tok/s median {rates[2]:.1f} (min {rates[0]:.1f}, max {rates[-1]:.1f}); tokens {sorted(lengths)}; stopped {stops}/5, parsed {ok}", flush=True)
 for conc in [int(n) for n in args.streams.split(",")]:
     for kind in args.kinds.split(","):
         out = [None] * conc

@@ -7,8 +7,11 @@
 // With --streams N [--threads T]: N sequences of one schema of three pattern strings, each
 // writing its own answer and starting a step after the one before, fill their masks at
 // every step on T threads (as the scheduler's pool does); prints a step's fill time.
+// With --walk N: N documents of any JSON object, each drawn a token at a time uniformly from
+// the tokens its mask allows (what a model with random weights writes under json_object),
+// 256 tokens at most; prints the fill time at every step.
 //
-//   qwenrt_mask_bench TOKENIZER_DIR [--check | --streams N [--threads T]]
+//   qwenrt_mask_bench TOKENIZER_DIR [--check | --streams N [--threads T] | --walk N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -96,24 +99,74 @@ int streams(const Vocabulary& vocabulary, int vocab_size, int n, int threads) {
   return 0;
 }
 
+// Documents drawn from the mask itself: the states a model that follows the grammar but not
+// the text reaches (long strings, deep nesting, numbers), which a written document does not.
+int walk(const Vocabulary& vocabulary, int vocab_size, int n) {
+  const auto grammar = std::make_shared<const Grammar>(any_json_object_grammar());
+  const JsonMatcher matcher(grammar);
+  std::vector<uint32_t> mask((static_cast<size_t>(vocab_size) + 31) / 32);
+  uint64_t seed = 11;
+  std::vector<double> fill_ms;
+  std::vector<size_t> fill_steps;
+  for (int doc = 0; doc < n; ++doc) {
+    MatchState state = matcher.start();
+    std::string text;
+    for (int t = 0; t < 256; ++t) {
+      const auto a = std::chrono::steady_clock::now();
+      const size_t steps = vocabulary.fill(matcher, state, mask);
+      fill_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+      fill_steps.push_back(steps);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab_size; ++id) {
+        if ((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      const int32_t id = allowed[(seed >> 33) % allowed.size()];
+      const std::string_view bytes = vocabulary.bytes(id);
+      if (bytes.empty()) break;  // an end token: the document is complete
+      if (!matcher.advance_all(state, bytes)) {
+        std::printf("document %d: token %d allowed by the mask but refused by the matcher\n", doc, id);
+        return 1;
+      }
+      text += bytes;
+    }
+    if (doc < 2) std::printf("document %d (%zu bytes): %.160s\n", doc, text.size(), text.c_str());
+  }
+  std::vector<double> sorted = fill_ms;
+  std::sort(sorted.begin(), sorted.end());
+  double total = 0;
+  for (const double ms : fill_ms) total += ms;
+  size_t worst = 0;
+  for (size_t i = 0; i < fill_ms.size(); ++i) {
+    if (fill_ms[i] > fill_ms[worst]) worst = i;
+  }
+  std::printf("%d drawn documents, %zu masks: mean %.3f ms, median %.3f, p90 %.3f, p99 %.3f, worst %.3f (%zu trie steps)\n",
+              n, fill_ms.size(), total / static_cast<double>(fill_ms.size()), sorted[sorted.size() / 2],
+              sorted[sorted.size() * 9 / 10], sorted[sorted.size() * 99 / 100], sorted.back(), fill_steps[worst]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s TOKENIZER_DIR [--check | --streams N [--threads T]]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TOKENIZER_DIR [--check | --streams N [--threads T] | --walk N]\n", argv[0]);
     return 2;
   }
   const bool check = argc > 2 && std::strcmp(argv[2], "--check") == 0;
-  int n_streams = 0, threads = 2;
+  int n_streams = 0, threads = 2, walks = 0;
   for (int i = 2; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--streams") == 0) n_streams = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--walk") == 0) walks = std::atoi(argv[i + 1]);
   }
   const Tokenizer tokenizer = Tokenizer::load(argv[1]);
   auto t0 = std::chrono::steady_clock::now();
   const Vocabulary vocabulary(tokenizer);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("vocabulary: %d tokens, built in %.1f ms\n", tokenizer.vocab_size(), build_ms);
+  if (walks > 0) return walk(vocabulary, tokenizer.vocab_size(), walks);
   if (n_streams > 0) return streams(vocabulary, tokenizer.vocab_size(), n_streams, threads);
   struct Case {
     const char* name;
