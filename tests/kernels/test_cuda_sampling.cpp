@@ -326,6 +326,19 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
   cases.push_back({"vocab_normal_k1000", make(1.f, 1000, 0.95f, 0.01f, 1.f, 0.f, 0.f), 151936, 2.f, true});
   cases.push_back({"vocab_normal_penalties", make(0.9f, 40, 0.9f, 0.f, 1.2f, 0.3f, 0.1f), 151936, 2.f, true});
   cases.push_back({"vocab_ties", make(1.f, 20, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 0.f});
+  // No top_k over a real vocabulary: the mass path (bucket sums on the whole device, only the
+  // buckets of the cuts and the draw gathered; crowded ones split by more key bits; all-equal
+  // logits fall back to the select passes).
+  cases.push_back({"vocab_normal_plain", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_plain_flat", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 0.5f, true});
+  cases.push_back({"vocab_normal_cold", make(0.3f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_top_p", make(0.8f, 0, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_min_p", make(1.f, 0, 1.f, 0.05f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_min_p_wide", make(1.f, 0, 1.f, 0.001f, 1.f, 0.f, 0.f), 151936, 1.f, true});
+  cases.push_back({"vocab_normal_top_p_min_p", make(0.7f, 0, 0.95f, 0.01f, 1.f, 0.f, 0.f), 151936, 2.f, true});
+  cases.push_back({"vocab_normal_top_p_penalties", make(1.f, 0, 0.9f, 0.f, 1.2f, 0.3f, 0.1f), 151936, 2.f, true});
+  cases.push_back({"vocab_plain_uniform", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 3.f});
+  cases.push_back({"vocab_ties_plain", make(1.f, 0, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 0.f});
   for (const Case& c : cases) {
     const int rows = c.vocab > 100000 ? 2 : 8;
     auto logits = random_values(rng_, static_cast<size_t>(rows) * c.vocab, c.logit_scale, DType::kF32);
@@ -347,7 +360,7 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
     auto d_hist = upload_ints(gpu(), history);
     auto d_lens = upload_ints(gpu(), history_lens);
     auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -7));
-    const int steps = c.vocab > 100000 ? 20 : 150;
+    const int steps = c.vocab > 100000 ? 40 : 150;
     int same = 0, total = 0;
     std::vector<int32_t> got(rows);
     for (int step = 0; step < steps; ++step) {
@@ -374,6 +387,47 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
     const int allowed = exact ? 0 : std::max(1, total / 200);
     EXPECT_GE(same, total - allowed)
         << c.name << ": " << same << " of " << total << " draws equal the CPU rule's";
+  }
+}
+
+// What a draw costs over a real vocabulary (normally distributed logits), by kind; the
+// rows after the first show how the per-row work spreads over the device.
+TEST_F(CudaSampling, DrawTimes) {
+  const int vocab = 151936;
+  auto make = [](float t, int k, float p, float mp) {
+    SamplingParams s;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    s.min_p = mp;
+    s.seed = 5;
+    return s;
+  };
+  const std::vector<std::pair<const char*, SamplingParams>> kinds = {
+      {"greedy", make(0.f, 0, 1.f, 0.f)},           {"top_k 20, top_p 0.8", make(0.7f, 20, 0.8f, 0.f)},
+      {"no top_k", make(1.f, 0, 1.f, 0.f)},         {"no top_k, top_p 0.9", make(1.f, 0, 0.9f, 0.f)},
+      {"no top_k, min_p 0.05", make(1.f, 0, 1.f, 0.05f)}};
+  for (const int rows : {1, 64}) {
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> normal(0.f, 2.f);
+    for (float& l : logits) l = normal(rng_);
+    auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
+    auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -1));
+    for (const auto& [name, params] : kinds) {
+      auto timer = gpu().make_timer();
+      std::vector<double> times;
+      for (int repeat = 0; repeat < 6; ++repeat) {
+        timer->start();
+        gpu().sample(d.t, params, static_cast<uint64_t>(repeat), nullptr, nullptr, 0, static_cast<int32_t*>(ids.data()));
+        timer->stop();
+        times.push_back(timer->seconds());
+      }
+      std::vector<int32_t> got(rows);
+      gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
+      for (const int32_t id : got) ASSERT_TRUE(id >= 0 && id < vocab) << name;
+      std::sort(times.begin() + 1, times.end());
+      std::printf("draw, %d rows of %d ids, %s: %.1f us (median of 5 after one)\n", rows, vocab, name, times[3] * 1e6);
+    }
   }
 }
 

@@ -200,7 +200,7 @@ struct SamplingWorkspace {
   int32_t* status = nullptr;    // [1] device flag: row + 1 of a non-finite logit, else 0
   size_t rows = 0;              // capacity in rows
   size_t vocab = 0;             // capacity in columns
-  int32_t* histogram = nullptr;  // [histogram_rows, buckets] counts of the top_k path
+  int32_t* histogram = nullptr;  // [histogram_rows, buckets] counts, then the no-top_k path's masses
   size_t histogram_rows = 0;
 };
 // Bytes of SamplingWorkspace::histogram for `rows` rows.

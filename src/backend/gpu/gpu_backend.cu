@@ -692,6 +692,9 @@ class CudaBackend final : public Backend {
       sampling_histogram_.reset();
       histogram_rows_ = 0;  // none, should the allocation fail
       sampling_histogram_ = allocate(sampling_histogram_bytes(rows), "sampling histogram");
+      // The counts are cleared before each draw; the masses after it, by the kernel that reads them.
+      QWENRT_CUDA_CALL(cudaMemsetAsync(sampling_histogram_.data(), 0, sampling_histogram_bytes(rows), stream_),
+                       "sample", "zeroing the sampling histogram");
       histogram_rows_ = rows;
     }
     SamplingWorkspace ws;

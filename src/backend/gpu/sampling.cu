@@ -13,6 +13,11 @@
 // buckets of their key's top 12 bits; the row's block then gathers every logit in the
 // buckets up to the one where the count reaches top_k (a superset of the top_k, ordered by
 // the sort), and falls back to the count select when that is more than kGatherMax.
+// Draws with no top_k (every id a candidate) take the mass path: a second device-wide kernel
+// sums each bucket's probability as fixed-point integers (exact in any order), the row's block
+// finds from those sums the buckets where top_p's cut, min_p's cut and the draw fall, and
+// gathers and sorts only those (a bucket of more than kGatherMax split by 10 more key bits
+// first); the select passes remain for what that cannot place.
 // Non-finite logits raise a flag. Each row's parameters and random key come either from one
 // set for every row (sample) or from a per-row array in device memory (sample_rows).
 #include <algorithm>
@@ -35,9 +40,21 @@ constexpr int kHistSlice = 4096;   // logits per histogram block
 constexpr int kHistThreads = 256;
 constexpr int kGatherMax = 2048;   // candidates the histogram path sorts at most
 constexpr int kScoreSliceTop = 32;  // score_rows' top k up to this in slices (score_slices_kernel)
-// A histogram row: the buckets, then the row's argmax as one 64-bit key (see key_max).
-constexpr int kHistRowInts = kHistBuckets + 2;
-static_assert(kHistBuckets % 2 == 0, "the argmax key is 8-byte aligned");
+// A histogram row: the buckets, then the row's argmax as one 64-bit key (see key_max), then
+// the complement of the smallest key min_p refuses (0: none).
+constexpr int kHistRowInts = kHistBuckets + 4;
+static_assert(kHistBuckets % 2 == 0 && kHistRowInts % 2 == 0, "the row's keys are 8-byte aligned");
+// The mass path (full-vocabulary draws: no top_k): probabilities as fixed-point integers, so
+// sums are exact and the same in any order. exp((x − x_max)/T) ≤ 1 is scaled by 2^kMassBits;
+// a vocabulary of up to 2^(63 − kMassBits) ids cannot overflow 64 bits.
+constexpr int kMassBits = 43;
+constexpr int kMassMaxVocab = 1 << (63 - kMassBits);
+constexpr int kSubBits = 10;  // key bits below a bucket's that a crowded bucket is split by
+constexpr int kSubBuckets = 1 << kSubBits;
+static_assert(kSubBuckets == kSampleThreads && kGatherMax == 2 * kSampleThreads,
+              "a sub-bucket a thread, two gathered keys a thread");
+static_assert(kSubBuckets * (sizeof(uint64_t) + sizeof(int)) <= sizeof(float) * kSampleWarps * kBuckets,
+              "the sub-buckets reuse the histogram memory");
 static_assert(kHistBuckets == 4 * kSampleThreads, "the bucket scan gives each thread four buckets");
 static_assert(kCompactMax * sizeof(double) <= sizeof(float) * kSampleWarps * kBuckets,
               "the probabilities reuse the histogram memory");
@@ -101,6 +118,20 @@ __device__ __forceinline__ int hist_bucket(float x) {
 // Whether a row's draw can take the histogram path (the same test in both kernels).
 __device__ __forceinline__ bool histogram_path(const SamplingParams& params, int vocab) {
   return params.temperature > 0.f && params.top_k > 0 && params.top_k < vocab && params.top_k <= kCompactMax;
+}
+
+// Whether a row's draw takes the mass path: every id a candidate (no top_k), so the device-wide
+// kernels sum each bucket's probability and the row's block resolves only the buckets where
+// its cuts and its draw fall (the same test in every kernel).
+__host__ __device__ __forceinline__ bool mass_path(const SamplingParams& params, int vocab) {
+  return params.temperature > 0.f && (params.top_k <= 0 || params.top_k >= vocab) && vocab <= kMassMaxVocab;
+}
+
+// A candidate's probability up to the normalisation, as the select passes compute it, in
+// fixed point (exact: scaling by a power of two, then dropping what is below 2^-kMassBits).
+__device__ __forceinline__ unsigned long long fixed_mass(float x, float x_max, float temperature) {
+  const float mass = expf((x - x_max) / temperature);
+  return static_cast<unsigned long long>(mass * static_cast<float>(1ull << kMassBits));
 }
 
 __device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
@@ -433,11 +464,55 @@ __global__ void __launch_bounds__(kHistThreads)
     atomicMax(reinterpret_cast<unsigned long long*>(out + kHistBuckets), slice.key);
   }
 
-  if (!histogram_path(row_key(rows, uniform, 0, row).params, vocab)) return;  // uniform over the block
+  const SamplingParams params = row_key(rows, uniform, 0, row).params;
+  if (!histogram_path(params, vocab) && !mass_path(params, vocab)) return;  // uniform over the block
   for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
   __syncthreads();
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) atomicAdd(&local[hist_bucket(x[i])], 1);
   __syncthreads();
+  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x)
+    if (local[b] != 0) atomicAdd(&out[b], local[b]);
+}
+
+// The probability mass of each bucket of the mass path's rows (after key_histogram_kernel,
+// which left each row's argmax): grid (slices of kHistSlice logits, rows). Adds the slice's
+// fixed-point masses to masses [rows, kHistBuckets] (zero between draws: the sample kernel
+// clears what it reads), and with min_p the complement of the smallest key it refuses to
+// the histogram row.
+__global__ void __launch_bounds__(kHistThreads)
+    mass_histogram_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
+                          SamplingParams uniform, int32_t* __restrict__ hist,
+                          unsigned long long* __restrict__ masses) {
+  __shared__ unsigned long long local[kHistBuckets];
+  __shared__ unsigned long long warp_s[kHistThreads / gpu::kWarpSize];
+  const int row = blockIdx.y;
+  const SamplingParams params = row_key(rows, uniform, 0, row).params;
+  if (!mass_path(params, vocab)) return;  // uniform over the block
+  int32_t* row_hist = hist + static_cast<int64_t>(row) * kHistRowInts;
+  const uint64_t inverted = *reinterpret_cast<const uint64_t*>(row_hist + kHistBuckets);
+  if (inverted == 0) return;  // no finite logit: flagged, and the draw is an error
+  const float* x = logits + static_cast<int64_t>(row) * vocab;
+  const float x_max = x[static_cast<uint32_t>(~inverted)];
+  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const int begin = blockIdx.x * kHistSlice;
+  const int end = min(vocab, begin + kHistSlice);
+  unsigned long long refused = 0;  // complement of the smallest key min_p refuses
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = x[i];
+    if (!isfinite(v)) continue;
+    const unsigned long long m = fixed_mass(v, x_max, params.temperature);
+    if (m != 0) atomicAdd(&local[hist_bucket(v)], m);
+    if (params.min_p > 0.f && expf((v - x_max) / params.temperature) < params.min_p)
+      refused = key_max(refused, ~candidate_key(v, i));
+  }
+  if (params.min_p > 0.f) {
+    refused = block_key_max(refused, warp_s);
+    if (threadIdx.x == 0 && refused != 0)
+      atomicMax(reinterpret_cast<unsigned long long*>(row_hist + kHistBuckets + 2), refused);
+  }
+  __syncthreads();
+  unsigned long long* out = masses + static_cast<int64_t>(row) * kHistBuckets;
   for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x)
     if (local[b] != 0) atomicAdd(&out[b], local[b]);
 }
@@ -515,10 +590,243 @@ __device__ bool sample_from_histogram(const RowView& view, const SamplingParams&
   return true;
 }
 
+// The sum of `value` over the threads before this one (block of kSampleThreads), and the
+// block's total in *total. warp_s: kSampleWarps slots; it begins with a barrier, so they may
+// still be being read from a call before.
+__device__ unsigned long long block_exclusive_sum(unsigned long long value, unsigned long long* warp_s,
+                                                  unsigned long long* total) {
+  const int lane = threadIdx.x % gpu::kWarpSize;
+  const int warp = threadIdx.x / gpu::kWarpSize;
+  unsigned long long inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < gpu::kWarpSize; offset *= 2) {
+    const unsigned long long other = gpu::shfl(inclusive, lane >= offset ? lane - offset : lane);
+    if (lane >= offset) inclusive += other;
+  }
+  __syncthreads();
+  if (lane == gpu::kWarpSize - 1) warp_s[warp] = inclusive;
+  __syncthreads();
+  unsigned long long before = 0, sum = 0;
+  for (int w = 0; w < kSampleWarps; ++w) {
+    const unsigned long long s = warp_s[w];
+    if (w < warp) before += s;
+    sum += s;
+  }
+  *total = sum;
+  return before + inclusive - value;
+}
+
+// Where a running sum crosses a target, found by the one thread that holds the entry.
+struct Crossing {
+  unsigned long long key;     // the entry: a bucket, a sub-bucket or a candidate key
+  unsigned long long before;  // the running sum before it (a candidate: through it)
+  int found;
+};
+
+// The candidates of one (sub-)bucket of the mass path, in key order, and the running mass
+// through them from `start` (the mass of every candidate before them): the first candidate at
+// which it reaches `target` (0: none), else the last kept; kept means key < `refused` (the
+// smallest key min_p refuses; ~0: none). Gathers the row's candidates whose descending bits
+// shifted right by `shift` equal `prefix` (at most kGatherMax: the caller checked the count).
+// Returns the candidate's key and the running mass through it (none kept: key ~0, start).
+// Called by the whole block; `keys` is kGatherMax slots of shared memory.
+__device__ Crossing walk_bucket(const RowView& view, uint32_t prefix, int shift, unsigned long long start,
+                                unsigned long long target, unsigned long long refused, uint64_t* keys,
+                                unsigned long long* warp_s) {
+  __shared__ int count_s;
+  __shared__ Crossing result_s;
+  if (threadIdx.x == 0) {
+    count_s = 0;
+    result_s = Crossing{~0ull, start, 0};
+  }
+  for (int i = threadIdx.x; i < kGatherMax; i += blockDim.x) keys[i] = ~0ull;
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const float x = view.x[i];
+    if ((descending_bits(x) >> shift) == prefix) {
+      const int slot = atomicAdd(&count_s, 1);
+      if (slot < kGatherMax) keys[slot] = candidate_key(x, i);
+    }
+  }
+  __syncthreads();
+  int n_sort = 2;
+  while (n_sort < count_s && n_sort < kGatherMax) n_sort *= 2;
+  sort_keys(keys, n_sort);
+  // Two candidates a thread: their masses (0 past the kept ones), then the running sums.
+  const int first = 2 * threadIdx.x;
+  uint64_t key[2];
+  unsigned long long mass[2];
+  bool kept[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    key[j] = keys[first + j];
+    kept[j] = key[j] < refused && key[j] != ~0ull;
+    mass[j] = kept[j] ? fixed_mass(key_logit(key[j]), view.x_max, view.temperature) : 0;
+  }
+  const bool next_kept = first + 2 < kGatherMax && keys[first + 2] < refused && keys[first + 2] != ~0ull;
+  unsigned long long total = 0;
+  unsigned long long cum = start + block_exclusive_sum(mass[0] + mass[1], warp_s, &total);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const unsigned long long through = cum + mass[j];
+    if (kept[j] && target != 0 && cum < target && through >= target) {
+      result_s = Crossing{key[j], through, 1};
+    }
+    cum = through;
+  }
+  __syncthreads();
+  if (result_s.found == 0) {
+    // No crossing: the last kept candidate (kept ones are a prefix of the sorted keys).
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bool last = kept[j] && !(j == 0 ? kept[1] : next_kept);
+      if (last) result_s = Crossing{key[j], start + total, 0};
+    }
+  }
+  __syncthreads();
+  const Crossing result = result_s;
+  __syncthreads();  // result_s and keys are free for the next call
+  return result;
+}
+
+// The candidate of the mass path where the running mass (from `start` before the bucket)
+// reaches `target` (0: none, the last kept; kept: key < `refused`) in bucket `bucket` of
+// `count` candidates. A bucket of more than kGatherMax is split by the next kSubBits key bits
+// first (one more pass over the row); found == -1 if the sub-bucket is still too crowded.
+__device__ Crossing resolve_bucket(const RowView& view, int bucket, int count, unsigned long long start,
+                                   unsigned long long target, unsigned long long refused, SelectSmem& sm,
+                                   unsigned long long* warp_s) {
+  uint64_t* keys = reinterpret_cast<uint64_t*>(&sm.hist[0][0]);
+  constexpr int kBucketShift = 32 - kHistBits;
+  if (count <= kGatherMax) return walk_bucket(view, static_cast<uint32_t>(bucket), kBucketShift, start, target, refused, keys, warp_s);
+  // The sub-buckets' kept masses and counts.
+  constexpr int kSubShift = kBucketShift - kSubBits;
+  auto* sub_mass = reinterpret_cast<unsigned long long*>(&sm.hist[0][0]);
+  auto* sub_count = reinterpret_cast<int*>(sub_mass + kSubBuckets);
+  __shared__ Crossing sub_s;
+  for (int b = threadIdx.x; b < kSubBuckets; b += blockDim.x) {
+    sub_mass[b] = 0;
+    sub_count[b] = 0;
+  }
+  if (threadIdx.x == 0) sub_s = Crossing{~0ull, 0, 0};
+  __syncthreads();
+  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
+    const float x = view.x[i];
+    const uint32_t bits = descending_bits(x);
+    if (static_cast<int>(bits >> kBucketShift) != bucket) continue;
+    const int sub = static_cast<int>((bits >> kSubShift) & (kSubBuckets - 1));
+    atomicAdd(&sub_count[sub], 1);
+    if (candidate_key(x, i) < refused) atomicAdd(&sub_mass[sub], fixed_mass(x, view.x_max, view.temperature));
+  }
+  __syncthreads();
+  // The sub-bucket where the target is reached, or the one that holds the refused key,
+  // whichever comes first (sub-bucket order is key order); one a thread.
+  const int mine = threadIdx.x;
+  const unsigned long long m = sub_mass[mine];
+  const int c = sub_count[mine];
+  unsigned long long total = 0;
+  const unsigned long long cum = start + block_exclusive_sum(m, warp_s, &total);
+  const auto refused_bits = static_cast<uint32_t>(refused >> 32);
+  const bool refused_here = refused != ~0ull && static_cast<int>(refused_bits >> kBucketShift) == bucket &&
+                            static_cast<int>((refused_bits >> kSubShift) & (kSubBuckets - 1)) == mine;
+  const bool crosses = target != 0 && cum < target && cum + m >= target;
+  const int chosen = crosses || refused_here ? mine : kSubBuckets;
+  if (chosen < kSubBuckets) atomicMin(&sub_s.key, static_cast<unsigned long long>(chosen));
+  __syncthreads();
+  if (chosen < kSubBuckets && static_cast<unsigned long long>(chosen) == sub_s.key) {
+    sub_s.before = cum;
+    sub_s.found = c;
+  }
+  __syncthreads();
+  const Crossing sub = sub_s;
+  __syncthreads();
+  if (sub.key == ~0ull) return Crossing{~0ull, start + total, 0};  // not asked for: everything kept here
+  if (sub.found > kGatherMax) return Crossing{0, 0, -1};
+  const uint32_t prefix = (static_cast<uint32_t>(bucket) << kSubBits) | static_cast<uint32_t>(sub.key);
+  return walk_bucket(view, prefix, kSubShift, sub.before, target, refused, keys, warp_s);
+}
+
+// The mass path of a draw with no top_k: the device-wide kernels left each bucket's count
+// (row_hist) and fixed-point probability mass (row_mass, cleared here); the exact running sums
+// of those find the buckets where top_p's cut, min_p's cut and the draw fall, and only those
+// buckets' candidates are gathered and sorted. Same rule as the select passes: kept is the
+// prefix up to the first candidate whose running mass reaches top_p of the total, and before
+// min_p's first refusal; the draw is the first kept candidate whose running mass exceeds u of
+// the kept mass. False (the caller takes the select passes) when a bucket is too crowded.
+__device__ __noinline__ bool sample_from_masses(const RowView& view, const SamplingParams& params, uint64_t position,
+                                   uint64_t stream, int row, const int32_t* row_hist,
+                                   unsigned long long* row_mass, SelectSmem& sm, int32_t* out_ids) {
+  __shared__ unsigned long long warp_s[kSampleWarps];
+  __shared__ Crossing bucket_s;
+  const int first = 4 * threadIdx.x;
+  unsigned long long mass[4];
+  int count[4];
+  unsigned long long local = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    mass[j] = row_mass[first + j];
+    row_mass[first + j] = 0;
+    count[j] = row_hist[first + j];
+    local += mass[j];
+  }
+  unsigned long long total = 0;
+  const unsigned long long before = block_exclusive_sum(local, warp_s, &total);
+  if (total == 0) return false;  // no finite logit (flagged)
+  // The bucket where the running mass reaches `target` (1 <= target <= total), or bucket
+  // `at` (target 0), with the mass before it and its count.
+  auto find_bucket = [&](unsigned long long target, int at) {
+    __syncthreads();
+    unsigned long long cum = before;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (target != 0 ? (cum < target && cum + mass[j] >= target) : first + j == at)
+        bucket_s = Crossing{static_cast<unsigned long long>(first + j), cum, count[j]};
+      cum += mass[j];
+    }
+    __syncthreads();
+    return bucket_s;
+  };
+  const unsigned long long refused_inv = *reinterpret_cast<const unsigned long long*>(row_hist + kHistBuckets + 2);
+  const unsigned long long refused = params.min_p > 0.f && refused_inv != 0 ? ~refused_inv : ~0ull;
+  const int refused_bucket = refused != ~0ull ? static_cast<int>(refused >> (64 - kHistBits)) : kHistBuckets;
+  // The kept mass: through top_p's cut or up to min_p's, whichever comes first.
+  unsigned long long kept = total;
+  Crossing cut{0, 0, 0};
+  unsigned long long top_p_target = 0;
+  if (params.top_p < 1.f) {
+    const double t = ceil(static_cast<double>(params.top_p) * static_cast<double>(total));
+    top_p_target = t < 1.0 ? 1ull : (t >= static_cast<double>(total) ? total : static_cast<unsigned long long>(t));
+    cut = find_bucket(top_p_target, 0);
+  }
+  if (top_p_target == 0 || static_cast<int>(cut.key) >= refused_bucket) {
+    if (refused_bucket < kHistBuckets) {
+      if (top_p_target != 0 && static_cast<int>(cut.key) > refused_bucket) top_p_target = 0;  // min_p cuts first
+      cut = find_bucket(0, refused_bucket);
+    } else if (top_p_target == 0) {
+      cut.found = -2;  // no cut
+    }
+  }
+  if (cut.found != -2) {
+    const Crossing c = resolve_bucket(view, static_cast<int>(cut.key), cut.found, cut.before, top_p_target, refused, sm, warp_s);
+    if (c.found < 0) return false;
+    kept = c.before;
+  }
+  // The draw: the first kept candidate whose running mass exceeds u · kept.
+  const double u = unit_float(sample_bits(params.seed, position, stream));
+  const double t = floor(u * static_cast<double>(kept)) + 1.0;
+  const unsigned long long draw_target = t >= static_cast<double>(kept) ? kept : static_cast<unsigned long long>(t);
+  const Crossing at = find_bucket(draw_target, 0);
+  const Crossing c = resolve_bucket(view, static_cast<int>(at.key), at.found, at.before, draw_target, refused, sm, warp_s);
+  if (c.found < 0 || c.key == ~0ull) return false;
+  if (threadIdx.x == 0) out_ids[row] = static_cast<int32_t>(c.key & 0xffffffffu);
+  return true;
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int vocab, const SampleRow* __restrict__ rows,
                   SamplingParams uniform, uint64_t step, const int32_t* __restrict__ hist,
-                  int32_t* __restrict__ out_ids, int32_t* __restrict__ status) {
+                  unsigned long long* __restrict__ masses, int32_t* __restrict__ out_ids,
+                  int32_t* __restrict__ status) {
   __shared__ SelectSmem sm;
   __shared__ uint64_t spare[kCompactMax];  // sorted candidates, or the histogram path's probabilities
   __shared__ float best_value_s[kSampleWarps];
@@ -587,6 +895,12 @@ __global__ void __launch_bounds__(kSampleThreads)
   RowView view{x, vocab, params.temperature, best, 0.f, ~0ull};
   uint64_t key = 0;
 
+  if (hist != nullptr && masses != nullptr && mass_path(params, vocab) &&
+      sample_from_masses(view, params, key_of_row.position, key_of_row.stream, row,
+                         hist + static_cast<int64_t>(row) * kHistRowInts,
+                         masses + static_cast<int64_t>(row) * kHistBuckets, sm, out_ids)) {
+    return;
+  }
   if (hist != nullptr && histogram_path(params, vocab) &&
       sample_from_histogram(view, params, key_of_row.position, key_of_row.stream, row,
                             hist + static_cast<int64_t>(row) * kHistRowInts, sm, spare, out_ids)) {
@@ -872,7 +1186,9 @@ __global__ void __launch_bounds__(kHistThreads)
 
 }  // namespace
 
-size_t sampling_histogram_bytes(size_t rows) { return rows * kHistRowInts * sizeof(int32_t); }
+size_t sampling_histogram_bytes(size_t rows) {
+  return rows * (kHistRowInts * sizeof(int32_t) + kHistBuckets * sizeof(unsigned long long));
+}
 
 // The score workspace's slice records, then (at this offset, 256-byte aligned) their keys.
 static size_t score_slices_bytes(int64_t rows, int64_t slices) {
@@ -925,6 +1241,11 @@ __global__ void mask_logits_kernel(float* __restrict__ logits, int64_t rows, int
   }
 }
 
+// The mass path's buckets: past the histogram rows of the workspace's capacity.
+unsigned long long* sampling_masses(const SamplingWorkspace& ws) {
+  return reinterpret_cast<unsigned long long*>(ws.histogram + ws.histogram_rows * kHistRowInts);
+}
+
 // rows == nullptr: every row uses `uniform` with the key (step, row).
 void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const SamplingParams& uniform,
                            uint64_t step, bool penalise, const int32_t* history,
@@ -952,6 +1273,7 @@ void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const Sa
   // that, the two kernels now 18 µs; Nsight Compute): so it runs for every draw, greedy too,
   // where its workspace is large enough.
   int32_t* hist = nullptr;
+  unsigned long long* masses = nullptr;
   if (ws.histogram != nullptr && ws.histogram_rows >= static_cast<size_t>(n_rows)) {
     hist = ws.histogram;
     QWENRT_CUDA_CALL(cudaMemsetAsync(hist, 0, static_cast<size_t>(n_rows) * kHistRowInts * sizeof(int32_t), stream),
@@ -959,9 +1281,15 @@ void launch_sample_kernels(const Tensor& logits, const SampleRow* rows, const Sa
     const dim3 grid(static_cast<unsigned>(ceil_div(vocab, kHistSlice)), static_cast<unsigned>(n_rows));
     key_histogram_kernel<<<grid, kHistThreads, 0, stream>>>(source, vocab, rows, uniform, hist, ws.status);
     QWENRT_CUDA_LAUNCHED("sample (histogram)", sizes());
+    // Rows with no top_k: each bucket's probability mass, after the argmax it is relative to.
+    if (rows != nullptr || mass_path(uniform, vocab)) {
+      masses = sampling_masses(ws);
+      mass_histogram_kernel<<<grid, kHistThreads, 0, stream>>>(source, vocab, rows, uniform, hist, masses);
+      QWENRT_CUDA_LAUNCHED("sample (masses)", sizes());
+    }
   }
   sample_kernel<<<static_cast<unsigned>(n_rows), kSampleThreads, 0, stream>>>(
-      source, vocab, rows, uniform, step, hist, out_ids, ws.status);
+      source, vocab, rows, uniform, step, hist, masses, out_ids, ws.status);
   QWENRT_CUDA_LAUNCHED("sample", sizes());
 }
 
