@@ -291,6 +291,10 @@ struct Case {
   int vocab;
   float logit_scale;
   bool normal = false;  // N(0, logit_scale) instead of uniform in ±logit_scale
+  // A flat row whose draws often land in a tie of more than 2,048 equal logits (the quantised
+  // third below): those draws take the select passes, whose float sums differ from the CPU
+  // rule's in a few percent of them (as every full-vocabulary draw did before the mass path).
+  bool float_ties = false;
 };
 
 TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
@@ -334,7 +338,7 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
   cases.push_back({"vocab_normal_cold", make(0.3f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
   cases.push_back({"vocab_normal_top_p", make(0.8f, 0, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 2.f, true});
   cases.push_back({"vocab_normal_min_p", make(1.f, 0, 1.f, 0.05f, 1.f, 0.f, 0.f), 151936, 2.f, true});
-  cases.push_back({"vocab_normal_min_p_wide", make(1.f, 0, 1.f, 0.001f, 1.f, 0.f, 0.f), 151936, 1.f, true});
+  cases.push_back({"vocab_normal_min_p_wide", make(1.f, 0, 1.f, 0.001f, 1.f, 0.f, 0.f), 151936, 1.f, true, true});
   cases.push_back({"vocab_normal_top_p_min_p", make(0.7f, 0, 0.95f, 0.01f, 1.f, 0.f, 0.f), 151936, 2.f, true});
   cases.push_back({"vocab_normal_top_p_penalties", make(1.f, 0, 0.9f, 0.f, 1.2f, 0.3f, 0.1f), 151936, 2.f, true});
   cases.push_back({"vocab_plain_uniform", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 3.f});
@@ -381,10 +385,12 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
       }
     }
     // top_k <= 1024 takes the exact path (the CPU's double arithmetic on the sorted
-    // candidates): every draw must match. The full-vocabulary path sums in float, so a
-    // draw may differ when u falls within rounding of a cumulative boundary.
+    // candidates): every draw must match. With no top_k the mass path sums the CPU's double
+    // probabilities as integers (a draw differs only within 2^-43 of a boundary), and the
+    // select passes (top_k above 1,024, or a crowded tie) sum in float: a draw may differ
+    // when u falls within rounding of a cumulative boundary.
     const bool exact = c.params.top_k > 0 && c.params.top_k <= 1024;
-    const int allowed = exact ? 0 : std::max(1, total / 200);
+    const int allowed = exact ? 0 : std::max(1, total / (c.float_ties ? 20 : 200));
     EXPECT_GE(same, total - allowed)
         << c.name << ": " << same << " of " << total << " draws equal the CPU rule's";
   }

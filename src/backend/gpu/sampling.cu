@@ -127,11 +127,17 @@ __host__ __device__ __forceinline__ bool mass_path(const SamplingParams& params,
   return params.temperature > 0.f && (params.top_k <= 0 || params.top_k >= vocab) && vocab <= kMassMaxVocab;
 }
 
-// A candidate's probability up to the normalisation, as the select passes compute it, in
-// fixed point (exact: scaling by a power of two, then dropping what is below 2^-kMassBits).
+// A candidate's probability up to the normalisation in the CPU sampler's double arithmetic
+// (exp(x·(1/T) − x_max·(1/T)), as finish_sorted), in fixed point: scaled by a power of two
+// (exact), what is below 2^-kMassBits dropped. Float here would put a flat distribution's
+// draws a rounding away from the CPU's (each of 150k candidates holds ~1e-5 of the mass).
+__device__ __forceinline__ double candidate_mass(float x, float x_max, float temperature) {
+  const double inv_temperature = 1.0 / static_cast<double>(temperature);
+  const double top = __dmul_rn(static_cast<double>(x_max), inv_temperature);
+  return exp(__dsub_rn(__dmul_rn(static_cast<double>(x), inv_temperature), top));
+}
 __device__ __forceinline__ unsigned long long fixed_mass(float x, float x_max, float temperature) {
-  const float mass = expf((x - x_max) / temperature);
-  return static_cast<unsigned long long>(mass * static_cast<float>(1ull << kMassBits));
+  return static_cast<unsigned long long>(candidate_mass(x, x_max, temperature) * static_cast<double>(1ull << kMassBits));
 }
 
 __device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
@@ -503,7 +509,7 @@ __global__ void __launch_bounds__(kHistThreads)
     if (!isfinite(v)) continue;
     const unsigned long long m = fixed_mass(v, x_max, params.temperature);
     if (m != 0) atomicAdd(&local[hist_bucket(v)], m);
-    if (params.min_p > 0.f && expf((v - x_max) / params.temperature) < params.min_p)
+    if (params.min_p > 0.f && candidate_mass(v, x_max, params.temperature) < static_cast<double>(params.min_p))
       refused = key_max(refused, ~candidate_key(v, i));
   }
   if (params.min_p > 0.f) {
