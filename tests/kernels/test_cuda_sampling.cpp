@@ -22,6 +22,20 @@ int reference_sample(std::vector<float> logits, const SamplingParams& p, uint64_
   return sample_row(logits.data(), vocab, p, step, static_cast<uint64_t>(row));
 }
 
+SamplingParams draw_params(float temperature, int top_k, float top_p, float min_p, float repetition,
+                           float presence, float frequency, uint64_t seed) {
+  SamplingParams s;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.min_p = min_p;
+  s.repetition_penalty = repetition;
+  s.presence_penalty = presence;
+  s.frequency_penalty = frequency;
+  s.seed = seed;
+  return s;
+}
+
 class CudaSampling : public GpuFixture<> {
  protected:
   std::mt19937 rng_{99};
@@ -300,16 +314,7 @@ struct Case {
 TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
   std::vector<Case> cases;
   auto make = [](float t, int k, float p, float mp, float rp, float pp, float fp) {
-    SamplingParams s;
-    s.temperature = t;
-    s.top_k = k;
-    s.top_p = p;
-    s.min_p = mp;
-    s.repetition_penalty = rp;
-    s.presence_penalty = pp;
-    s.frequency_penalty = fp;
-    s.seed = 0x1234abcd;
-    return s;
+    return draw_params(t, k, p, mp, rp, pp, fp, 0x1234abcd);
   };
   cases.push_back({"plain", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 1000, 2.f});
   cases.push_back({"top_k", make(0.7f, 50, 1.f, 0.f, 1.f, 0.f, 0.f), 1000, 2.f});
@@ -400,15 +405,7 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
 // rows after the first show how the per-row work spreads over the device.
 TEST_F(CudaSampling, DrawTimes) {
   const int vocab = 151936;
-  auto make = [](float t, int k, float p, float mp) {
-    SamplingParams s;
-    s.temperature = t;
-    s.top_k = k;
-    s.top_p = p;
-    s.min_p = mp;
-    s.seed = 5;
-    return s;
-  };
+  auto make = [](float t, int k, float p, float mp) { return draw_params(t, k, p, mp, 1.f, 0.f, 0.f, 5); };
   const std::vector<std::pair<const char*, SamplingParams>> kinds = {
       {"greedy", make(0.f, 0, 1.f, 0.f)},           {"top_k 20, top_p 0.8", make(0.7f, 20, 0.8f, 0.f)},
       {"no top_k", make(1.f, 0, 1.f, 0.f)},         {"no top_k, top_p 0.9", make(1.f, 0, 0.9f, 0.f)},
