@@ -136,8 +136,11 @@ __device__ __forceinline__ double candidate_mass(float x, float x_max, float tem
   const double top = __dmul_rn(static_cast<double>(x_max), inv_temperature);
   return exp(__dsub_rn(__dmul_rn(static_cast<double>(x), inv_temperature), top));
 }
+__device__ __forceinline__ unsigned long long to_fixed(double mass) {
+  return static_cast<unsigned long long>(mass * static_cast<double>(1ull << kMassBits));
+}
 __device__ __forceinline__ unsigned long long fixed_mass(float x, float x_max, float temperature) {
-  return static_cast<unsigned long long>(candidate_mass(x, x_max, temperature) * static_cast<double>(1ull << kMassBits));
+  return to_fixed(candidate_mass(x, x_max, temperature));
 }
 
 __device__ __forceinline__ Candidate candidate(const RowView& row, int i, bool need_mass = true) {
@@ -507,9 +510,10 @@ __global__ void __launch_bounds__(kHistThreads)
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float v = x[i];
     if (!isfinite(v)) continue;
-    const unsigned long long m = fixed_mass(v, x_max, params.temperature);
+    const double p = candidate_mass(v, x_max, params.temperature);
+    const unsigned long long m = to_fixed(p);
     if (m != 0) atomicAdd(&local[hist_bucket(v)], m);
-    if (params.min_p > 0.f && candidate_mass(v, x_max, params.temperature) < static_cast<double>(params.min_p))
+    if (params.min_p > 0.f && p < static_cast<double>(params.min_p))
       refused = key_max(refused, ~candidate_key(v, i));
   }
   if (params.min_p > 0.f) {
@@ -795,24 +799,23 @@ __device__ __noinline__ bool sample_from_masses(const RowView& view, const Sampl
   const unsigned long long refused_inv = *reinterpret_cast<const unsigned long long*>(row_hist + kHistBuckets + 2);
   const unsigned long long refused = params.min_p > 0.f && refused_inv != 0 ? ~refused_inv : ~0ull;
   const int refused_bucket = refused != ~0ull ? static_cast<int>(refused >> (64 - kHistBits)) : kHistBuckets;
-  // The kept mass: through top_p's cut or up to min_p's, whichever comes first.
+  // The kept mass: through top_p's cut or up to min_p's, whichever bucket comes first.
   unsigned long long kept = total;
-  Crossing cut{0, 0, 0};
   unsigned long long top_p_target = 0;
+  Crossing cut{0, 0, 0};
+  bool has_cut = false;
   if (params.top_p < 1.f) {
     const double t = ceil(static_cast<double>(params.top_p) * static_cast<double>(total));
     top_p_target = t < 1.0 ? 1ull : (t >= static_cast<double>(total) ? total : static_cast<unsigned long long>(t));
     cut = find_bucket(top_p_target, 0);
+    has_cut = true;
   }
-  if (top_p_target == 0 || static_cast<int>(cut.key) >= refused_bucket) {
-    if (refused_bucket < kHistBuckets) {
-      if (top_p_target != 0 && static_cast<int>(cut.key) > refused_bucket) top_p_target = 0;  // min_p cuts first
-      cut = find_bucket(0, refused_bucket);
-    } else if (top_p_target == 0) {
-      cut.found = -2;  // no cut
-    }
+  if (refused_bucket < kHistBuckets && (!has_cut || static_cast<int>(cut.key) >= refused_bucket)) {
+    if (has_cut && static_cast<int>(cut.key) > refused_bucket) top_p_target = 0;  // min_p cuts first
+    cut = find_bucket(0, refused_bucket);
+    has_cut = true;
   }
-  if (cut.found != -2) {
+  if (has_cut) {
     const Crossing c = resolve_bucket(view, static_cast<int>(cut.key), cut.found, cut.before, top_p_target, refused, sm, warp_s);
     if (c.found < 0) return false;
     kept = c.before;
