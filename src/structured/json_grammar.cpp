@@ -517,13 +517,14 @@ class Compiler {
 
   // The schema's `pattern` (null where it has none) with its length bounds as an automaton,
   // each distinct one compiled once for the request.
+  // `key` gets the automaton's key (pattern text and bounds) for the caller's own index.
   const BytePattern* automaton(const ordered_json& schema, const std::string& path, int32_t min_length,
-                               int32_t max_length) {
+                               int32_t max_length, PatternKey& key) {
     const auto it = schema.find("pattern");
     if (it == schema.end()) return nullptr;
     if (!it->is_string()) fail(path, "'pattern' must be a string");
     const std::string& text = it->get_ref<const std::string&>();
-    const auto key = std::make_tuple(text, min_length, max_length);
+    key = PatternKey(text, min_length, max_length);
     auto compiled = automata_->compiled.find(key);
     if (compiled == automata_->compiled.end()) {
       if (automata_->work_left == 0) fail(path, "the schema's patterns take too long to compile in all");
@@ -543,9 +544,9 @@ class Compiler {
 
   // The schema's `pattern` with its length bounds in the grammar; -1 where it has none.
   int32_t pattern(const ordered_json& schema, const std::string& path, int32_t min_length, int32_t max_length) {
-    const BytePattern* compiled = automaton(schema, path, min_length, max_length);
+    PatternKey key;
+    const BytePattern* compiled = automaton(schema, path, min_length, max_length, key);
     if (compiled == nullptr) return -1;
-    const auto key = std::make_tuple(schema["pattern"].get<std::string>(), min_length, max_length);
     if (const auto known = patterns_.find(key); known != patterns_.end()) return known->second;
     pattern_states_ += compiled->states();
     if (pattern_states_ > kMaxPatternStatesInAll) {
@@ -639,7 +640,8 @@ class Compiler {
     const int32_t max_length = count(schema, "maxLength", path, -1);
     const std::optional<SchemaNode> bounds = number_bounds(schema, path);
     const int64_t multiple = multiple_of(schema, path);
-    const BytePattern* text_pattern = automaton(schema, path, 0, -1);  // for checking only
+    PatternKey unused;
+    const BytePattern* text_pattern = automaton(schema, path, 0, -1, unused);  // for checking only
     auto fits = [&](const ordered_json& v) {
       auto is = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
       bool typed = types.empty();
