@@ -31,7 +31,7 @@ struct EngineOptions {
   // memory less weights and workspace (as vLLM's gpu_memory_utilization); 0 = off.
   double kv_memory_fraction = 0;
   int max_batch_tokens = 512;      // tokens per forward pass (prompt chunk size)
-  int max_logit_rows = 128;        // rows of logits per pass (score chunk size)
+  int max_logit_rows = 128;        // rows of logits per pass (a scored pass takes its logits in slices of this many)
   bool record_decode = true;       // GPU: replay each decode step as one recorded graph
   int max_seqs = 8;                // sequences per forward pass (the batched step's width)
   // Called while weights load: (bytes done, bytes total).

@@ -743,19 +743,19 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
     throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the sequence: raise --kv-cache-gb");
   }
   auto start = std::chrono::steady_clock::now();
-  const int chunk_size = model_->limits().max_logit_rows;
+  // Passes as long as a prompt's chunks; the logits of each pass's rows in slices as many
+  // as the logits buffer holds, each reduced where it is (Backend::score_rows): a softmax,
+  // argmax and top k a row, only those few numbers coming back.
+  const int chunk_size = model_->limits().max_batch_tokens;
+  const int slice_size = model_->limits().max_logit_rows;
   const int vocab = model_->config().vocab_size;
   const int k = std::clamp(top_logprobs, 0, vocab - 1);
   const auto width = static_cast<size_t>(k) + 1;
-  std::vector<int32_t> rows(chunk_size);
-  for (int i = 0; i < chunk_size; ++i) rows[i] = i;
-  // Each row's softmax, argmax and top k are reduced where the logits are (Backend::
-  // score_rows): only a few numbers a row come back.
-  DeviceBuffer targets = backend_->allocate(static_cast<size_t>(chunk_size) * sizeof(int32_t), "score targets");
-  DeviceBuffer row_logprobs = backend_->allocate(chunk_size * width * sizeof(float), "score log-probabilities");
-  DeviceBuffer row_ids = backend_->allocate(chunk_size * width * sizeof(int32_t), "score ids");
-  std::vector<float> host_logprobs(chunk_size * width);
-  std::vector<int32_t> host_ids(chunk_size * width);
+  DeviceBuffer targets = backend_->allocate(static_cast<size_t>(slice_size) * sizeof(int32_t), "score targets");
+  DeviceBuffer row_logprobs = backend_->allocate(slice_size * width * sizeof(float), "score log-probabilities");
+  DeviceBuffer row_ids = backend_->allocate(slice_size * width * sizeof(int32_t), "score ids");
+  std::vector<float> host_logprobs(slice_size * width);
+  std::vector<int32_t> host_ids(slice_size * width);
   // Position i predicts ids[i + 1]; the last position predicts nothing. A teacher-forced
   // pass takes its dynamic-NTK alpha from the whole sequence, as the original's forward.
   const size_t predicting = ids.size() - 1;
@@ -764,26 +764,30 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
   if (top_logprobs > 0) result.top.resize(predicting);
   const int alpha = ntk_alpha_index(model_->config(), static_cast<int>(ids.size()));
   for (size_t begin = 0; begin < predicting; begin += chunk_size) {
-    size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
+    const size_t count = std::min(predicting - begin, static_cast<size_t>(chunk_size));
     SequenceChunk chunk{&sequence, std::span<const int32_t>(ids.data() + begin, count), alpha};
-    Tensor logits = model_->forward(std::span<const SequenceChunk>(&chunk, 1),
-                                    std::span<const int32_t>(rows.data(), count));
+    const Tensor hidden = model_->forward_hidden(std::span<const SequenceChunk>(&chunk, 1));
     sequence.advance(static_cast<int>(count));
-    backend_->copy_to_device(targets.data(), ids.data() + begin + 1, count * sizeof(int32_t));
-    backend_->score_rows(logits, static_cast<const int32_t*>(targets.data()), nullptr, k,
-                         static_cast<float*>(row_logprobs.data()), static_cast<int32_t*>(row_ids.data()));
-    backend_->copy_to_host(host_logprobs.data(), row_logprobs.data(), count * width * sizeof(float));
-    backend_->copy_to_host(host_ids.data(), row_ids.data(), count * width * sizeof(int32_t));
-    for (size_t r = 0; r < count; ++r) {
-      const size_t at = begin + r;
-      const float* lp = host_logprobs.data() + r * width;
-      const int32_t* id = host_ids.data() + r * width;
-      if (!std::isfinite(lp[0])) {
-        throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(at));
+    for (size_t first = 0; first < count; first += slice_size) {
+      const size_t rows = std::min(count - first, static_cast<size_t>(slice_size));
+      const Tensor logits = model_->logits_of(hidden.row_slice(static_cast<int64_t>(first), static_cast<int64_t>(rows)));
+      const size_t from = begin + first;  // the slice's first position
+      backend_->copy_to_device(targets.data(), ids.data() + from + 1, rows * sizeof(int32_t));
+      backend_->score_rows(logits, static_cast<const int32_t*>(targets.data()), nullptr, k,
+                           static_cast<float*>(row_logprobs.data()), static_cast<int32_t*>(row_ids.data()));
+      backend_->copy_to_host(host_logprobs.data(), row_logprobs.data(), rows * width * sizeof(float));
+      backend_->copy_to_host(host_ids.data(), row_ids.data(), rows * width * sizeof(int32_t));
+      for (size_t r = 0; r < rows; ++r) {
+        const size_t at = from + r;
+        const float* lp = host_logprobs.data() + r * width;
+        const int32_t* id = host_ids.data() + r * width;
+        if (!std::isfinite(lp[0])) {
+          throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(at));
+        }
+        result.argmax[at] = id[0];
+        result.logprobs[at] = lp[0];
+        for (int q = 1; q <= k && top_logprobs > 0; ++q) result.top[at].push_back(TokenLogprob{id[q], lp[q]});
       }
-      result.argmax[at] = id[0];
-      result.logprobs[at] = lp[0];
-      for (int q = 1; q <= k && top_logprobs > 0; ++q) result.top[at].push_back(TokenLogprob{id[q], lp[q]});
     }
   }
   result.seconds = seconds_since(start);

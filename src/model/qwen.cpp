@@ -298,6 +298,18 @@ Tensor QwenModel::forward(std::span<const SequenceChunk> chunks, std::span<const
   return forward(chunks, logit_rows, false);
 }
 
+Tensor QwenModel::forward_hidden(std::span<const SequenceChunk> chunks) {
+  return run_layers(stage_batch(chunks, {}, 0), -1);
+}
+
+Tensor QwenModel::logits_of(const Tensor& hidden) {
+  QWENRT_CHECK(hidden.rows <= limits_.max_logit_rows && hidden.cols == config_.hidden_size,
+               "logits_of: rows beyond the logits buffer or not hidden states");
+  Tensor logits = ws_.logits.row_slice(0, hidden.rows);
+  backend_.matmul(hidden, weights_.lm_head, logits);
+  return logits;
+}
+
 Tensor QwenModel::forward_fed(const SequenceChunk& chunk) {
   QWENRT_CHECK(chunk.tokens.size() == 1, "a fed step has one token");
   const int32_t row = 0;
@@ -348,7 +360,7 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
   const bool fuse_qkv_rows = n > 1 && backend_.fuses_qkv_epilogue() &&
                              config_.q_dim() + 2 * config_.kv_dim() <= int64_t{config_.intermediate_size};
   const int last_layer = config_.num_layers - 1;
-  const bool tail = tail_.active && tail_.view.n_tokens == n_rows &&
+  const bool tail = n_rows >= 0 && tail_.active && tail_.view.n_tokens == n_rows &&
                     n_rows * config_.q_dim() <= n * int64_t{config_.intermediate_size};
   backend_.embed(batch, weights_.embed_tokens, x);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
@@ -435,6 +447,7 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     if (w.down_bias.data != nullptr) backend_.add_bias(o, w.down_bias);
   }
   backend_.add_rmsnorm(x, o, weights_.final_norm, eps, h);
+  if (n_rows < 0) return h;
   Tensor logits = ws_.logits.row_slice(0, n_rows);
   if (tail) {  // h holds the logit rows, in order
     backend_.matmul(h, weights_.lm_head, logits);

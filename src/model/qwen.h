@@ -52,6 +52,14 @@ class QwenModel {
   // logits [logit_rows.size(), vocab] (backend memory, valid until the next call) for the
   // given flattened token indices (0-based over all chunks' tokens, in order).
   Tensor forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows);
+  // Runs the chunks as forward() does (their K/V into the cache) and returns the final
+  // norm's output for every token, [tokens, hidden] (backend memory, valid until the next
+  // pass): the rows whose logits logits_of() then takes in slices, where a pass needs more
+  // of them than the logits buffer holds (scoring a whole text).
+  Tensor forward_hidden(std::span<const SequenceChunk> chunks);
+  // fp32 logits [hidden.rows, vocab] (at most max_logit_rows rows, in the buffer forward()
+  // returns its logits in) of rows of forward_hidden()'s result.
+  Tensor logits_of(const Tensor& hidden);
   // forward() of one sequence's one new token (logits for it) whose id is not on the host:
   // a draw on the backend's stream left it at fed_token() (backend memory), e.g. the draw
   // of the step before, not yet read back. The chunk's token value is not used.
@@ -86,7 +94,8 @@ class QwenModel {
   BatchView stage_batch(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows,
                         int pad_seqs, bool ids_fed = false);
   Tensor forward(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows, bool ids_fed);
-  // The ops of one forward pass over a staged batch; logits for its first n_rows rows.
+  // The ops of one forward pass over a staged batch; logits for its first n_rows rows, or
+  // (n_rows < 0) no logits: the final norm's output for every token.
   Tensor run_layers(const BatchView& batch, int64_t n_rows);
   // The sequence count a decode batch is recorded at (0: run it without recording).
   int decode_bucket(std::span<const SequenceChunk> chunks, std::span<const int32_t> logit_rows) const;

@@ -107,6 +107,35 @@ TEST_P(ReferenceModel, ChunkedPrefillMatchesSinglePass) {
   for (size_t i = 0; i < a.logprobs.size(); ++i) EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-4);
 }
 
+// Scoring takes passes as long as a prompt's chunks and their logits in slices of
+// max_logit_rows rows: passes that end mid-slice, slices that end mid-pass and a last short
+// slice give the numbers and top ids of one slice a pass.
+TEST_P(ReferenceModel, ScoreSlicesMatchOneSliceAPass) {
+  auto reference = load_reference(dir());
+  std::vector<int32_t> ids = reference["score_ids"].get<std::vector<int32_t>>();
+  ids.resize(std::min<size_t>(ids.size(), 60));
+  EngineOptions sliced = options();
+  sliced.max_batch_tokens = 24;
+  sliced.max_logit_rows = 5;
+  sliced.max_seqs = 1;
+  EngineOptions one_slice = options();
+  one_slice.max_batch_tokens = 24;
+  one_slice.max_logit_rows = 24;
+  Engine a_engine(dir(), sliced);
+  Engine b_engine(dir(), one_slice);
+  const ScoreResult a = a_engine.score(ids, 3);
+  const ScoreResult b = b_engine.score(ids, 3);
+  ASSERT_EQ(a.logprobs.size(), ids.size() - 1);
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+  EXPECT_EQ(a.argmax, b.argmax);
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_NEAR(a.logprobs[i], b.logprobs[i], 1e-5) << "position " << i;
+    ASSERT_EQ(a.top[i].size(), 3u);
+    for (size_t q = 0; q < 3; ++q) EXPECT_EQ(a.top[i][q].id, b.top[i][q].id) << "position " << i;
+  }
+  EXPECT_NEAR(a.nll_mean, b.nll_mean, 1e-5);
+}
+
 // A Session keeps the KV cache between calls: a prompt that extends or partly repeats an
 // earlier one prefills only what is new, and gives the same tokens as a run from scratch.
 TEST_P(ReferenceModel, SessionReusesCachedPrefix) {
