@@ -21,6 +21,9 @@ void RequestStream::push_quietly(ChoiceEvent event) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!event.finish_reason.empty()) --unfinished_;
   events_.push_back(std::move(event));
+  // A connection that has not taken its events for this long is stuck on a client that
+  // stopped reading: the request is cancelled rather than its output kept without bound.
+  if (events_.size() > kMaxUnreadEvents) cancelled_ = true;
 }
 
 // The waiter checks for events under the mutex, so a wake after the push's unlock is not lost.

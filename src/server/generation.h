@@ -51,6 +51,10 @@ struct ChoiceEvent {
 // One request's events, produced by the service's thread and consumed by the connection's.
 class RequestStream {
  public:
+  // Events a request may have waiting for its connection before it is cancelled: a step
+  // adds one a running choice, and a connection takes them all each step unless its
+  // client has stopped reading.
+  static constexpr size_t kMaxUnreadEvents = 32768;
   RequestStream(int choices, int prompt_tokens) : unfinished_(choices), prompt_tokens_(prompt_tokens) {}
   void push(ChoiceEvent event);
   // push without waking the waiting connection: wake() does that later (the engine's

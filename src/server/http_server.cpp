@@ -85,8 +85,8 @@ bool allows(const Route& route, const std::string& method) {
   return false;
 }
 
-// A request that may carry a body this server will not read: its connection is closed
-// after the answer rather than read on from the middle of it.
+// A request that may carry a body: one answered without reading it has its connection
+// closed after the answer rather than read on from the middle of it (close_after).
 bool may_carry_body(const httplib::Request& req) {
   return req.has_header("Transfer-Encoding") ||
          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
@@ -120,6 +120,37 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
   if (error.status == 429) res.set_header("Retry-After", "1");
   res.set_content(error_body(error), "application/json");
+}
+
+// Sends the response as it stands, then closes the connection: the request's body (or what
+// is left of it) is never read, so it must not be read as the next request. httplib keeps
+// a connection open after any response unless the request itself asked to close, whatever
+// the response's own Connection header says; a response whose body comes from a provider
+// that reports failure once it has written every byte ends the connection instead. The
+// client still gets the whole response, with its length and "Connection: close".
+void close_after(httplib::Response& res) {
+  auto body = std::make_shared<std::string>(std::move(res.body));
+  res.body.clear();
+  if (body->empty()) *body = " ";  // a provider of nothing is never asked to write
+  std::string type = res.get_header_value("Content-Type");
+  if (type.empty()) type = "application/json";
+  res.headers.erase("Content-Type");
+  res.headers.erase("Connection");
+  res.set_header("Connection", "close");
+  res.set_content_provider(body->size(), type.c_str(), [body](size_t offset, size_t length, httplib::DataSink& sink) {
+    sink.write(body->data() + offset, length);
+    return false;  // written: the failure only ends the connection
+  });
+}
+
+void send_error_and_close(httplib::Response& res, const ApiError& error) {
+  send_error(res, error);
+  close_after(res);
+}
+
+// Methods whose body httplib reads before a route's handler runs (or hands to it to read).
+bool reads_body(const std::string& method) {
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
 }
 
 // What a request's failure answers: an ApiError as it is; bad or unsupported input (an
@@ -157,6 +188,19 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
   // nothing to wait for. httplib knows "chunked" alone; any other coding it would read to
   // the connection's end.
   if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
+  // Framing that two readers could take differently (RFC 9112 6.3) is refused, and the
+  // caller closes the connection: a length that is not a plain decimal number, two
+  // different lengths, a length beside a transfer coding.
+  if (req.has_header("Content-Length")) {
+    const std::string first = req.get_header_value("Content-Length");
+    const bool decimal = !first.empty() && first.size() <= 18 &&
+                         std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!decimal) return invalid_request("Content-Length '" + first + "' is not a length in bytes");
+    for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i) {
+      if (req.get_header_value("Content-Length", i) != first) return invalid_request("two different Content-Length headers");
+    }
+    if (req.has_header("Transfer-Encoding")) return invalid_request("Content-Length beside Transfer-Encoding");
+  }
   if (req.has_header("Transfer-Encoding")) {
     if (ascii_lower(req.get_header_value("Transfer-Encoding")) != "chunked") {
       return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
@@ -275,6 +319,13 @@ void HttpServer::add_routes() {
     // A browser's preflight carries no credentials: it is answered before the key is asked
     // for, with the CORS grant when its page is allowed (the request itself is checked).
     const Route* route = find_route(req.path);
+    const bool unread_body = may_carry_body(req);
+    // A body on a method whose body nothing reads (GET, HEAD, OPTIONS): refused, the
+    // connection closed, so that the body is not taken for the next request.
+    if (unread_body && !reads_body(req.method)) {
+      send_error_and_close(res, invalid_request("a " + req.method + " request carries no body here"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.method == "OPTIONS") {
       if (route == nullptr) {
         send_error(res, no_route(req));
@@ -302,12 +353,12 @@ void HttpServer::add_routes() {
         send_error(res, ApiError(401, "authentication_error",
                                  header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
                                  "", "invalid_api_key"));
+        if (unread_body) close_after(res);
         return httplib::Server::HandlerResponse::Handled;
       }
     }
     // Unknown paths and wrong methods are answered here, before any body is read.
     if (route == nullptr || !allows(*route, req.method)) {
-      if (may_carry_body(req)) res.set_header("Connection", "close");
       if (route == nullptr) {
         send_error(res, no_route(req));
       } else {
@@ -316,6 +367,7 @@ void HttpServer::add_routes() {
                                  "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
                                      route->methods + ")"));
       }
+      if (unread_body) close_after(res);
       return httplib::Server::HandlerResponse::Handled;
     }
     // One model by its name, which may hold slashes ("Qwen/Qwen2.5-7B-Instruct").
@@ -345,7 +397,7 @@ void HttpServer::add_routes() {
   });
   // Errors httplib raises itself (413, 400 for a malformed request line) get the same JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (!res.body.empty() || res.content_provider_) return;  // answered already (close_after: by a provider)
     if (res.status == 413) {
       send_error(res, body_too_large());
     } else if (res.status == 404) {
@@ -383,8 +435,7 @@ void HttpServer::add_routes() {
       std::string body_text;
       if (const std::optional<ApiError> error =
               read_body_within(req, res, read_body, options_.max_body_bytes, body_text)) {
-        send_error(res, *error);
-        res.set_header("Connection", "close");
+        send_error_and_close(res, *error);  // what is left of the body is never read
         return;
       }
       try {
@@ -415,8 +466,7 @@ void HttpServer::add_routes() {
       std::string body_text;
       if (const std::optional<ApiError> error =
               read_body_within(req, res, read_body, options_.max_body_bytes, body_text)) {
-        send_error(res, *error);
-        res.set_header("Connection", "close");  // what is left of the body is never read
+        send_error_and_close(res, *error);  // what is left of the body is never read
         return;
       }
       if (draining_ || !ready_) {
@@ -483,10 +533,12 @@ void HttpServer::add_routes() {
       // Streams are sent chunked as SSE; a longer non-streamed response (with heartbeats) as
       // blank bytes (JSON allows leading whitespace) and then the whole body, with status 200
       // already sent. A client seen gone, by its socket or by a failing write, is cancelled
-      // rather than run to the end.
-      res.set_chunked_content_provider(
-          streaming ? "text/event-stream" : "application/json",
-          [request, stream, builder, streaming, heartbeat, beats, slice, peer](size_t, httplib::DataSink& sink) {
+      // rather than run to the end. HTTP/1.0 has no chunked coding (RFC 9112 6.1): there
+      // the body is written as it is and the connection's end ends it (the provider's
+      // "failure" after the last byte closes it, as close_after).
+      const bool http10 = req.version == "HTTP/1.0";
+      const auto provider =
+          [request, stream, builder, streaming, heartbeat, beats, slice, peer, http10](size_t, httplib::DataSink& sink) {
             // A non-streamed response has waited one heartbeat period already: its first
             // heartbeat goes now.
             auto last_write =
@@ -519,13 +571,20 @@ void HttpServer::add_routes() {
               }
               if (done) {
                 sink.done();
-                return true;
+                return !http10;
               }
             }
-          },
-          [stream](bool success) {
-            if (!success) stream->cancel();
-          });
+          };
+      const auto release = [stream](bool success) {
+        if (!success) stream->cancel();
+      };
+      const char* type = streaming ? "text/event-stream" : "application/json";
+      if (http10) {
+        res.set_header("Connection", "close");
+        res.set_content_provider(type, provider, release);
+      } else {
+        res.set_chunked_content_provider(type, provider, release);
+      }
       if (streaming) {
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");

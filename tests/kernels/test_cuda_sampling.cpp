@@ -410,9 +410,11 @@ TEST_F(CudaSampling, DrawTimes) {
       {"greedy", make(0.f, 0, 1.f, 0.f)},           {"top_k 20, top_p 0.8", make(0.7f, 20, 0.8f, 0.f)},
       {"no top_k", make(1.f, 0, 1.f, 0.f)},         {"no top_k, top_p 0.9", make(1.f, 0, 0.9f, 0.f)},
       {"no top_k, min_p 0.05", make(1.f, 0, 1.f, 0.05f)}};
-  for (const int rows : {1, 64}) {
+  // Logits N(0, sigma): 2 spreads them over many buckets, 1 crowds them into fewer (as a
+  // randomly initialised model's do).
+  for (const auto& [rows, sigma] : std::vector<std::pair<int, float>>{{1, 2.f}, {64, 2.f}, {256, 2.f}, {256, 1.f}}) {
     std::vector<float> logits(static_cast<size_t>(rows) * vocab);
-    std::normal_distribution<float> normal(0.f, 2.f);
+    std::normal_distribution<float> normal(0.f, sigma);
     for (float& l : logits) l = normal(rng_);
     auto d = DeviceTensor::from(gpu(), DType::kF32, rows, vocab, logits);
     auto ids = upload_ints(gpu(), std::vector<int32_t>(rows, -1));
@@ -429,7 +431,8 @@ TEST_F(CudaSampling, DrawTimes) {
       gpu().copy_to_host(got.data(), ids.data(), rows * sizeof(int32_t));
       for (const int32_t id : got) ASSERT_TRUE(id >= 0 && id < vocab) << name;
       std::sort(times.begin() + 1, times.end());
-      std::printf("draw, %d rows of %d ids, %s: %.1f us (median of 5 after one)\n", rows, vocab, name, times[3] * 1e6);
+      std::printf("draw, %d rows of %d ids N(0, %g), %s: %.1f us (median of 5 after one)\n", rows, vocab,
+                  static_cast<double>(sigma), name, times[3] * 1e6);
     }
   }
 }

@@ -71,6 +71,26 @@ async function rawCompletion(serverUrl, body) {
   return socket;
 }
 
+// Writes `head`, then (a moment later, after any early answer) `rest`, and gathers what
+// the server sends until it closes the connection (closed: true) or `ms` pass.
+async function rawExchange(serverUrl, head, rest = '', ms = 4000) {
+  const url = new URL(serverUrl);
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  let text = '';
+  socket.on('data', (data) => { text += data.toString(); });
+  socket.on('error', () => {});
+  const closed = new Promise((resolve) => socket.once('close', () => resolve(true)));
+  socket.write(head);
+  if (rest !== '') {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    if (!socket.destroyed) socket.write(rest);
+  }
+  const ended = await Promise.race([closed, new Promise((r) => setTimeout(() => r(false), ms))]);
+  socket.destroy();
+  return { text, closed: ended, statuses: text.match(/HTTP\/1\.[01] \d{3}/g) ?? [] };
+}
+
 async function metric(url, name, headers = {}) {
   const text = await (await fetch(url + '/metrics', { headers })).text();
   const line = text.split('\n').find((l) => l.startsWith(name + ' '));
@@ -696,6 +716,41 @@ await test('one model by id; a wrong method is a 405 naming the right one; reque
   assert.equal(a.choices[0].text, b.choices[0].text);
   assert.equal(a.usage.prompt_tokens, 5);
 });
+await test('an answer given before the body is read closes the connection: nothing in the body is taken for a request', async () => {
+  const host = new URL(main.url).host;
+  const smuggled = `GET /health HTTP/1.1\r\nHost: ${host}\r\nX-Request-Id: smuggled\r\n\r\n`;
+  const body = 'x'.repeat(3000) + smuggled;
+  for (const [line, status] of [['POST /v1/nothing', '404'], ['POST /health', '405'], ['PUT /v1/completions', '405']]) {
+    const reply = await rawExchange(main.url, `${line} HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${body.length}\r\n\r\n`, body);
+    assert.deepEqual(reply.statuses, [`HTTP/1.1 ${status}`], `${line}: one answer (${reply.text.slice(0, 300)})`);
+    assert.ok(reply.closed, `${line}: the connection is closed`);
+    assert.match(reply.text, /connection: close/i);
+    assert.ok(!reply.text.includes('smuggled'), line);
+  }
+  // A body on a GET (which nothing reads) is refused the same way.
+  const get = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`);
+  assert.deepEqual(get.statuses, ['HTTP/1.1 400']);
+  assert.ok(get.closed && !get.text.includes('smuggled'));
+  // Framing two readers could take differently: refused, the connection closed.
+  const json = JSON.stringify({ model, prompt: 'hi', max_tokens: 1 });
+  for (const framing of ['Content-Length: -5', 'Content-Length: abc', `Content-Length: 5\r\nContent-Length: ${json.length}`,
+                         `Content-Length: ${json.length}\r\nTransfer-Encoding: chunked`]) {
+    const reply = await rawExchange(main.url, `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\n${framing}\r\n\r\n${json}`);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], framing);
+    assert.ok(reply.closed, `${framing}: closed`);
+    assert.match(reply.text, /"type":"invalid_request_error"/);
+  }
+  // A stream to an HTTP/1.0 client is not chunked (1.0 has no chunked coding): its end is
+  // the connection's.
+  const streamed = JSON.stringify({ model, prompt: 'hi', max_tokens: 3, stream: true });
+  const old = await rawExchange(main.url, `POST /v1/completions HTTP/1.0\r\nContent-Length: ${streamed.length}\r\n\r\n${streamed}`);
+  assert.ok(old.closed);
+  assert.doesNotMatch(old.text, /transfer-encoding/i);
+  assert.match(old.text, /\r\n\r\ndata: \{/);
+  assert.ok(old.text.endsWith('data: [DONE]\n\n'), old.text.slice(-80));
+  // And the server still answers.
+  assert.equal((await client.completions.create({ model, prompt: 'hi', max_tokens: 1 })).choices.length, 1);
+});
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
   const url = new URL(main.url);
   const socket = net.connect(Number(url.port), url.hostname);
@@ -907,6 +962,14 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   assert.equal((await fetch(keyed.url + '/v1/models', { headers: { authorization: 'bearer sekrit-key' } })).status, 200,
     'the scheme is case-insensitive');
   assert.equal((await fetch(keyed.url + '/v1/models')).headers.get('www-authenticate'), 'Bearer');
+  // A 401 is answered before the body is read: the connection is closed after it, so that
+  // nothing in that body is taken for the next request.
+  const host = new URL(keyed.url).host;
+  const smuggled = `GET /health HTTP/1.1\r\nHost: ${host}\r\nX-Request-Id: smuggled\r\n\r\n`;
+  const unread = await rawExchange(keyed.url, `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\n` +
+                                   `Content-Length: ${smuggled.length}\r\n\r\n`, smuggled);
+  assert.deepEqual(unread.statuses, ['HTTP/1.1 401'], unread.text.slice(0, 300));
+  assert.ok(unread.closed && !unread.text.includes('smuggled'));
 
   // CORS (--cors-origin http://app.test): a browser's preflight carries no key and is
   // answered; the page's requests still need the key, and may read every answer.
