@@ -420,6 +420,30 @@ __device__ __forceinline__ unsigned long long block_key_max(unsigned long long b
   return best;
 }
 
+// Calls f(value, index) for each logit of x[begin, end) the calling thread takes (the block
+// shares them out). Where x + begin is 16-byte aligned the thread takes four neighbours
+// with one vector load a step, the steps unrolled so that their loads are in flight
+// together: a pass over a row by one block was bound by the latency of one load at a time.
+template <typename F>
+__device__ __forceinline__ void for_slice(const float* __restrict__ x, int begin, int end, F&& f) {
+  int scalar_from = begin;
+  if (reinterpret_cast<uintptr_t>(x + begin) % sizeof(float4) == 0) {
+    const int quads = (end - begin) / 4;
+    const float4* __restrict__ x4 = reinterpret_cast<const float4*>(x + begin);
+#pragma unroll 4
+    for (int j = threadIdx.x; j < quads; j += blockDim.x) {
+      const float4 v = x4[j];
+      const int i = begin + 4 * j;
+      f(v.x, i);
+      f(v.y, i + 1);
+      f(v.z, i + 2);
+      f(v.w, i + 3);
+    }
+    scalar_from = begin + 4 * quads;
+  }
+  for (int i = scalar_from + threadIdx.x; i < end; i += blockDim.x) f(x[i], i);
+}
+
 struct SliceArgmax {
   unsigned long long key;  // key_max key of the slice's argmax (0: no finite logit); thread 0 only
   bool bad;                // a logit of the slice is not finite; every thread
@@ -428,19 +452,21 @@ struct SliceArgmax {
 // The argmax key and non-finite flag of logits x[begin, end), one slice of a row, for the
 // kernels that spread a row over several blocks and merge the slices' keys with atomicMax.
 // Called by the whole block; the barrier that publishes the warps' keys also combines the
-// flag, so a caller needs no second one.
-__device__ __forceinline__ SliceArgmax slice_argmax(const float* x, int begin, int end) {
+// flag, so a caller needs no second one. `also(value, index)` is called for each logit on
+// the way (the same pass counts a histogram).
+template <typename F>
+__device__ __forceinline__ SliceArgmax slice_argmax(const float* x, int begin, int end, F&& also) {
   __shared__ unsigned long long best_s[kHistThreads / gpu::kWarpSize];
   unsigned long long best = 0;
   bool bad = false;
-  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float v = x[i];
+  for_slice(x, begin, end, [&](float v, int i) {
     if (isfinite(v)) {
       best = key_max(best, ~candidate_key(v, i));
     } else {
       bad = true;
     }
-  }
+    also(v, i);
+  });
 #pragma unroll
   for (int offset = gpu::kWarpSize / 2; offset > 0; offset /= 2) best = key_max(best, gpu::shfl_xor(best, offset));
   const int lane = threadIdx.x % gpu::kWarpSize;
@@ -451,6 +477,9 @@ __device__ __forceinline__ SliceArgmax slice_argmax(const float* x, int begin, i
   if (threadIdx.x == 0)
     for (int w = 1; w < warps; ++w) best = key_max(best, best_s[w]);
   return SliceArgmax{best, bad};
+}
+__device__ __forceinline__ SliceArgmax slice_argmax(const float* x, int begin, int end) {
+  return slice_argmax(x, begin, end, [](float, int) {});
 }
 
 // Counts each row's logits per histogram bucket (rows that take the histogram path only).
@@ -465,20 +494,22 @@ __global__ void __launch_bounds__(kHistThreads)
   const int begin = blockIdx.x * kHistSlice;
   const int end = min(vocab, begin + kHistSlice);
   int32_t* out = hist + static_cast<int64_t>(row) * kHistRowInts;
-
-  // Every row: the slice's argmax and the non-finite check, merged into the row's key.
-  const SliceArgmax slice = slice_argmax(x, begin, end);
+  const SamplingParams params = row_key(rows, uniform, 0, row).params;
+  const bool counts = histogram_path(params, vocab) || mass_path(params, vocab);  // uniform over the block
+  if (counts) {
+    for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
+    __syncthreads();
+  }
+  // Every row: the slice's argmax and the non-finite check, merged into the row's key; in
+  // the same pass, the bucket counts of the rows that use them (the barrier that ends
+  // slice_argmax ends the counting too).
+  const SliceArgmax slice = counts ? slice_argmax(x, begin, end, [&](float v, int) { atomicAdd(&local[hist_bucket(v)], 1); })
+                                   : slice_argmax(x, begin, end);
   if (threadIdx.x == 0) {
     if (slice.bad) atomicCAS(status, 0, row + 1);
     atomicMax(reinterpret_cast<unsigned long long*>(out + kHistBuckets), slice.key);
   }
-
-  const SamplingParams params = row_key(rows, uniform, 0, row).params;
-  if (!histogram_path(params, vocab) && !mass_path(params, vocab)) return;  // uniform over the block
-  for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x) local[b] = 0;
-  __syncthreads();
-  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) atomicAdd(&local[hist_bucket(x[i])], 1);
-  __syncthreads();
+  if (!counts) return;
   for (int b = threadIdx.x; b < kHistBuckets; b += blockDim.x)
     if (local[b] != 0) atomicAdd(&out[b], local[b]);
 }
@@ -507,15 +538,14 @@ __global__ void __launch_bounds__(kHistThreads)
   const int begin = blockIdx.x * kHistSlice;
   const int end = min(vocab, begin + kHistSlice);
   unsigned long long refused = 0;  // complement of the smallest key min_p refuses
-  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float v = x[i];
-    if (!isfinite(v)) continue;
+  for_slice(x, begin, end, [&](float v, int i) {
+    if (!isfinite(v)) return;
     const double p = candidate_mass(v, x_max, params.temperature);
     const unsigned long long m = to_fixed(p);
     if (m != 0) atomicAdd(&local[hist_bucket(v)], m);
     if (params.min_p > 0.f && p < static_cast<double>(params.min_p))
       refused = key_max(refused, ~candidate_key(v, i));
-  }
+  });
   if (params.min_p > 0.f) {
     refused = block_key_max(refused, warp_s);
     if (threadIdx.x == 0 && refused != 0)
@@ -587,13 +617,12 @@ __device__ bool sample_from_histogram(const RowView& view, const SamplingParams&
   double* probs = reinterpret_cast<double*>(spare);
   for (int i = threadIdx.x; i < n_sort; i += blockDim.x) keys[i] = ~0ull;
   __syncthreads();
-  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
-    const float x = view.x[i];
+  for_slice(view.x, 0, view.vocab, [&](float x, int i) {
     if (hist_bucket(x) <= crossing) {
       const int slot = atomicAdd(&gathered_s, 1);
       if (slot < kGatherMax) keys[slot] = candidate_key(x, i);
     }
-  }
+  });
   __syncthreads();
   sort_keys(keys, n_sort);
   finish_sorted(keys, min(top_k, through), params, position, stream, row, probs, out_ids);
@@ -651,13 +680,12 @@ __device__ Crossing walk_bucket(const RowView& view, uint32_t prefix, int shift,
   }
   for (int i = threadIdx.x; i < kGatherMax; i += blockDim.x) keys[i] = ~0ull;
   __syncthreads();
-  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
-    const float x = view.x[i];
+  for_slice(view.x, 0, view.vocab, [&](float x, int i) {
     if ((descending_bits(x) >> shift) == prefix) {
       const int slot = atomicAdd(&count_s, 1);
       if (slot < kGatherMax) keys[slot] = candidate_key(x, i);
     }
-  }
+  });
   __syncthreads();
   int n_sort = 2;
   while (n_sort < count_s && n_sort < kGatherMax) n_sort *= 2;
@@ -720,14 +748,13 @@ __device__ Crossing resolve_bucket(const RowView& view, int bucket, int count, u
   }
   if (threadIdx.x == 0) sub_s = Crossing{~0ull, 0, 0};
   __syncthreads();
-  for (int i = threadIdx.x; i < view.vocab; i += blockDim.x) {
-    const float x = view.x[i];
+  for_slice(view.x, 0, view.vocab, [&](float x, int i) {
     const uint32_t bits = descending_bits(x);
-    if (static_cast<int>(bits >> kBucketShift) != bucket) continue;
+    if (static_cast<int>(bits >> kBucketShift) != bucket) return;
     const int sub = static_cast<int>((bits >> kSubShift) & (kSubBuckets - 1));
     atomicAdd(&sub_count[sub], 1);
     if (candidate_key(x, i) < refused) atomicAdd(&sub_mass[sub], fixed_mass(x, view.x_max, view.temperature));
-  }
+  });
   __syncthreads();
   // The sub-bucket where the target is reached, or the one that holds the refused key,
   // whichever comes first (sub-bucket order is key order); one a thread.
