@@ -224,7 +224,7 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-connections", args->max_connections, "connections served at once (a thread each)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--read-timeout", args->read_timeout, "seconds each read of a request may wait for the client (a bound on every read, not on the whole request)")
+  cmd->add_option("--read-timeout", args->read_timeout, "seconds a request (head and body) may take to arrive from its first byte; then 408")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--write-timeout", args->write_timeout,

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/random_bits.h"
+#include "server/http_connection.h"
 #include "server/peer_probe.h"
 #include "server/responses.h"
 #include "tokenizer/tokenizer.h"
@@ -196,8 +197,9 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
     const bool decimal = !first.empty() && first.size() <= 18 &&
                          std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!decimal) return invalid_request("Content-Length '" + first + "' is not a length in bytes");
-    for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i) {
-      if (req.get_header_value("Content-Length", i) != first) return invalid_request("two different Content-Length headers");
+    const auto lengths = req.headers.equal_range("Content-Length");
+    for (auto it = lengths.first; it != lengths.second; ++it) {
+      if (it->second != first) return invalid_request("two different Content-Length headers");
     }
     if (req.has_header("Transfer-Encoding")) return invalid_request("Content-Length beside Transfer-Encoding");
   }
@@ -248,7 +250,7 @@ int64_t unix_time() {
 
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
-      http_(std::make_unique<httplib::Server>()), created_(unix_time()) {
+      http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
   model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
                                {"object", "model"},
                                {"created", created_},

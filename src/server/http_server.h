@@ -25,7 +25,7 @@ struct ServerOptions {
   std::string api_key;               // "": no authentication
   size_t max_body_bytes = 4u << 20;  // larger bodies get 413
   int max_connections = 1024;        // connection threads
-  int read_timeout_s = 60;           // a client that stops sending its request
+  int read_timeout_s = 60;           // a request (head and body) must arrive within this from its first byte
   int write_timeout_s = 30;          // a client that stops reading: then its request is cancelled
   int heartbeat_ms = 0;              // non-streamed: 0 none; N: not ready within N ms, blank
                                      // bytes every N ms, so its status is 200 whatever follows

@@ -751,6 +751,49 @@ await test('an answer given before the body is read closes the connection: nothi
   // And the server still answers.
   assert.equal((await client.completions.create({ model, prompt: 'hi', max_tokens: 1 })).choices.length, 1);
 });
+await test('connections: pipelined requests answered in order; a head over 64 KiB refused (431); a request not in within --read-timeout refused (408) while others are served', async () => {
+  const host = new URL(main.url).host;
+  const health = `GET /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
+  const json = JSON.stringify({ model, prompt: 'hi', max_tokens: 1 });
+  const completion = `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${json.length}\r\n\r\n${json}`;
+  const last = `GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
+  const piped = await rawExchange(main.url, health + completion + health + last);
+  assert.deepEqual(piped.statuses, ['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200'], piped.text.slice(0, 400));
+  assert.ok(piped.closed, 'closed after the request that asked for it');
+  assert.match(piped.text, /"object":"text_completion"[\s\S]*"object":"list"/, 'in order');
+
+  const filler = ('X-Filler: ' + 'y'.repeat(100) + '\r\n').repeat(600);  // ~67 KB of headers
+  const flood = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n${filler}\r\n`);
+  assert.deepEqual(flood.statuses, ['HTTP/1.1 431'], flood.text.slice(0, 300));
+  assert.ok(flood.closed);
+  assert.match(flood.text, /"type":"invalid_request_error"/);
+
+  const slow = await startServer(qwenrt, serveArgs(['--read-timeout', '1', '--max-connections', '2']));
+  const url = new URL(slow.url);
+  const dripping = [];
+  for (let i = 0; i < 2; ++i) {
+    const socket = net.connect(Number(url.port), url.hostname);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.on('error', () => {});
+    socket.text = '';
+    socket.on('data', (data) => { socket.text += data.toString(); });
+    socket.write(`GET /health HTTP/1.1\r\nHost: ${url.host}\r\n`);
+    dripping.push(socket);
+  }
+  const drip = setInterval(() => { for (const socket of dripping) if (!socket.destroyed) socket.write('X-Drip: 1\r\n'); }, 200);
+  const start = performance.now();
+  const served = await fetch(slow.url + '/health');
+  const waited = performance.now() - start;
+  clearInterval(drip);
+  assert.equal(served.status, 200);
+  assert.ok(waited < 4000, `a client dripping its headers holds a connection thread for --read-timeout at most (${waited.toFixed(0)} ms)`);
+  for (const socket of dripping) {
+    assert.ok(await waitFor(async () => socket.text.length > 0, 3000), 'answered');
+    assert.match(socket.text, /^HTTP\/1\.1 408 /);
+    socket.destroy();
+  }
+  slow.kill('SIGTERM');
+});
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
   const url = new URL(main.url);
   const socket = net.connect(Number(url.port), url.hostname);

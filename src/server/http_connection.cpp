@@ -1,0 +1,206 @@
+#include "server/http_connection.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "server/api.h"
+
+namespace qwenrt::server {
+namespace {
+
+constexpr size_t kReadChunk = 16 * 1024;
+// A lingering close: how long and how much of what a client still sends is read and dropped.
+constexpr std::chrono::milliseconds kLinger{500};
+constexpr size_t kLingerBytes = size_t{1} << 20;
+
+void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  const int got = peer ? ::getpeername(sock, reinterpret_cast<sockaddr*>(&address), &length)
+                       : ::getsockname(sock, reinterpret_cast<sockaddr*>(&address), &length);
+  if (got != 0) return;
+  char host[NI_MAXHOST];
+  char service[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof(host), service, sizeof(service),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return;
+  }
+  ip = host;
+  port = std::atoi(service);
+}
+
+}  // namespace
+
+ConnectionStream::ConnectionStream(socket_t sock, ConnectionLimits limits)
+    : sock_(sock), limits_(limits), buffer_(kReadChunk) {}
+
+int ConnectionStream::poll_socket(bool write, std::chrono::milliseconds wait) const {
+  pollfd fd{sock_, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    const int ready = ::poll(&fd, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (ready >= 0) return ready > 0 ? 1 : 0;
+    if (errno != EINTR) return -1;
+  }
+}
+
+bool ConnectionStream::is_readable() const {
+  return begin_ < end_ || poll_socket(false, limits_.read_wait) > 0;
+}
+
+bool ConnectionStream::is_writable() const {
+  return !refused_ && poll_socket(true, limits_.write_wait) > 0;
+}
+
+void ConnectionStream::begin_request() {
+  in_request_ = true;
+  in_head_ = true;
+  head_bytes_ = 0;
+  head_end_match_ = 0;
+  deadline_ = std::chrono::steady_clock::now() + limits_.request_time;
+}
+
+ssize_t ConnectionStream::fill() {
+  auto wait = limits_.read_wait;
+  bool cut_by_deadline = false;  // the wait ends at the request's deadline
+  if (in_request_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    if (left <= wait) {
+      wait = std::max(left, std::chrono::milliseconds(0));
+      cut_by_deadline = true;
+    }
+  }
+  const int ready = poll_socket(false, wait);
+  if (ready <= 0) {
+    if (ready == 0 && cut_by_deadline) {
+      refuse(408, "Request Timeout",
+             "the request did not arrive in full within " + std::to_string(limits_.request_time.count() / 1000) +
+                 " s (--read-timeout)");
+    }
+    return -1;
+  }
+  for (;;) {
+    const ssize_t got = ::recv(sock_, buffer_.data(), buffer_.size(), 0);
+    if (got >= 0) {
+      begin_ = 0;
+      end_ = static_cast<size_t>(got);
+      return got;
+    }
+    if (errno != EINTR) return -1;
+  }
+}
+
+ssize_t ConnectionStream::read(char* ptr, size_t size) {
+  if (refused_) return -1;
+  if (begin_ == end_) {
+    const ssize_t got = fill();
+    if (got <= 0) return got;
+  }
+  size_t n = std::min(size, end_ - begin_);
+  if (in_head_) {
+    // Count the head up to its blank line ("\r\n\r\n"): past the bound it is refused.
+    static constexpr char kEnd[] = "\r\n\r\n";
+    size_t i = 0;
+    for (; i < n; ++i) {
+      const char c = buffer_[begin_ + i];
+      head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
+      if (head_end_match_ == 4) {
+        in_head_ = false;
+        ++i;
+        break;
+      }
+    }
+    head_bytes_ += i;
+    if (in_head_ && head_bytes_ > limits_.max_head_bytes) {
+      refuse(431, "Request Header Fields Too Large",
+             "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
+      return -1;
+    }
+  }
+  std::memcpy(ptr, buffer_.data() + begin_, n);
+  begin_ += n;
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t ConnectionStream::write(const char* ptr, size_t size) {
+  // After a refusal httplib's own answer (a 400 for the head it could not read) is dropped:
+  // the failed write ends the connection.
+  if (refused_) return -1;
+  // The request has been read (a response is being written): its deadline no longer runs.
+  in_request_ = false;
+  in_head_ = false;
+  if (poll_socket(true, limits_.write_wait) <= 0) return -1;
+  for (;;) {
+    const ssize_t sent = ::send(sock_, ptr, size, MSG_NOSIGNAL);
+    if (sent >= 0) return sent;
+    if (errno != EINTR) return -1;
+  }
+}
+
+void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const { address_of(sock_, true, ip, port); }
+
+void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const { address_of(sock_, false, ip, port); }
+
+void ConnectionStream::refuse(int status, const char* reason, const std::string& message) {
+  const std::string body = error_body(ApiError(status, "invalid_request_error", message));
+  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                               "\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body;
+  in_request_ = false;
+  in_head_ = false;
+  size_t offset = 0;
+  while (offset < response.size()) {
+    const ssize_t sent = write(response.data() + offset, response.size() - offset);
+    if (sent <= 0) break;
+    offset += static_cast<size_t>(sent);
+  }
+  refused_ = true;
+}
+
+bool BoundedServer::process_and_close_socket(socket_t sock) {
+  ConnectionLimits limits;
+  limits.max_head_bytes = max_head_bytes_;
+  limits.request_time = std::chrono::milliseconds(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
+  limits.read_wait = limits.request_time;
+  limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
+  ConnectionStream stream(sock, limits);
+  bool ret = false;
+  const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };
+  for (size_t count = keep_alive_max_count_; count > 0; --count) {
+    if (!stream.wait_for_request(std::chrono::seconds(keep_alive_timeout_sec_), running)) break;
+    stream.begin_request();
+    bool closed = false;
+    ret = process(*this, stream, count == 1, closed, 0);
+    if (!ret || closed || stream.refused()) break;
+  }
+  // A connection ended with a request (or its body) unread: closing a socket with unread
+  // bytes resets the connection, and the client may lose the answer still in its buffers.
+  // The sending side is shut first and what the client still sends is read and dropped
+  // for a moment (a "lingering close").
+  if (!ret || stream.refused()) {
+    ::shutdown(sock, SHUT_WR);
+    char scratch[4096];
+    size_t drained = 0;
+    const auto until = std::chrono::steady_clock::now() + kLinger;
+    while (drained < kLingerBytes) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      pollfd fd{sock, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&fd, 1, static_cast<int>(left.count())) <= 0) break;
+      const ssize_t got = ::recv(sock, scratch, sizeof(scratch), 0);
+      if (got <= 0) break;
+      drained += static_cast<size_t>(got);
+    }
+  }
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  return ret;
+}
+
+}  // namespace qwenrt::server

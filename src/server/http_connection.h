@@ -1,0 +1,104 @@
+// The server's connections under cpp-httplib: its request parsing and routing, with our own
+// stream for each connection and our own keep-alive loop. httplib 0.11 sets no bound on a
+// request head in all (only 8 KiB a line), bounds each read but not a whole request, and
+// builds a new stream (with a new read buffer) for each request, so that bytes read past
+// one request (a pipelined one) are lost. ConnectionStream bounds the head's size and the
+// whole request's time, answers a breach itself (431, 408), and keeps its buffer for the
+// connection's life.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+
+namespace qwenrt::server {
+
+struct ConnectionLimits {
+  size_t max_head_bytes = 64 * 1024;         // request line and headers together
+  std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte
+  std::chrono::milliseconds read_wait{60000};     // one read (the request's deadline may cut it)
+  std::chrono::milliseconds write_wait{30000};    // one write to a client that does not read
+};
+
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(socket_t sock, ConnectionLimits limits);
+
+  bool is_readable() const override;
+  bool is_writable() const override;
+  ssize_t read(char* ptr, size_t size) override;
+  ssize_t write(const char* ptr, size_t size) override;
+  void get_remote_ip_and_port(std::string& ip, int& port) const override;
+  void get_local_ip_and_port(std::string& ip, int& port) const override;
+  socket_t socket() const override { return sock_; }
+
+  // Waits up to `idle` for the first byte of the next request, looking at `keep_going`
+  // every 100 ms (the server stopping). False: none came, the peer closed, or stopped.
+  template <typename KeepGoing>
+  bool wait_for_request(std::chrono::milliseconds idle, KeepGoing keep_going) {
+    const auto until = std::chrono::steady_clock::now() + idle;
+    while (keep_going()) {
+      if (begin_ < end_) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      const int ready = poll_socket(/*write=*/false, std::min(left, std::chrono::milliseconds(100)));
+      if (ready < 0) return false;
+      if (ready > 0) return fill() > 0;
+    }
+    return false;
+  }
+  // A new request starts with the bytes buffered now: its deadline and head count begin.
+  void begin_request();
+  // This connection's request broke a bound and was answered here: it is closed after.
+  bool refused() const { return refused_; }
+
+ private:
+  // poll() for reading or writing up to `wait`: 1 ready, 0 not, -1 error.
+  int poll_socket(bool write, std::chrono::milliseconds wait) const;
+  // Reads what the socket has into the buffer (it is empty), waiting up to the read wait
+  // and the request's deadline: bytes read, 0 at the peer's end, -1 on error or timeout.
+  ssize_t fill();
+  // Answers the request here with `status` and closes the connection after.
+  void refuse(int status, const char* reason, const std::string& message);
+
+  socket_t sock_;
+  ConnectionLimits limits_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0, end_ = 0;
+  std::chrono::steady_clock::time_point deadline_{};
+  bool in_request_ = false;
+  bool in_head_ = false;
+  size_t head_bytes_ = 0;
+  int head_end_match_ = 0;  // bytes of "\r\n\r\n" matched at the head's end so far
+  bool refused_ = false;
+};
+
+// httplib's server with ConnectionStream and its own keep-alive loop.
+class BoundedServer final : public httplib::Server {
+ public:
+  explicit BoundedServer(size_t max_head_bytes = 64 * 1024) : max_head_bytes_(max_head_bytes) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+  // process_request's two signatures: 0.11's, and later releases' with the addresses.
+  template <typename Self>
+  static auto process(Self& self, httplib::Stream& strm, bool close, bool& closed, int)
+      -> decltype(self.process_request(strm, std::string(), 0, std::string(), 0, close, closed, nullptr)) {
+    std::string remote, local;
+    int remote_port = 0, local_port = 0;
+    strm.get_remote_ip_and_port(remote, remote_port);
+    strm.get_local_ip_and_port(local, local_port);
+    return self.process_request(strm, remote, remote_port, local, local_port, close, closed, nullptr);
+  }
+  template <typename Self>
+  static auto process(Self& self, httplib::Stream& strm, bool close, bool& closed, long)
+      -> decltype(self.process_request(strm, close, closed, nullptr)) {
+    return self.process_request(strm, close, closed, nullptr);
+  }
+
+  size_t max_head_bytes_;
+};
+
+}  // namespace qwenrt::server
