@@ -35,7 +35,14 @@ void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   port = std::atoi(service);
 }
 
+// The stream of the connection this thread is serving (null off a connection's thread).
+thread_local ConnectionStream* current_stream = nullptr;
+
 }  // namespace
+
+void close_after_response() {
+  if (current_stream != nullptr) current_stream->request_close();
+}
 
 ConnectionStream::ConnectionStream(socket_t sock, ConnectionLimits limits)
     : sock_(sock), limits_(limits), buffer_(kReadChunk) {}
@@ -173,18 +180,20 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   ConnectionStream stream(sock, limits);
   bool ret = false;
   const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };
+  current_stream = &stream;
   for (size_t count = keep_alive_max_count_; count > 0; --count) {
     if (!stream.wait_for_request(std::chrono::seconds(keep_alive_timeout_sec_), running)) break;
     stream.begin_request();
     bool closed = false;
     ret = process(*this, stream, count == 1, closed, 0);
-    if (!ret || closed || stream.refused()) break;
+    if (!ret || closed || stream.refused() || stream.close_requested()) break;
   }
+  current_stream = nullptr;
   // A connection ended with a request (or its body) unread: closing a socket with unread
   // bytes resets the connection, and the client may lose the answer still in its buffers.
   // The sending side is shut first and what the client still sends is read and dropped
   // for a moment (a "lingering close").
-  if (!ret || stream.refused()) {
+  if (!ret || stream.refused() || stream.close_requested()) {
     ::shutdown(sock, SHUT_WR);
     char scratch[4096];
     size_t drained = 0;

@@ -53,6 +53,9 @@ class ConnectionStream final : public httplib::Stream {
   void begin_request();
   // This connection's request broke a bound and was answered here: it is closed after.
   bool refused() const { return refused_; }
+  // Close the connection once the response being made is written (see close_after_response).
+  void request_close() { close_requested_ = true; }
+  bool close_requested() const { return close_requested_; }
 
  private:
   // poll() for reading or writing up to `wait`: 1 ready, 0 not, -1 error.
@@ -73,7 +76,15 @@ class ConnectionStream final : public httplib::Stream {
   size_t head_bytes_ = 0;
   int head_end_match_ = 0;  // bytes of "\r\n\r\n" matched at the head's end so far
   bool refused_ = false;
+  bool close_requested_ = false;
 };
+
+// Has the connection whose request the calling thread serves (a route's handler, httplib's
+// error handler, a content provider: httplib calls them on the connection's thread) closed
+// once its response is written, whatever httplib would do: for an answer given without
+// reading the request's body, which must not be read as the next request. No effect off a
+// connection's thread.
+void close_after_response();
 
 // httplib's server with ConnectionStream and its own keep-alive loop.
 class BoundedServer final : public httplib::Server {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <iterator>
 #include <optional>
 #include <string_view>
 
@@ -126,22 +127,12 @@ void send_error(httplib::Response& res, const ApiError& error) {
 // Sends the response as it stands, then closes the connection: the request's body (or what
 // is left of it) is never read, so it must not be read as the next request. httplib keeps
 // a connection open after any response unless the request itself asked to close, whatever
-// the response's own Connection header says; a response whose body comes from a provider
-// that reports failure once it has written every byte ends the connection instead. The
-// client still gets the whole response, with its length and "Connection: close".
+// the response's own Connection header says: the connection's loop (http_connection.h)
+// closes it instead.
 void close_after(httplib::Response& res) {
-  auto body = std::make_shared<std::string>(std::move(res.body));
-  res.body.clear();
-  if (body->empty()) *body = " ";  // a provider of nothing is never asked to write
-  std::string type = res.get_header_value("Content-Type");
-  if (type.empty()) type = "application/json";
-  res.headers.erase("Content-Type");
   res.headers.erase("Connection");
   res.set_header("Connection", "close");
-  res.set_content_provider(body->size(), type.c_str(), [body](size_t offset, size_t length, httplib::DataSink& sink) {
-    sink.write(body->data() + offset, length);
-    return false;  // written: the failure only ends the connection
-  });
+  close_after_response();
 }
 
 void send_error_and_close(httplib::Response& res, const ApiError& error) {
@@ -204,6 +195,8 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
     if (req.has_header("Transfer-Encoding")) return invalid_request("Content-Length beside Transfer-Encoding");
   }
   if (req.has_header("Transfer-Encoding")) {
+    const auto codings = req.headers.equal_range("Transfer-Encoding");
+    if (std::distance(codings.first, codings.second) > 1) return invalid_request("two Transfer-Encoding headers");
     if (ascii_lower(req.get_header_value("Transfer-Encoding")) != "chunked") {
       return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
                              "' is not supported (only chunked)");
@@ -399,14 +392,18 @@ void HttpServer::add_routes() {
   });
   // Errors httplib raises itself (413, 400 for a malformed request line) get the same JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) return;  // answered already (close_after: by a provider)
-    if (res.status == 413) {
-      send_error(res, body_too_large());
-    } else if (res.status == 404) {
-      send_error(res, no_route(req));
-    } else {
-      send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
+    if (res.body.empty() && !res.content_provider_) {  // else answered already
+      if (res.status == 413) {
+        send_error(res, body_too_large());
+      } else if (res.status == 404) {
+        send_error(res, no_route(req));
+      } else {
+        send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
+      }
     }
+    // httplib answers some requests itself before any handler (a bad Range, a header line
+    // it cannot read), their bodies unread.
+    if (may_carry_body(req)) close_after(res);
   });
   // Counted by route: any other path is "other" (a path is the client's text; as a label
   // it could add lines to /metrics and grow its label set without bound).
@@ -536,11 +533,10 @@ void HttpServer::add_routes() {
       // blank bytes (JSON allows leading whitespace) and then the whole body, with status 200
       // already sent. A client seen gone, by its socket or by a failing write, is cancelled
       // rather than run to the end. HTTP/1.0 has no chunked coding (RFC 9112 6.1): there
-      // the body is written as it is and the connection's end ends it (the provider's
-      // "failure" after the last byte closes it, as close_after).
+      // the body is written as it is and the connection's end ends it.
       const bool http10 = req.version == "HTTP/1.0";
       const auto provider =
-          [request, stream, builder, streaming, heartbeat, beats, slice, peer, http10](size_t, httplib::DataSink& sink) {
+          [request, stream, builder, streaming, heartbeat, beats, slice, peer](size_t, httplib::DataSink& sink) {
             // A non-streamed response has waited one heartbeat period already: its first
             // heartbeat goes now.
             auto last_write =
@@ -573,7 +569,7 @@ void HttpServer::add_routes() {
               }
               if (done) {
                 sink.done();
-                return !http10;
+                return true;
               }
             }
           };
@@ -582,7 +578,7 @@ void HttpServer::add_routes() {
       };
       const char* type = streaming ? "text/event-stream" : "application/json";
       if (http10) {
-        res.set_header("Connection", "close");
+        close_after(res);
         res.set_content_provider(type, provider, release);
       } else {
         res.set_chunked_content_provider(type, provider, release);
