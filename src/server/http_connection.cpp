@@ -44,6 +44,8 @@ void close_after_response() {
   if (current_stream != nullptr) current_stream->request_close();
 }
 
+bool connection_refused() { return current_stream != nullptr && current_stream->refused(); }
+
 ConnectionStream::ConnectionStream(socket_t sock, ConnectionLimits limits)
     : sock_(sock), limits_(limits), buffer_(kReadChunk) {}
 
@@ -169,6 +171,7 @@ void ConnectionStream::refuse(int status, const char* reason, const std::string&
     offset += static_cast<size_t>(sent);
   }
   refused_ = true;
+  if (limits_.refused) limits_.refused(status);
 }
 
 bool BoundedServer::process_and_close_socket(socket_t sock) {
@@ -177,6 +180,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   limits.request_time = std::chrono::milliseconds(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
   limits.read_wait = limits.request_time;
   limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
+  limits.refused = refused_hook_;
   ConnectionStream stream(sock, limits);
   bool ret = false;
   const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };

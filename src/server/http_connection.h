@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct ConnectionLimits {
   std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte
   std::chrono::milliseconds read_wait{60000};     // one read (the request's deadline may cut it)
   std::chrono::milliseconds write_wait{30000};    // one write to a client that does not read
+  std::function<void(int status)> refused;         // told of each answer refuse() gives (/metrics)
 };
 
 class ConnectionStream final : public httplib::Stream {
@@ -85,11 +87,16 @@ class ConnectionStream final : public httplib::Stream {
 // reading the request's body, which must not be read as the next request. No effect off a
 // connection's thread.
 void close_after_response();
+// Whether the connection the calling thread serves has answered its request itself (408,
+// 431): httplib then logs an answer of its own that never went out.
+bool connection_refused();
 
 // httplib's server with ConnectionStream and its own keep-alive loop.
 class BoundedServer final : public httplib::Server {
  public:
   explicit BoundedServer(size_t max_head_bytes = 64 * 1024) : max_head_bytes_(max_head_bytes) {}
+  // Told of each request a connection answers itself (408, 431), with its status.
+  void on_refused(std::function<void(int status)> hook) { refused_hook_ = std::move(hook); }
 
  private:
   bool process_and_close_socket(socket_t sock) override;
@@ -110,6 +117,7 @@ class BoundedServer final : public httplib::Server {
   }
 
   size_t max_head_bytes_;
+  std::function<void(int status)> refused_hook_;
 };
 
 }  // namespace qwenrt::server

@@ -244,6 +244,8 @@ int64_t unix_time() {
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
+  // A request a connection answers itself (408, 431) never reaches a route: "other".
+  static_cast<BoundedServer&>(*http_).on_refused([this](int status) { metrics_.count_request("other", status); });
   model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
                                {"object", "model"},
                                {"created", created_},
@@ -408,6 +410,7 @@ void HttpServer::add_routes() {
   // Counted by route: any other path is "other" (a path is the client's text; as a label
   // it could add lines to /metrics and grow its label set without bound).
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (connection_refused()) return;  // counted by the refusal hook, with the status sent
     const Route* known = find_route(req.path);
     const char* route = known != nullptr ? known->label : "other";
     metrics_.count_request(route, res.status);

@@ -348,6 +348,11 @@ TEST_F(CudaSampling, SameSeedSameTokensAsTheCpuRule) {
   cases.push_back({"vocab_normal_top_p_penalties", make(1.f, 0, 0.9f, 0.f, 1.2f, 0.3f, 0.1f), 151936, 2.f, true});
   cases.push_back({"vocab_plain_uniform", make(1.f, 0, 1.f, 0.f, 1.f, 0.f, 0.f), 151936, 3.f});
   cases.push_back({"vocab_ties_plain", make(1.f, 0, 0.9f, 0.f, 1.f, 0.f, 0.f), 151936, 0.f});
+  // Rows that do not start 16-byte aligned (a vocabulary not a multiple of 4): the passes
+  // over logits take them one at a time, the histogram and mass paths as the others.
+  cases.push_back({"top_k_odd_vocab", make(0.7f, 50, 0.9f, 0.f, 1.f, 0.f, 0.f), 5001, 2.f});
+  cases.push_back({"vocab_odd_normal", make(0.7f, 20, 0.8f, 0.f, 1.f, 0.f, 0.f), 151937, 2.f, true});
+  cases.push_back({"vocab_odd_normal_plain", make(1.f, 0, 0.95f, 0.f, 1.f, 0.f, 0.f), 151937, 2.f, true});
   for (const Case& c : cases) {
     const int rows = c.vocab > 100000 ? 2 : 8;
     auto logits = random_values(rng_, static_cast<size_t>(rows) * c.vocab, c.logit_scale, DType::kF32);

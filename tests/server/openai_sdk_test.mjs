@@ -773,6 +773,7 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   assert.deepEqual(flood.statuses, ['HTTP/1.1 431'], flood.text.slice(0, 300));
   assert.ok(flood.closed);
   assert.match(flood.text, /"type":"invalid_request_error"/);
+  assert.ok((await metric(main.url, 'qwenrt_requests_total{route="other",status="431"}')) >= 1, '/metrics counts the 431');
 
   const slow = await startServer(qwenrt, serveArgs(['--read-timeout', '1', '--max-connections', '2']));
   const url = new URL(slow.url);
@@ -798,6 +799,7 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
     assert.match(socket.text, /^HTTP\/1\.1 408 /);
     socket.destroy();
   }
+  assert.equal(await metric(slow.url, 'qwenrt_requests_total{route="other",status="408"}'), 2, '/metrics counts the 408s');
   slow.kill('SIGTERM');
 });
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
