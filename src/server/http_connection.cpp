@@ -68,6 +68,11 @@ bool ConnectionStream::is_writable() const {
   return !refused_ && poll_socket(true, limits_.write_wait) > 0;
 }
 
+void ConnectionStream::end_request() {
+  in_request_ = false;
+  in_head_ = false;
+}
+
 void ConnectionStream::begin_request() {
   in_request_ = true;
   in_head_ = true;
@@ -142,9 +147,7 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   // After a refusal httplib's own answer (a 400 for the head it could not read) is dropped:
   // the failed write ends the connection.
   if (refused_) return -1;
-  // The request has been read (a response is being written): its deadline no longer runs.
-  in_request_ = false;
-  in_head_ = false;
+  // (The request's deadline runs on through a "100 Continue": its body is still to come.)
   if (poll_socket(true, limits_.write_wait) <= 0) return -1;
   for (;;) {
     const ssize_t sent = ::send(sock_, ptr, size, MSG_NOSIGNAL);
@@ -190,6 +193,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     stream.begin_request();
     bool closed = false;
     ret = process(*this, stream, count == 1, closed, 0);
+    stream.end_request();
     if (!ret || closed || stream.refused() || stream.close_requested()) break;
   }
   current_stream = nullptr;

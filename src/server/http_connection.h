@@ -53,6 +53,8 @@ class ConnectionStream final : public httplib::Stream {
   }
   // A new request starts with the bytes buffered now: its deadline and head count begin.
   void begin_request();
+  // Its response is written: no deadline until the next request.
+  void end_request();
   // This connection's request broke a bound and was answered here: it is closed after.
   bool refused() const { return refused_; }
   // Close the connection once the response being made is written (see close_after_response).

@@ -800,6 +800,17 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
     socket.destroy();
   }
   assert.equal(await metric(slow.url, 'qwenrt_requests_total{route="other",status="408"}'), 2, '/metrics counts the 408s');
+  // The deadline covers the body too, also after a "100 Continue".
+  const trickle = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => trickle.once('connect', resolve));
+  trickle.on('error', () => {});
+  trickle.text = '';
+  trickle.on('data', (data) => { trickle.text += data.toString(); });
+  trickle.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nExpect: 100-continue\r\nContent-Length: 1000\r\n\r\n`);
+  const bytes = setInterval(() => { if (!trickle.destroyed) trickle.write('{'); }, 200);
+  assert.ok(await waitFor(async () => /HTTP\/1\.1 408 /.test(trickle.text), 4000), `a body trickled in is cut at the deadline (${trickle.text.slice(0, 120)})`);
+  clearInterval(bytes);
+  trickle.destroy();
   slow.kill('SIGTERM');
 });
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
