@@ -394,18 +394,21 @@ void HttpServer::add_routes() {
   });
   // Errors httplib raises itself (413, 400 for a malformed request line) get the same JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.body.empty() && !res.content_provider_) {  // else answered already
-      if (res.status == 413) {
-        send_error(res, body_too_large());
-      } else if (res.status == 404) {
-        send_error(res, no_route(req));
-      } else {
-        send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
-      }
+    if (!res.body.empty() || res.content_provider_) {  // a handler's answer
+      if (may_carry_body(req)) close_after(res);
+      return;
     }
-    // httplib answers some requests itself before any handler (a bad Range, a header line
-    // it cannot read), their bodies unread.
-    if (may_carry_body(req)) close_after(res);
+    // httplib's own answer, given before any handler: a request line or header it could
+    // not read (or, in 0.18, more than its 100 headers), a bad Range. What is left of the
+    // head, and the body, are unread: the connection is closed after it.
+    if (res.status == 413) {
+      send_error(res, body_too_large());
+    } else if (res.status == 404) {
+      send_error(res, no_route(req));
+    } else {
+      send_error(res, ApiError(res.status, "invalid_request_error", "bad HTTP request"));
+    }
+    close_after(res);
   });
   // Counted by route: any other path is "other" (a path is the client's text; as a label
   // it could add lines to /metrics and grow its label set without bound).

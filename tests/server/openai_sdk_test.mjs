@@ -768,11 +768,24 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   assert.ok(piped.closed, 'closed after the request that asked for it');
   assert.match(piped.text, /"object":"text_completion"[\s\S]*"object":"list"/, 'in order');
 
-  const filler = ('X-Filler: ' + 'y'.repeat(100) + '\r\n').repeat(600);  // ~67 KB of headers
+  // 20 lines of 4,000 bytes: within httplib's limits a line (8 KiB) and a count (0.18: 100).
+  const filler = ('X-Filler: ' + 'y'.repeat(4000) + '\r\n').repeat(20);
   const flood = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n${filler}\r\n`);
   assert.deepEqual(flood.statuses, ['HTTP/1.1 431'], flood.text.slice(0, 300));
   assert.ok(flood.closed);
   assert.match(flood.text, /"type":"invalid_request_error"/);
+  // Many short lines: one answer (httplib 0.18 refuses past 100 headers with a 400, 0.11
+  // reads them to the 64 KiB bound: 431), the connection closed, the rest never parsed.
+  const many = ('X-Filler: ' + 'y'.repeat(100) + '\r\n').repeat(600);
+  const crowd = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n${many}\r\n`);
+  assert.equal(crowd.statuses.length, 1, crowd.text.slice(0, 300));
+  assert.match(crowd.statuses[0], /HTTP\/1\.1 (400|431)/);
+  assert.ok(crowd.closed);
+  // A header line over httplib's 8 KiB: its own 400, the connection closed, what follows
+  // never parsed.
+  const broken = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\nX-Long: ${'z'.repeat(9000)}\r\n\r\n${health}`);
+  assert.deepEqual(broken.statuses, ['HTTP/1.1 400'], broken.text.slice(0, 300));
+  assert.ok(broken.closed);
   assert.ok((await metric(main.url, 'qwenrt_requests_total{route="other",status="431"}')) >= 1, '/metrics counts the 431');
 
   const slow = await startServer(qwenrt, serveArgs(['--read-timeout', '1', '--max-connections', '2']));
