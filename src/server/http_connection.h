@@ -37,17 +37,20 @@ class ConnectionStream final : public httplib::Stream {
   socket_t socket() const override { return sock_; }
 
   // Waits up to `idle` for the first byte of the next request, looking at `keep_going`
-  // every 100 ms (the server stopping). False: none came, the peer closed, or stopped.
+  // every 100 ms (the server stopping). Empty lines before a request are passed over (RFC
+  // 9112 2.2: some clients end a body with one more CRLF). False: none came, the peer
+  // closed, or stopped.
   template <typename KeepGoing>
   bool wait_for_request(std::chrono::milliseconds idle, KeepGoing keep_going) {
     const auto until = std::chrono::steady_clock::now() + idle;
     while (keep_going()) {
+      while (begin_ < end_ && (buffer_[begin_] == '\r' || buffer_[begin_] == '\n')) ++begin_;
       if (begin_ < end_) return true;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       const int ready = poll_socket(/*write=*/false, std::min(left, std::chrono::milliseconds(100)));
       if (ready < 0) return false;
-      if (ready > 0) return fill() > 0;
+      if (ready > 0 && fill() <= 0) return false;
     }
     return false;
   }

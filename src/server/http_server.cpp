@@ -202,6 +202,16 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
                              "' is not supported (only chunked)");
     }
   }
+  // A body compressed in a way the HTTP library does not unpack: 415, not a broken body.
+  if (req.has_header("Content-Encoding")) {
+    const std::string coding = ascii_lower(req.get_header_value("Content-Encoding"));
+    if (coding != "gzip" && coding != "deflate" && coding != "identity") {
+      return ApiError(415, "invalid_request_error",
+                      "Content-Encoding '" + req.get_header_value("Content-Encoding") +
+                          "' is not supported (gzip, deflate)",
+                      "", "unsupported_media_type");
+    }
+  }
   // A Content-Length over the limit is refused unread, as httplib's own check does.
   const std::string declared = req.get_header_value("Content-Length");
   if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
