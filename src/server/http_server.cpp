@@ -205,10 +205,10 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
   // A body compressed in a way the HTTP library does not unpack: 415, not a broken body.
   if (req.has_header("Content-Encoding")) {
     const std::string coding = ascii_lower(req.get_header_value("Content-Encoding"));
-    if (coding != "gzip" && coding != "deflate" && coding != "identity") {
+    if (coding != "gzip" && coding != "deflate" && coding != "br" && coding != "identity") {
       return ApiError(415, "invalid_request_error",
                       "Content-Encoding '" + req.get_header_value("Content-Encoding") +
-                          "' is not supported (gzip, deflate)",
+                          "' is not supported (gzip, deflate, br)",
                       "", "unsupported_media_type");
     }
   }
