@@ -1,0 +1,138 @@
+// ConnectionStream over a socket pair: the bounds httplib does not set (a request head in
+// all, a request's time), pipelined bytes kept between requests, empty lines before one.
+#ifdef QWENRT_HAVE_HTTP
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "server/http_connection.h"
+
+namespace qwenrt::server {
+namespace {
+
+struct Pair {
+  int server = -1, client = -1;
+  Pair() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    server = fds[0];
+    client = fds[1];
+  }
+  ~Pair() {
+    ::close(server);
+    ::close(client);
+  }
+  void send(const std::string& text) const { ASSERT_EQ(::write(client, text.data(), text.size()), static_cast<ssize_t>(text.size())); }
+  std::string received() const {
+    std::string out(4096, '\0');
+    const ssize_t got = ::recv(client, out.data(), out.size(), MSG_DONTWAIT);
+    out.resize(got > 0 ? static_cast<size_t>(got) : 0);
+    return out;
+  }
+};
+
+// Reads until the head's blank line (true) or a failed read (false), as httplib's line
+// reader does, a byte at a time.
+bool read_head(ConnectionStream& stream, std::string& head) {
+  char c;
+  while (stream.read(&c, 1) == 1) {
+    head += c;
+    if (head.size() >= 4 && head.compare(head.size() - 4, 4, "\r\n\r\n") == 0) return true;
+  }
+  return false;
+}
+
+ConnectionLimits limits(size_t head_bytes, int request_ms) {
+  ConnectionLimits l;
+  l.max_head_bytes = head_bytes;
+  l.request_time = std::chrono::milliseconds(request_ms);
+  l.read_wait = l.request_time;
+  l.write_wait = std::chrono::milliseconds(1000);
+  return l;
+}
+
+const auto kForever = [] { return true; };
+
+TEST(ConnectionStream, PipelinedRequestsAndEmptyLinesBetweenThem) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 2000));
+  pair.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  std::string first;
+  ASSERT_TRUE(read_head(stream, first));
+  EXPECT_EQ(first, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  stream.end_request();
+  // The second request was read with the first: it is served from the buffer, the empty
+  // line before it passed over.
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(0), kForever));
+  stream.begin_request();
+  std::string second;
+  ASSERT_TRUE(read_head(stream, second));
+  EXPECT_EQ(second, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_FALSE(stream.refused());
+}
+
+TEST(ConnectionStream, HeadOverTheBoundIsRefusedWith431) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(64, 2000));
+  pair.send("GET / HTTP/1.1\r\nX-Filler: " + std::string(100, 'y') + "\r\n\r\n");
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  std::string head;
+  EXPECT_FALSE(read_head(stream, head));
+  EXPECT_LE(head.size(), 64u);
+  EXPECT_TRUE(stream.refused());
+  EXPECT_EQ(pair.received().rfind("HTTP/1.1 431 ", 0), 0u);
+  EXPECT_EQ(stream.write("x", 1), -1);  // httplib's own answer after it is dropped
+}
+
+TEST(ConnectionStream, HeadWithinTheBoundIsNotRefused) {
+  Pair pair;
+  const std::string request = "GET / HTTP/1.1\r\nX-Filler: " + std::string(30, 'y') + "\r\n\r\n";
+  ConnectionStream stream(pair.server, limits(request.size(), 2000));
+  pair.send(request + "body bytes past the head are not counted");
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  std::string head;
+  ASSERT_TRUE(read_head(stream, head));
+  char body[64];
+  EXPECT_GT(stream.read(body, sizeof(body)), 0);
+  EXPECT_FALSE(stream.refused());
+}
+
+TEST(ConnectionStream, RequestNotInWithinItsTimeIsRefusedWith408) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 200));
+  pair.send("GET / HTTP/1.1\r\n");  // and nothing more
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  const auto start = std::chrono::steady_clock::now();
+  stream.begin_request();
+  std::string head;
+  EXPECT_FALSE(read_head(stream, head));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(150));
+  EXPECT_LT(waited, std::chrono::milliseconds(1500));
+  EXPECT_TRUE(stream.refused());
+  EXPECT_EQ(pair.received().rfind("HTTP/1.1 408 ", 0), 0u);
+}
+
+TEST(ConnectionStream, WaitingForARequestEndsWhenToldOrWhenThePeerCloses) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 2000));
+  EXPECT_FALSE(stream.wait_for_request(std::chrono::milliseconds(5000), [] { return false; }));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(stream.wait_for_request(std::chrono::milliseconds(150), kForever));  // idle
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  ::shutdown(pair.client, SHUT_WR);
+  EXPECT_FALSE(stream.wait_for_request(std::chrono::milliseconds(5000), kForever));
+}
+
+}  // namespace
+}  // namespace qwenrt::server
+
+#endif  // QWENRT_HAVE_HTTP
