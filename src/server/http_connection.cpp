@@ -62,7 +62,7 @@ int ConnectionStream::poll_socket(bool write, std::chrono::milliseconds wait) co
 }
 
 bool ConnectionStream::is_readable() const {
-  return begin_ < end_ || poll_socket(false, limits_.read_wait) > 0;
+  return begin_ < end_ || poll_socket(false, limits_.request_time) > 0;
 }
 
 bool ConnectionStream::is_writable() const {
@@ -83,18 +83,15 @@ void ConnectionStream::begin_request() {
 }
 
 ssize_t ConnectionStream::fill() {
-  auto wait = limits_.read_wait;
-  bool cut_by_deadline = false;  // the wait ends at the request's deadline
+  // Within a request the wait ends at its deadline; between requests a read waits as long.
+  auto wait = limits_.request_time;
   if (in_request_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
-    if (left <= wait) {
-      wait = std::max(left, std::chrono::milliseconds(0));
-      cut_by_deadline = true;
-    }
+    wait = std::max(left, std::chrono::milliseconds(0));
   }
   const int ready = poll_socket(false, wait);
   if (ready <= 0) {
-    if (ready == 0 && cut_by_deadline) {
+    if (ready == 0 && in_request_) {  // the request's deadline
       refuse(408, "Request Timeout",
              "the request did not arrive in full within " + std::to_string(limits_.request_time.count() / 1000) +
                  " s (--read-timeout)");
@@ -166,8 +163,7 @@ void ConnectionStream::refuse(int status, const char* reason, const std::string&
   const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
                                "\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
-  in_request_ = false;
-  in_head_ = false;
+  end_request();
   size_t offset = 0;
   while (offset < response.size()) {
     const ssize_t sent = write(response.data() + offset, response.size() - offset);
@@ -178,11 +174,24 @@ void ConnectionStream::refuse(int status, const char* reason, const std::string&
   if (limits_.refused) limits_.refused(status);
 }
 
+void ConnectionStream::linger(std::chrono::milliseconds wait, size_t max_bytes) {
+  ::shutdown(sock_, SHUT_WR);
+  const auto until = std::chrono::steady_clock::now() + wait;
+  size_t drained = 0;
+  while (drained < max_bytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || poll_socket(false, left) <= 0) break;
+    const ssize_t got = ::recv(sock_, buffer_.data(), buffer_.size(), 0);
+    if (got <= 0) break;
+    drained += static_cast<size_t>(got);
+  }
+  begin_ = end_ = 0;
+}
+
 bool BoundedServer::process_and_close_socket(socket_t sock) {
   ConnectionLimits limits;
   limits.max_head_bytes = max_head_bytes_;
   limits.request_time = std::chrono::milliseconds(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
-  limits.read_wait = limits.request_time;
   limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
   limits.refused = refused_hook_;
   ConnectionStream stream(sock, limits);
@@ -198,24 +207,8 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     if (!ret || closed || stream.refused() || stream.close_requested()) break;
   }
   current_stream = nullptr;
-  // A connection ended with a request (or its body) unread: closing a socket with unread
-  // bytes resets the connection, and the client may lose the answer still in its buffers.
-  // The sending side is shut first and what the client still sends is read and dropped
-  // for a moment (a "lingering close").
-  if (!ret || stream.refused() || stream.close_requested()) {
-    ::shutdown(sock, SHUT_WR);
-    char scratch[4096];
-    size_t drained = 0;
-    const auto until = std::chrono::steady_clock::now() + kLinger;
-    while (drained < kLingerBytes) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-      pollfd fd{sock, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&fd, 1, static_cast<int>(left.count())) <= 0) break;
-      const ssize_t got = ::recv(sock, scratch, sizeof(scratch), 0);
-      if (got <= 0) break;
-      drained += static_cast<size_t>(got);
-    }
-  }
+  // A connection ended with a request (or its body) possibly unread.
+  if (!ret || stream.refused() || stream.close_requested()) stream.linger(kLinger, kLingerBytes);
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ret;

@@ -18,8 +18,7 @@ namespace qwenrt::server {
 
 struct ConnectionLimits {
   size_t max_head_bytes = 64 * 1024;         // request line and headers together
-  std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte
-  std::chrono::milliseconds read_wait{60000};     // one read (the request's deadline may cut it)
+  std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte (and any one read)
   std::chrono::milliseconds write_wait{30000};    // one write to a client that does not read
   std::function<void(int status)> refused;         // told of each answer refuse() gives (/metrics)
 };
@@ -58,6 +57,10 @@ class ConnectionStream final : public httplib::Stream {
   void begin_request();
   // Its response is written: no deadline until the next request.
   void end_request();
+  // Before closing a connection left with unread bytes: shuts the sending side and reads and
+  // drops what the client still sends, for a moment (a "lingering close"), since closing a
+  // socket with unread bytes resets the connection and the client may lose the answer.
+  void linger(std::chrono::milliseconds wait, size_t max_bytes);
   // This connection's request broke a bound and was answered here: it is closed after.
   bool refused() const { return refused_; }
   // Close the connection once the response being made is written (see close_after_response).
@@ -67,8 +70,8 @@ class ConnectionStream final : public httplib::Stream {
  private:
   // poll() for reading or writing up to `wait`: 1 ready, 0 not, -1 error.
   int poll_socket(bool write, std::chrono::milliseconds wait) const;
-  // Reads what the socket has into the buffer (it is empty), waiting up to the read wait
-  // and the request's deadline: bytes read, 0 at the peer's end, -1 on error or timeout.
+  // Reads what the socket has into the buffer (it is empty), waiting up to the request's
+  // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
   ssize_t fill();
   // Answers the request here with `status` and closes the connection after.
   void refuse(int status, const char* reason, const std::string& message);

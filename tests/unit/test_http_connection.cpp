@@ -50,7 +50,6 @@ ConnectionLimits limits(size_t head_bytes, int request_ms) {
   ConnectionLimits l;
   l.max_head_bytes = head_bytes;
   l.request_time = std::chrono::milliseconds(request_ms);
-  l.read_wait = l.request_time;
   l.write_wait = std::chrono::milliseconds(1000);
   return l;
 }
