@@ -183,14 +183,15 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
   // Framing that two readers could take differently (RFC 9112 6.3) is refused, and the
   // caller closes the connection: a length that is not a plain decimal number, two
   // different lengths, a length beside a transfer coding.
+  const std::string content_length = req.get_header_value("Content-Length");  // the first's, if any
   if (req.has_header("Content-Length")) {
-    const std::string first = req.get_header_value("Content-Length");
-    const bool decimal = !first.empty() && first.size() <= 18 &&
-                         std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!decimal) return invalid_request("Content-Length '" + first + "' is not a length in bytes");
+    const bool decimal = !content_length.empty() && content_length.size() <= 18 &&
+                         std::all_of(content_length.begin(), content_length.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!decimal) return invalid_request("Content-Length '" + content_length + "' is not a length in bytes");
     const auto lengths = req.headers.equal_range("Content-Length");
     for (auto it = lengths.first; it != lengths.second; ++it) {
-      if (it->second != first) return invalid_request("two different Content-Length headers");
+      if (it->second != content_length) return invalid_request("two different Content-Length headers");
     }
     if (req.has_header("Transfer-Encoding")) return invalid_request("Content-Length beside Transfer-Encoding");
   }
@@ -213,8 +214,7 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
     }
   }
   // A Content-Length over the limit is refused unread, as httplib's own check does.
-  const std::string declared = req.get_header_value("Content-Length");
-  if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > limit) return body_too_large();
+  if (!content_length.empty() && std::strtoull(content_length.c_str(), nullptr, 10) > limit) return body_too_large();
   size_t received = 0;
   const bool read = read_body([&](const char* data, size_t length) {
     received += length;
@@ -255,7 +255,7 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
   // A request a connection answers itself (408, 431) never reaches a route: "other".
-  static_cast<BoundedServer&>(*http_).on_refused([this](int status) { metrics_.count_request("other", status); });
+  http_->on_refused([this](int status) { metrics_.count_request("other", status); });
   model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
                                {"object", "model"},
                                {"created", created_},
@@ -404,10 +404,11 @@ void HttpServer::add_routes() {
   });
   // Errors httplib raises itself (413, 400 for a malformed request line) get the same JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) {  // a handler's answer
-      if (may_carry_body(req)) close_after(res);
-      return;
-    }
+    // A handler's answer: every one given without reading the body (the key, the route,
+    // the method, a body nothing reads, a body that could not be read whole) has closed
+    // its connection already; after a body read whole (a request that fails validation)
+    // the connection stays open for the next request.
+    if (!res.body.empty() || res.content_provider_) return;
     // httplib's own answer, given before any handler: a request line or header it could
     // not read (or, in 0.18, more than its 100 headers), a bad Range. What is left of the
     // head, and the body, are unread: the connection is closed after it.

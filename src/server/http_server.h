@@ -13,11 +13,9 @@
 #include "server/generation.h"
 #include "server/metrics.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace qwenrt::server {
+
+class BoundedServer;  // http_connection.h: httplib's server with our connection loop
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -64,7 +62,7 @@ class HttpServer {
   ModelText model_;
   ServerOptions options_;
   Metrics& metrics_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<BoundedServer> http_;
   std::atomic<bool> ready_{false}, draining_{false};
   int port_ = 0;
   int64_t created_ = 0;

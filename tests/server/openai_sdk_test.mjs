@@ -758,6 +758,14 @@ await test('an answer given before the body is read closes the connection: nothi
   assert.doesNotMatch(old.text, /transfer-encoding/i);
   assert.match(old.text, /\r\n\r\ndata: \{/);
   assert.ok(old.text.endsWith('data: [DONE]\n\n'), old.text.slice(-80));
+  // An answer given after the body was read whole (a request that fails validation) keeps
+  // the connection: the request behind it is answered on the same connection.
+  const invalid = JSON.stringify({ model, prompt: 'hi', max_tokens: -1 });
+  const kept = await rawExchange(main.url, `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\n` +
+                                 `Content-Length: ${invalid.length}\r\n\r\n${invalid}` +
+                                 `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.deepEqual(kept.statuses, ['HTTP/1.1 400', 'HTTP/1.1 200'], kept.text.slice(0, 400));
+  assert.doesNotMatch(kept.text.split('HTTP/1.1 200')[0], /connection: close/i);
   // And the server still answers.
   assert.equal((await client.completions.create({ model, prompt: 'hi', max_tokens: 1 })).choices.length, 1);
 });
