@@ -71,7 +71,7 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
                                 {"qkv_proj", 3584, 4608},   {"o_proj", 3584, 3584},
                                 {"gate_proj", 3584, 18944}, {"gate_up_proj", 3584, 37888},
                                 {"down_proj", 18944, 3584}, {"lm_head(f32)", 3584, 152064}};
-  const int ns[] = {1, 8, 64, 128, 256, 512, 1024, 2048};
+  const int ns[] = {1, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
   bench_matmuls(gpu(), rng_, shapes, ns, 20, 1);
 }
 

@@ -30,7 +30,11 @@ TEST_P(CudaOps, MatmulMatchesNaiveProduct) {
                           {1, 896, 1519, true},   {33, 512, 300, true}, {1, 200, 2050, false},
                           {1, 64, 2051, true},    {2, 136, 2049, false},
                           // one row over many waves of blocks (an lm_head's shape, narrower k)
-                          {1, 136, 40003, true}};
+                          {1, 136, 40003, true},
+                          // 5-16 rows on tensor cores (k a multiple of 64, w's rows of 16): one
+                          // chunk of k, chunks not a multiple of the warps', the 7B's shapes
+                          {5, 64, 16, false},     {8, 1216, 48, true},    {9, 3584, 512, false},
+                          {16, 896, 4864, false}, {12, 18944, 64, true}, {16, 3584, 1040, true}};
   for (const Shape& s : shapes) {
     const auto x = random_values(rng_, static_cast<size_t>(s.n) * s.k, 1.f, dtype());
     const auto w = random_values(rng_, static_cast<size_t>(s.m) * s.k, 0.05f, dtype());

@@ -133,6 +133,10 @@ class Matmul {
 // caller uses Matmul).
 constexpr int kMaxGemvRows = 4;
 bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
+// matmul_small.cu: the same for kMaxGemvRows + 1 .. kMaxSmallRows rows on tensor cores (CUDA;
+// false elsewhere, or when the shape is not one it takes: k a multiple of 64, w's rows of 16).
+constexpr int kMaxSmallRows = 16;
+bool launch_small_matmul(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
 // out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]); false when
 // the shape is not one it takes.
 bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
