@@ -109,13 +109,28 @@ double number_field(const json& body, const char* name, double fallback, double 
   return number;
 }
 
+// A JSON number that is a whole number: an integer, or a float with no fraction (5.0, as a
+// client computing max_tokens = budget * 0.5 sends it; JSON has one number type). Floats
+// past int64 saturate. False for anything else.
+bool whole_number(const json& value, int64_t& number) {
+  if (value.is_number_integer()) {
+    number = value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                 ? INT64_MAX
+                 : value.get<int64_t>();
+    return true;
+  }
+  if (!value.is_number_float()) return false;
+  const double x = value.get<double>();
+  if (!std::isfinite(x) || x != std::trunc(x)) return false;
+  number = x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(x);
+  return true;
+}
+
 int64_t integer_field(const json& body, const char* name, int64_t fallback, int64_t low, int64_t high) {
   const json* value = field(body, name);
   if (value == nullptr) return fallback;
-  if (!value->is_number_integer()) throw invalid_request(std::string("'") + name + "' must be an integer", name);
-  const int64_t number = value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                             ? INT64_MAX
-                             : value->get<int64_t>();
+  int64_t number = 0;
+  if (!whole_number(*value, number)) throw invalid_request(std::string("'") + name + "' must be an integer", name);
   if (number < low || number > high) {
     throw invalid_request(std::string("'") + name + "' must be between " + std::to_string(low) + " and " +
                               std::to_string(high) + " (got " + value->dump() + ")",
@@ -138,7 +153,8 @@ void refuse_unsupported(const json& body) {
     throw ApiError(400, "invalid_request_error", "'" + name + "' is not supported by this server" + why, name,
                    "unsupported_parameter");
   };
-  if (const json* v = field(body, "best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+  int64_t best_of = 0;
+  if (const json* v = field(body, "best_of"); v != nullptr && !(whole_number(*v, best_of) && best_of == 1)) {
     refuse("best_of", " (only 1)");
   }
   for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex"}) {
@@ -381,9 +397,9 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
   s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));
   // vLLM spells "off" as -1; 0 means off here.
-  if (const json* k = field(body, "top_k");
-      k != nullptr && k->is_number_integer() && !k->is_number_unsigned() && k->get<int64_t>() < 0) {
-    if (k->get<int64_t>() != -1) {
+  int64_t top_k = 0;
+  if (const json* k = field(body, "top_k"); k != nullptr && whole_number(*k, top_k) && top_k < 0) {
+    if (top_k != -1) {
       throw invalid_request("'top_k' must be -1 or 0 (off) or a positive count (got " + k->dump() + ")", "top_k");
     }
     s.top_k = 0;
@@ -396,8 +412,9 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   s.repetition_penalty =
       static_cast<float>(number_field(body, "repetition_penalty", s.repetition_penalty, 0, 2, true, "in (0, 2]"));
   if (const json* seed = field(body, "seed")) {
-    if (!seed->is_number_integer()) throw invalid_request("'seed' must be an integer", "seed");
-    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+    int64_t whole = 0;
+    if (!whole_number(*seed, whole)) throw invalid_request("'seed' must be an integer", "seed");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(whole);
     out.seeded = true;
   } else {
     // No seed: every request its own stream (a counter keeps them apart).
@@ -460,6 +477,28 @@ std::string message_text(const json& message, size_t index) {
 // the prompt, and the output parser reads it first. The model writes the rest under a
 // grammar: the call's JSON, a tool's name and arguments that fit that tool's parameters
 // schema, then </tool_call>; where several calls may come, more calls or the turn's end.
+// tool_choice "none" with tools in the prompt: the call's opening tag is biased out of every
+// draw (as logit_bias -100 does), so the answer is a message. With no such token in the
+// vocabulary there is nothing to bias (and nothing is parsed as a call).
+void ban_tool_calls(const Tokenizer& tokenizer, GenerationRequest& out) {
+  const auto open_id = tokenizer.token_to_id(std::string(kToolCallOpen));
+  if (!open_id) return;
+  constexpr float kBan = -100.f;
+  for (TokenBias& entry : out.logit_bias) {
+    if (entry.id == *open_id) {
+      entry.bias = std::min(entry.bias, kBan);
+      return;
+    }
+  }
+  if (out.logit_bias.size() >= static_cast<size_t>(kMaxLogitBiasPerRow)) {
+    throw invalid_request("'logit_bias' has " + std::to_string(out.logit_bias.size()) + " entries; with tool_choice " +
+                              "\"none\" at most " + std::to_string(kMaxLogitBiasPerRow - 1) +
+                              " (one more bans the call tag)",
+                          "logit_bias");
+  }
+  out.logit_bias.push_back(TokenBias{*open_id, kBan});
+}
+
 void force_tool_call(const ModelText& model, const std::optional<std::string>& name, const json& tools,
                      GenerationRequest& out) {
   const Tokenizer& tokenizer = *model.tokenizer;
@@ -598,13 +637,15 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   fill_in_the_middle(body, *model.tokenizer, out);  // refuses a suffix
   const nlohmann::ordered_json conversation = parse_conversation(body);
   nlohmann::ordered_json tools = parse_tools(body);
-  // tool_choice: "auto" (the default), "none" (the tools leave the prompt), or a forced call:
-  // "required" (some tool) or {"type": "function", "function": {"name": ...}} (that one).
+  // tool_choice: "auto" (the default), "none" (the tools stay in the prompt, as OpenAI's and
+  // vLLM's, and the call's opening tag is not drawn), or a forced call: "required" (some
+  // tool) or {"type": "function", "function": {"name": ...}} (that one).
   std::optional<std::string> forced_name;  // none with "required"
   bool forced = false;
+  bool no_calls = false;
   if (const json* choice = field(body, "tool_choice")) {
     if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
-      if (*choice == "none") tools = nullptr;
+      no_calls = *choice == "none";
       forced = *choice == "required";
     } else if (choice->is_object() && member_is(*choice, "type", "function")) {
       const json* function = field(*choice, "function");
@@ -652,7 +693,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   }
   // A chat answer ends at its turn's end (the original Qwen names only <|endoftext|> as EOS).
   if (model.config != nullptr) out.stop_ids = chat_stop_ids(*model.config, *model.tokenizer);
-  out.parse_tool_calls = !tools.is_null();
+  out.parse_tool_calls = !tools.is_null() && !no_calls;
   out.parse_reasoning = true;
   // Templates of thinking-only models end the prompt with "<think>\n": the output then
   // starts inside the reasoning and only closes it.
@@ -670,6 +711,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   out.may_think = !forced && !(extra.contains("enable_thinking") && extra["enable_thinking"] == false);
   if (forced) force_tool_call(model, forced_name, tools, out);
   parse_common(body, model, limits, out, limits.max_context);
+  if (no_calls && !tools.is_null()) ban_tool_calls(*model.tokenizer, out);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));
   } else if (field(body, "top_logprobs") != nullptr) {

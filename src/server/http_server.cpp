@@ -90,8 +90,9 @@ bool allows(const Route& route, const std::string& method) {
 // A request that may carry a body: one answered without reading it has its connection
 // closed after the answer rather than read on from the middle of it (close_after).
 bool may_carry_body(const httplib::Request& req) {
-  return req.has_header("Transfer-Encoding") ||
-         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+  if (req.has_header("Transfer-Encoding")) return true;
+  const auto lengths = req.headers.equal_range("Content-Length");  // any of them, not the first alone
+  return std::any_of(lengths.first, lengths.second, [](const auto& header) { return header.second != "0"; });
 }
 
 std::string ascii_lower(std::string text) {
@@ -173,7 +174,7 @@ constexpr size_t kDrainBytes = size_t{64} << 20;
 // their limit themselves, before the chunk that crosses it reaches this count, and set
 // `res.status` to 413: that is answered as the limit too, not as a broken body. The error to
 // answer with, if any.
-std::optional<ApiError> read_body_within(const httplib::Request& req, const httplib::Response& res,
+std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::Response& res,
                                          const httplib::ContentReader& read_body, size_t limit,
                                          std::string& body) {
   // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
@@ -202,6 +203,10 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, const http
       return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
                              "' is not supported (only chunked)");
     }
+    // httplib 0.11's chunked reader can report a body read whole that it left unread (a
+    // chunk's data not followed by CRLF ends its loop before the last chunk): whatever the
+    // answer, the connection is closed after it, so no rest is read as the next request.
+    close_after(res);
   }
   // A body compressed in a way the HTTP library does not unpack: 415, not a broken body.
   if (req.has_header("Content-Encoding")) {

@@ -82,6 +82,26 @@ Head match_head(std::string_view text, std::string& name, size_t& arguments_star
   return Head::kYes;
 }
 
+// The name of a call's head cut off before its arguments: `{"name": "` and as much of the
+// name's JSON string as was written (an escape or a character cut in the middle dropped);
+// "" when the head does not open that way.
+std::string cut_name(std::string_view text) {
+  size_t i = 0;
+  for (std::string_view literal : {"{", "\"name\"", ":", "\""}) {
+    while (i < text.size() && is_space(text[i])) ++i;
+    if (text.substr(i, literal.size()) != literal) return "";
+    i += literal.size();
+  }
+  const size_t begin = i;
+  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) escaped = !escaped && text[i] == '\\';
+  std::string raw(text.substr(begin, i - begin));
+  for (int cut = 0; cut <= 6 && !raw.empty(); ++cut, raw.pop_back()) {
+    const nlohmann::json parsed = nlohmann::json::parse("\"" + raw + "\"", nullptr, false);
+    if (parsed.is_string()) return parsed.get<std::string>();
+  }
+  return "";
+}
+
 }  // namespace
 
 OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open, bool single_tool_call)
@@ -93,6 +113,11 @@ ParsedDelta OutputParser::push(std::string_view text) {
   ParsedDelta out;
   run(out, false);
   return out;
+}
+
+void OutputParser::push_forced_opening(std::string_view opening) {
+  forced_next_ = true;
+  push(opening);  // the head is not complete without the model's text: nothing comes out
 }
 
 ParsedDelta OutputParser::flush(std::string_view last) {
@@ -214,6 +239,8 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
 void OutputParser::open_block() {
   block_state_ = Block::kHead;
   dropping_ = single_tool_call_ && tool_calls_ > 0;
+  forced_block_ = forced_next_;
+  forced_next_ = false;
 }
 
 void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
@@ -302,6 +329,17 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
         out.tool_calls.push_back(std::move(delta));
       }
       ++tool_calls_;
+    } else if (forced_block_ && block_state_ == Block::kHead && !dropping_) {
+      // A forced call cut off before its arguments began (max_tokens, a stop string): its
+      // opening is the server's text, not an answer, so it stays a call with no arguments.
+      held_space_.clear();
+      ToolCallDelta delta;
+      delta.index = tool_calls_;
+      delta.starts = true;
+      delta.id = new_call_id();
+      delta.name = cut_name(block_);
+      out.tool_calls.push_back(std::move(delta));
+      ++tool_calls_;
     } else {
       emit_content(out, std::string(kToolCallOpen) + block_ + (closed ? std::string(kToolCallClose) : ""));
     }
@@ -317,6 +355,7 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
   }
   block_.clear();
   block_state_ = Block::kHead;
+  forced_block_ = false;
   open_brackets_.clear();
   in_string_ = escaped_ = false;
 }

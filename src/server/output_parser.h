@@ -50,6 +50,10 @@ class OutputParser {
   OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open = false,
                bool single_tool_call = false);
   ParsedDelta push(std::string_view text);
+  // The server ended the prompt with a call's opening (tool_choice forced a call): `opening`
+  // is pushed as the text before the model's, and the block it opens stays a call even if
+  // the output breaks off before its arguments begin (its name as far as it was written).
+  void push_forced_opening(std::string_view opening);
   // The end of the output (its last text, if any): whatever is held back is released.
   ParsedDelta flush(std::string_view last = {});
   bool saw_tool_call() const { return tool_calls_ > 0; }
@@ -77,6 +81,8 @@ class OutputParser {
   Block block_state_ = Block::kHead;
   std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
   bool dropping_ = false;      // a call after the first with parallel calls off: read, not given out
+  bool forced_next_ = false;   // the next block is a forced call's (push_forced_opening)
+  bool forced_block_ = false;  // the block being read is
   bool in_string_ = false, escaped_ = false;
 };
 

@@ -102,11 +102,14 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& ev
     } else {
       out.token_logprobs.push_back(entry.logprob);
       // Keyed by text: alternatives that show alike (bytes of unfinished characters, all
-      // U+FFFD) share a key, which keeps the most likely one's log-prob.
+      // U+FFFD) share a key, which keeps the most likely one's log-prob. The token itself is
+      // always there (OpenAI's legacy rule: up to logprobs + 1 entries), also when it is not
+      // among the most likely.
       json top = json::object();
       for (const LogprobToken& alternative : entry.top) {
         if (!top.contains(alternative.text)) top[alternative.text] = alternative.logprob;
       }
+      if (!top.contains(entry.text)) top[entry.text] = entry.logprob;
       out.top_logprobs.push_back(top);
     }
     // Where the token starts in `text`: the characters decoded before it, as the streaming

@@ -33,7 +33,7 @@ class ResponseBuilder {
         : parser(request.chat && request.parse_reasoning, request.chat && request.parse_tool_calls,
                  request.reasoning_open, request.single_tool_call) {
       // A forced call's opening ended the prompt: the output continues it.
-      if (!request.forced_tool_text.empty()) parser.push(request.forced_tool_text);
+      if (!request.forced_tool_text.empty()) parser.push_forced_opening(request.forced_tool_text);
     }
     OutputParser parser;
     bool started = false;

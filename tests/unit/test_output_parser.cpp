@@ -223,6 +223,47 @@ TEST(OutputParser, AStreamedCallCutOffStaysACall) {
   EXPECT_EQ(escaped.calls[0].second, "{}");
 }
 
+TEST(OutputParser, AForcedCallCutOffBeforeItsArgumentsStaysACall) {
+  // tool_choice forced a call: the prompt ended with its opening, and the output broke off
+  // (max_tokens, a stop string) before the arguments began. The opening is the server's
+  // text: no content, a call with the name as far as it was written.
+  struct Case {
+    std::string opening, output, name;
+  };
+  const std::vector<Case> cases = {
+      {"<tool_call>\n{\"name\": ", "", ""},                                    // nothing written
+      {"<tool_call>\n{\"name\": \"", "ge", "ge"},                              // required: inside the name
+      {"<tool_call>\n{\"name\": \"", "get_t\\u00", "get_t"},                  // an escape cut
+      {"<tool_call>\n{\"name\": \"", "get_time\", \"argu", "get_time"},       // past the name
+      {"<tool_call>\n{\"name\": \"get_time\", \"arguments\":", " ", "get_time"},  // named
+  };
+  for (const Case& c : cases) {
+    for (size_t piece = 1; piece <= std::max<size_t>(c.output.size(), 1); ++piece) {
+      OutputParser parser(true, true);
+      parser.push_forced_opening(c.opening);
+      Parsed parsed;
+      for (size_t i = 0; i < c.output.size(); i += piece) add(parsed, parser.push(c.output.substr(i, piece)));
+      add(parsed, parser.flush());
+      EXPECT_EQ(parsed.content, "") << c.output;
+      ASSERT_EQ(parsed.calls.size(), 1u) << c.output;
+      EXPECT_EQ(parsed.calls[0].first, c.name) << c.output;
+      EXPECT_EQ(parsed.calls[0].second, "") << c.output;
+    }
+  }
+  // Once the arguments began it is an ordinary call; and the same text without the forced
+  // opening (the model's own) stays text.
+  OutputParser forced(true, true);
+  forced.push_forced_opening("<tool_call>\n{\"name\": \"f\", \"arguments\":");
+  Parsed begun;
+  add(begun, forced.push(" {\"a\": 1"));
+  add(begun, forced.flush());
+  ASSERT_EQ(begun.calls.size(), 1u);
+  EXPECT_EQ(begun.calls[0].second, "{\"a\": 1");
+  Parsed own = parse_in_pieces("<tool_call>\n{\"name\": \"ge", 2, true, true, false);
+  EXPECT_TRUE(own.calls.empty());
+  EXPECT_EQ(own.content, "<tool_call>\n{\"name\": \"ge");
+}
+
 TEST(OutputParser, OneCallWhenParallelCallsAreOff) {
   const std::string text =
       "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\"}</tool_call>\n<tool_call>{\"name\": "

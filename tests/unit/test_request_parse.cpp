@@ -363,6 +363,20 @@ TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   EXPECT_TRUE(chat("{" + messages + "," + tools + R"(,"tool_choice":"none"})").forced_tool_text.empty());
   EXPECT_EQ(fixture.tokenizer.decode(chat("{" + messages + "," + tools + R"(,"tool_choice":"auto"})").prompt),
             rendered_auto);
+  // "none": the tools stay in the prompt (as OpenAI's), no call is parsed, and the call's
+  // opening tag is biased out of every draw (a client's own bias on it kept if lower).
+  const int32_t open = *fixture.tokenizer.token_to_id("<tool_call>");
+  const GenerationRequest none = chat("{" + messages + "," + tools + R"(,"tool_choice":"none"})");
+  EXPECT_EQ(fixture.tokenizer.decode(none.prompt), rendered_auto);
+  EXPECT_FALSE(none.parse_tool_calls);
+  ASSERT_EQ(none.logit_bias.size(), 1u);
+  EXPECT_EQ(none.logit_bias[0].id, open);
+  EXPECT_EQ(none.logit_bias[0].bias, -100.f);
+  const GenerationRequest biased = chat("{" + messages + "," + tools + R"(,"tool_choice":"none","logit_bias":{")" +
+                                        std::to_string(open) + R"(":50,"65":3}})");
+  ASSERT_EQ(biased.logit_bias.size(), 2u);
+  for (const TokenBias& entry : biased.logit_bias) EXPECT_EQ(entry.bias, entry.id == open ? -100.f : 3.f);
+  EXPECT_TRUE(chat("{" + messages + R"(,"tool_choice":"none"})").logit_bias.empty());  // no tools: nothing to ban
 
   const auto refused = [&](const std::string& body, const std::string& code) {
     try {

@@ -103,5 +103,24 @@ TEST(CompletionLogprobs, AlternativesThatShowAlikeKeepTheMostLikely) {
   EXPECT_FLOAT_EQ(top["x"].get<float>(), -3.0f);
 }
 
+TEST(CompletionLogprobs, TheTokenItselfIsAlwaysListed) {
+  // OpenAI's legacy rule: top_logprobs holds the drawn token too (up to logprobs + 1).
+  const GenerationRequest request = completion_with_logprobs();
+  ResponseBuilder builder(request, "cmpl-1", 0, 1);
+  ChoiceEvent event;
+  event.tokens = 1;
+  LogprobEntry e = entry({"z"});
+  e.logprob = -4.5f;
+  e.top = {LogprobToken{"a", "a", -0.5f}, LogprobToken{"b", "b", -1.0f}};
+  event.logprobs.push_back(e);
+  event.finish_reason = "length";
+  builder.collect(event);
+  const auto body = nlohmann::json::parse(builder.body());
+  const auto& top = body["choices"][0]["logprobs"]["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_FLOAT_EQ(top["z"].get<float>(), -4.5f);
+  EXPECT_FLOAT_EQ(top["a"].get<float>(), -0.5f);
+}
+
 }  // namespace
 }  // namespace qwenrt::server
