@@ -145,6 +145,38 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   // After a refusal httplib's own answer (a 400 for the head it could not read) is dropped:
   // the failed write ends the connection.
   if (refused_) return -1;
+  // httplib adds "Keep-Alive: timeout=…, max=…" to a response it means to keep open, beside
+  // the "Connection: close" of an answer this stream will close after: that line leaves
+  // the head, whether the head comes in one write from its status line or a line a write.
+  const std::string_view data(ptr, size);
+  if (data.starts_with("HTTP/1.")) in_response_head_ = true;
+  const bool head_ends = data.find("\r\n\r\n") != std::string_view::npos || data == "\r\n";
+  if (close_requested_ && in_response_head_ && data.starts_with("Keep-Alive:")) {
+    in_response_head_ = !head_ends;
+    return static_cast<ssize_t>(size);  // a line of its own: dropped
+  }
+  if (close_requested_ && in_response_head_) {
+    const size_t head_end = data.find("\r\n\r\n");
+    const size_t line = data.find("\r\nKeep-Alive:");
+    in_response_head_ = !head_ends;
+    if (line != std::string_view::npos && line < head_end) {
+      const size_t line_end = data.find("\r\n", line + 2);
+      std::string head(data.substr(0, line));
+      head.append(data.substr(line_end));
+      for (size_t offset = 0; offset < head.size();) {
+        const ssize_t sent = send_some(head.data() + offset, head.size() - offset);
+        if (sent <= 0) return -1;
+        offset += static_cast<size_t>(sent);
+      }
+      return static_cast<ssize_t>(size);
+    }
+  } else if (head_ends) {
+    in_response_head_ = false;
+  }
+  return send_some(ptr, size);
+}
+
+ssize_t ConnectionStream::send_some(const char* ptr, size_t size) {
   // (The request's deadline runs on through a "100 Continue": its body is still to come.)
   if (poll_socket(true, limits_.write_wait) <= 0) return -1;
   for (;;) {

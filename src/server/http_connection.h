@@ -70,6 +70,8 @@ class ConnectionStream final : public httplib::Stream {
  private:
   // poll() for reading or writing up to `wait`: 1 ready, 0 not, -1 error.
   int poll_socket(bool write, std::chrono::milliseconds wait) const;
+  // One send of what the socket takes now, within limits_.write_wait: bytes sent, -1 on error.
+  ssize_t send_some(const char* ptr, size_t size);
   // Reads what the socket has into the buffer (it is empty), waiting up to the request's
   // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
   ssize_t fill();
@@ -87,6 +89,7 @@ class ConnectionStream final : public httplib::Stream {
   int head_end_match_ = 0;  // bytes of "\r\n\r\n" matched at the head's end so far
   bool refused_ = false;
   bool close_requested_ = false;
+  bool in_response_head_ = false;  // writing a response's status line and headers
 };
 
 // Has the connection whose request the calling thread serves (a route's handler, httplib's

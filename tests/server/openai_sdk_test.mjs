@@ -734,6 +734,7 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.deepEqual(reply.statuses, [`HTTP/1.1 ${status}`], `${line}: one answer (${reply.text.slice(0, 300)})`);
     assert.ok(reply.closed, `${line}: the connection is closed`);
     assert.match(reply.text, /connection: close/i);
+    assert.doesNotMatch(reply.text, /keep-alive:/i, 'no Keep-Alive beside the close');
     assert.ok(!reply.text.includes('smuggled'), line);
   }
   // A body on a GET or HEAD (which nothing reads) is refused the same way; so is a request

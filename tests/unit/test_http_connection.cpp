@@ -76,6 +76,32 @@ TEST(ConnectionStream, PipelinedRequestsAndEmptyLinesBetweenThem) {
   EXPECT_FALSE(stream.refused());
 }
 
+TEST(ConnectionStream, AResponseItClosesAfterLosesHttplibsKeepAliveLine) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 1000));
+  const std::string head = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nKeep-Alive: timeout=5, max=1000\r\n"
+                           "Content-Length: 2\r\n\r\n";
+  // Kept open: the response as httplib wrote it.
+  ASSERT_EQ(stream.write(head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  EXPECT_EQ(pair.received(), head);
+  // To be closed after: the Keep-Alive line is gone, the rest as it was, and the body (a
+  // later write, which may hold the same text) untouched.
+  stream.request_close();
+  ASSERT_EQ(stream.write(head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  EXPECT_EQ(pair.received(), "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 2\r\n\r\n");
+  const std::string body = "{}\r\nKeep-Alive: x\r\n";
+  ASSERT_EQ(stream.write(body.data(), body.size()), static_cast<ssize_t>(body.size()));
+  EXPECT_EQ(pair.received(), body);
+  // A head written a line at a time: the same.
+  std::string sent;
+  for (const std::string piece : {"HTTP/1.1 404 Not Found\r\n", "Connection: close\r\n", "Keep-Alive: timeout=5, max=9\r\n",
+                                  "Content-Length: 2\r\n", "\r\n", "Keep-Alive: body"}) {
+    ASSERT_EQ(stream.write(piece.data(), piece.size()), static_cast<ssize_t>(piece.size()));
+    sent += pair.received();
+  }
+  EXPECT_EQ(sent, "HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 2\r\n\r\nKeep-Alive: body");
+}
+
 TEST(ConnectionStream, HeadOverTheBoundIsRefusedWith431) {
   Pair pair;
   ConnectionStream stream(pair.server, limits(64, 2000));
