@@ -473,10 +473,6 @@ std::string message_text(const json& message, size_t index) {
   throw invalid_request("'" + where + "' must be a string or an array of text parts", where);
 }
 
-// The answer begins with the call: its opening (with a named tool, up to the arguments) ends
-// the prompt, and the output parser reads it first. The model writes the rest under a
-// grammar: the call's JSON, a tool's name and arguments that fit that tool's parameters
-// schema, then </tool_call>; where several calls may come, more calls or the turn's end.
 // tool_choice "none" with tools in the prompt: the call's opening tag is biased out of every
 // draw (as logit_bias -100 does), so the answer is a message. With no such token in the
 // vocabulary there is nothing to bias (and nothing is parsed as a call).
@@ -499,6 +495,10 @@ void ban_tool_calls(const Tokenizer& tokenizer, GenerationRequest& out) {
   out.logit_bias.push_back(TokenBias{*open_id, kBan});
 }
 
+// The answer begins with the call: its opening (with a named tool, up to the arguments) ends
+// the prompt, and the output parser reads it first. The model writes the rest under a
+// grammar: the call's JSON, a tool's name and arguments that fit that tool's parameters
+// schema, then </tool_call>; where several calls may come, more calls or the turn's end.
 void force_tool_call(const ModelText& model, const std::optional<std::string>& name, const json& tools,
                      GenerationRequest& out) {
   const Tokenizer& tokenizer = *model.tokenizer;

@@ -148,32 +148,29 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   // httplib adds "Keep-Alive: timeout=…, max=…" to a response it means to keep open, beside
   // the "Connection: close" of an answer this stream will close after: that line leaves
   // the head, whether the head comes in one write from its status line or a line a write.
+  // Only a response's head is looked at, not the body's writes.
   const std::string_view data(ptr, size);
   if (data.starts_with("HTTP/1.")) in_response_head_ = true;
-  const bool head_ends = data.find("\r\n\r\n") != std::string_view::npos || data == "\r\n";
-  if (close_requested_ && in_response_head_ && data.starts_with("Keep-Alive:")) {
-    in_response_head_ = !head_ends;
-    return static_cast<ssize_t>(size);  // a line of its own: dropped
+  if (!in_response_head_) return send_some(ptr, size);
+  const size_t head_end = data.find("\r\n\r\n");
+  in_response_head_ = head_end == std::string_view::npos && data != "\r\n";
+  if (!close_requested_) return send_some(ptr, size);
+  size_t line = data.starts_with("Keep-Alive:") ? 0 : data.find("\r\nKeep-Alive:");
+  if (line == std::string_view::npos || line > head_end) return send_some(ptr, size);
+  if (line > 0) line += 2;  // the line after that CRLF
+  const size_t line_end = std::min(data.find("\r\n", line), size - 2) + 2;
+  std::string head(data.substr(0, line));
+  head.append(data.substr(line_end));
+  return send_all(head) ? static_cast<ssize_t>(size) : -1;
+}
+
+bool ConnectionStream::send_all(std::string_view data) {
+  for (size_t offset = 0; offset < data.size();) {
+    const ssize_t sent = send_some(data.data() + offset, data.size() - offset);
+    if (sent <= 0) return false;
+    offset += static_cast<size_t>(sent);
   }
-  if (close_requested_ && in_response_head_) {
-    const size_t head_end = data.find("\r\n\r\n");
-    const size_t line = data.find("\r\nKeep-Alive:");
-    in_response_head_ = !head_ends;
-    if (line != std::string_view::npos && line < head_end) {
-      const size_t line_end = data.find("\r\n", line + 2);
-      std::string head(data.substr(0, line));
-      head.append(data.substr(line_end));
-      for (size_t offset = 0; offset < head.size();) {
-        const ssize_t sent = send_some(head.data() + offset, head.size() - offset);
-        if (sent <= 0) return -1;
-        offset += static_cast<size_t>(sent);
-      }
-      return static_cast<ssize_t>(size);
-    }
-  } else if (head_ends) {
-    in_response_head_ = false;
-  }
-  return send_some(ptr, size);
+  return true;
 }
 
 ssize_t ConnectionStream::send_some(const char* ptr, size_t size) {
@@ -196,12 +193,7 @@ void ConnectionStream::refuse(int status, const char* reason, const std::string&
                                "\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();
-  size_t offset = 0;
-  while (offset < response.size()) {
-    const ssize_t sent = write(response.data() + offset, response.size() - offset);
-    if (sent <= 0) break;
-    offset += static_cast<size_t>(sent);
-  }
+  send_all(response);
   refused_ = true;
   if (limits_.refused) limits_.refused(status);
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <httplib.h>
@@ -72,6 +73,8 @@ class ConnectionStream final : public httplib::Stream {
   int poll_socket(bool write, std::chrono::milliseconds wait) const;
   // One send of what the socket takes now, within limits_.write_wait: bytes sent, -1 on error.
   ssize_t send_some(const char* ptr, size_t size);
+  // All of `data`, within limits_.write_wait a send: false on an error.
+  bool send_all(std::string_view data);
   // Reads what the socket has into the buffer (it is empty), waiting up to the request's
   // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
   ssize_t fill();

@@ -1,7 +1,9 @@
 #include "server/output_parser.h"
 
+#include <array>
 #include <atomic>
 #include <cstdio>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
@@ -46,37 +48,43 @@ bool parse_tool_call(std::string_view body, ToolCall& call) {
 
 enum class Head { kMore, kNo, kYes };
 
-// Whether `text` opens a call as `{"name": "…", "arguments": {` (any whitespace between):
-// kYes with the name and where the arguments object starts, kMore while it still could.
-Head match_head(std::string_view text, std::string& name, size_t& arguments_start) {
-  size_t i = 0;
-  const auto skip_space = [&] {
+// Reads `literals` from text[i] on, any whitespace before each: kYes past them all, kNo at
+// a character that differs, kMore where the text ends first.
+Head expect_literals(std::string_view text, size_t& i, std::span<const std::string_view> literals) {
+  for (std::string_view literal : literals) {
     while (i < text.size() && is_space(text[i])) ++i;
-  };
-  const auto expect = [&](std::string_view literal) {
     for (char c : literal) {
       if (i == text.size()) return Head::kMore;
       if (text[i] != c) return Head::kNo;
       ++i;
     }
-    return Head::kYes;
-  };
-  for (std::string_view literal : {"{", "\"name\"", ":", "\""}) {
-    skip_space();
-    if (const Head head = expect(literal); head != Head::kYes) return head;
   }
+  return Head::kYes;
+}
+
+// Where a JSON string whose text starts at `i` (past its opening quote) ends: its closing
+// quote, or text.size() while it is unfinished.
+size_t string_end(std::string_view text, size_t i) {
+  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) escaped = !escaped && text[i] == '\\';
+  return i;
+}
+
+// A call's head: `{"name": "`, the name's string, then `, "arguments": {`.
+constexpr std::array<std::string_view, 4> kNameOpening = {"{", "\"name\"", ":", "\""};
+constexpr std::array<std::string_view, 4> kArgumentsOpening = {",", "\"arguments\"", ":", "{"};
+
+// Whether `text` opens a call as `{"name": "…", "arguments": {` (any whitespace between):
+// kYes with the name and where the arguments object starts, kMore while it still could.
+Head match_head(std::string_view text, std::string& name, size_t& arguments_start) {
+  size_t i = 0;
+  if (const Head head = expect_literals(text, i, kNameOpening); head != Head::kYes) return head;
   const size_t quote = i - 1;
-  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) {
-    escaped = !escaped && text[i] == '\\';
-  }
+  i = string_end(text, i);
   if (i == text.size()) return Head::kMore;
   const nlohmann::json parsed = nlohmann::json::parse(text.substr(quote, i + 1 - quote), nullptr, false);
   if (!parsed.is_string()) return Head::kNo;
   ++i;
-  for (std::string_view literal : {",", "\"arguments\"", ":", "{"}) {
-    skip_space();
-    if (const Head head = expect(literal); head != Head::kYes) return head;
-  }
+  if (const Head head = expect_literals(text, i, kArgumentsOpening); head != Head::kYes) return head;
   name = parsed.get<std::string>();
   arguments_start = i - 1;
   return Head::kYes;
@@ -87,14 +95,8 @@ Head match_head(std::string_view text, std::string& name, size_t& arguments_star
 // "" when the head does not open that way.
 std::string cut_name(std::string_view text) {
   size_t i = 0;
-  for (std::string_view literal : {"{", "\"name\"", ":", "\""}) {
-    while (i < text.size() && is_space(text[i])) ++i;
-    if (text.substr(i, literal.size()) != literal) return "";
-    i += literal.size();
-  }
-  const size_t begin = i;
-  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) escaped = !escaped && text[i] == '\\';
-  std::string raw(text.substr(begin, i - begin));
+  if (expect_literals(text, i, kNameOpening) != Head::kYes) return "";
+  std::string raw(text.substr(i, string_end(text, i) - i));
   for (int cut = 0; cut <= 6 && !raw.empty(); ++cut, raw.pop_back()) {
     const nlohmann::json parsed = nlohmann::json::parse("\"" + raw + "\"", nullptr, false);
     if (parsed.is_string()) return parsed.get<std::string>();
@@ -116,8 +118,8 @@ ParsedDelta OutputParser::push(std::string_view text) {
 }
 
 void OutputParser::push_forced_opening(std::string_view opening) {
-  forced_next_ = true;
   push(opening);  // the head is not complete without the model's text: nothing comes out
+  forced_block_ = state_ == State::kToolCall;  // the block the opening opened
 }
 
 ParsedDelta OutputParser::flush(std::string_view last) {
@@ -239,8 +241,6 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
 void OutputParser::open_block() {
   block_state_ = Block::kHead;
   dropping_ = single_tool_call_ && tool_calls_ > 0;
-  forced_block_ = forced_next_;
-  forced_next_ = false;
 }
 
 void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {

@@ -81,8 +81,7 @@ class OutputParser {
   Block block_state_ = Block::kHead;
   std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
   bool dropping_ = false;      // a call after the first with parallel calls off: read, not given out
-  bool forced_next_ = false;   // the next block is a forced call's (push_forced_opening)
-  bool forced_block_ = false;  // the block being read is
+  bool forced_block_ = false;  // the block being read is a forced call's (push_forced_opening)
   bool in_string_ = false, escaped_ = false;
 };
 

@@ -169,6 +169,14 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
   (void)p;
 #endif
 }
+// A 16-byte load of data read once (weights): evict-first, so x and the KV cache keep L2.
+__device__ __forceinline__ int4 load_streaming(const int4* p) {
+#if defined(QWENRT_GPU_HIP)
+  return *p;
+#else
+  return __ldcs(p);
+#endif
+}
 // Both, for a kernel with nothing to read before the wait.
 __device__ __forceinline__ void follow_prior_grid(NextGrid next) {
   allow_next_grid(next);

@@ -22,14 +22,6 @@ constexpr int kUnroll = 4;
 // all of them took it to 84–92 (docs/PERFORMANCE.md).
 constexpr int kEarly = kUnroll / 2;
 
-// A 16-byte load of data read once (weights): evict-first, so x and the KV cache keep L2.
-__device__ __forceinline__ int4 load_streaming(const int4* p) {
-#if defined(QWENRT_GPU_HIP)
-  return *p;
-#else
-  return __ldcs(p);
-#endif
-}
 
 template <typename T>
 __device__ __forceinline__ void accumulate(float& acc, const int4& a, const int4& b) {
@@ -46,7 +38,7 @@ __device__ __forceinline__ void load_pass(const int4* __restrict__ w4, const int
 #pragma unroll
   for (int u = kFrom; u < kTo; ++u)
 #pragma unroll
-    for (int f = 0; f < kFeatures; ++f) wv[u][f] = load_streaming(w4 + w_row[f] + at + u * kThreads);
+    for (int f = 0; f < kFeatures; ++f) wv[u][f] = gpu::load_streaming(w4 + w_row[f] + at + u * kThreads);
 }
 
 // Adds a pass's dot products: the x rows' vectors at + u·kThreads against its weights.
@@ -106,7 +98,7 @@ __device__ __forceinline__ void block_dots(const T* __restrict__ x, const T* __r
   for (; v < vectors; v += kThreads) {
     int4 wv[kFeatures];
 #pragma unroll
-    for (int f = 0; f < kFeatures; ++f) wv[f] = load_streaming(w4 + w_row[f] + v);
+    for (int f = 0; f < kFeatures; ++f) wv[f] = gpu::load_streaming(w4 + w_row[f] + v);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r < n_rows) {

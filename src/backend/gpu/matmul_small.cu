@@ -25,17 +25,14 @@ constexpr int kWarps = kThreads / gpu::kWarpSize;
 constexpr int kChunk = 64;      // k elements a warp takes at a time
 constexpr int kTileRows = 16;   // rows of w a block computes
 
-// A 16-byte load of data read once (weights): evict-first, so x and the KV cache keep L2.
-__device__ __forceinline__ int4 load_streaming(const int4* p) { return __ldcs(p); }
-
 // A chunk's weights for this lane: [0], [1] from w row tile + g, [2], [3] from row tile + g + 8.
 __device__ __forceinline__ void load_chunk(const int4* __restrict__ w_lo, const int4* __restrict__ w_hi, int chunk,
                                            int4 (&wv)[4]) {
   const int64_t at = static_cast<int64_t>(chunk) * (kChunk / 8);
-  wv[0] = load_streaming(w_lo + at);
-  wv[1] = load_streaming(w_lo + at + 1);
-  wv[2] = load_streaming(w_hi + at);
-  wv[3] = load_streaming(w_hi + at + 1);
+  wv[0] = gpu::load_streaming(w_lo + at);
+  wv[1] = gpu::load_streaming(w_lo + at + 1);
+  wv[2] = gpu::load_streaming(w_hi + at);
+  wv[3] = gpu::load_streaming(w_hi + at + 1);
 }
 
 // Adds a chunk's products: for each fragment of 8 x rows, the lane's 16 elements of its x row
