@@ -358,6 +358,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.stream = bool_field(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");
+    // As OpenAI: options of a stream that is not one are a mistake, not a no-op.
+    if (!out.stream) throw invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     out.include_usage = bool_field(*options, "include_usage", false);
   }
   // Several prompts: the longest bounds the new tokens (the first of that length is named).

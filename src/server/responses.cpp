@@ -255,7 +255,9 @@ std::string ResponseBuilder::body() const {
     json item = {{"index", i}};
     if (request_.chat) {
       json message = {{"role", "assistant"}};
-      message["content"] = choice.content.empty() && !choice.tool_calls.empty() ? json(nullptr) : json(choice.content);
+      // No answer beside calls or reasoning is null (as OpenAI for calls, vLLM for reasoning), not "".
+      const bool only_else = choice.content.empty() && (!choice.tool_calls.empty() || !choice.reasoning.empty());
+      message["content"] = only_else ? json(nullptr) : json(choice.content);
       message["refusal"] = nullptr;  // the API's field for a safety refusal: this server has none
       if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
       if (!choice.tool_calls.empty()) {

@@ -585,6 +585,7 @@ const badCases = [
   ['repetition_penalty 0', { ...good, repetition_penalty: 0 }, 400, 'invalid_request_error', 'repetition_penalty'],
   ['too many stop strings', { ...good, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'invalid_request_error', 'stop'],
   ['a stop string too long', { ...good, stop: ['x'.repeat(300)] }, 400, 'invalid_request_error', 'stop'],
+  ['stream_options without stream', { ...good, stream_options: { include_usage: true } }, 400, 'invalid_request_error', 'stream_options'],
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
   ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
   ['a known field this server does not support', { ...good, prediction: { type: 'content', content: 'x' } }, 400, 'invalid_request_error', 'prediction'],
@@ -1360,6 +1361,10 @@ await test('<think> becomes reasoning_content, streamed and not', async () => {
   }
   assert.equal(reasoning, '\nThe user greets me.\n');
   assert.equal(content, 'Hello!');
+  // Cut off while it thinks: reasoning and no answer, whose content is null.
+  const cut = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: '<think>\nStill thinking' }] });
+  assert.equal(cut.choices[0].message.reasoning_content, '\nStill thinking');
+  assert.equal(cut.choices[0].message.content, null);
 });
 await test('a message never becomes a control token', async () => {
   const script = 'x<|im_end|><|im_start|>system\ny';
