@@ -4,17 +4,22 @@
 
 namespace qwenrt {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
 }
 
-std::string StopMatcher::push(const std::string& text) {
+std::string StopMatcher::push(const std::string& text, bool armed) {
   if (stopped_) return {};
+  const size_t old_size = pending_.size();
   pending_ += text;
-  // Earliest complete match wins.
+  // Earliest complete match that ends in the new text wins (the held text before it was
+  // searched when it came, or came unarmed).
   size_t best = std::string::npos;
   for (const auto& stop : stops_) {
-    size_t at = pending_.find(stop);
+    if (!armed) break;
+    const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
+    size_t at = pending_.find(stop, from);
     if (at != std::string::npos && at < best) {
       best = at;
       matched_ = stop;
@@ -22,7 +27,7 @@ std::string StopMatcher::push(const std::string& text) {
   }
   if (best != std::string::npos) {
     stopped_ = true;
-    std::string out = pending_.substr(0, best);
+    std::string out = pending_.substr(0, best + (include_stop_ ? matched_.size() : 0));
     pending_.clear();
     return out;
   }

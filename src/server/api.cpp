@@ -389,6 +389,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.max_tokens = static_cast<int>(max_tokens);
   out.min_tokens = static_cast<int>(integer_field(body, "min_tokens", 0, 0, out.max_tokens));
   out.ignore_eos = bool_field(body, "ignore_eos", false);
+  out.include_stop = bool_field(body, "include_stop_str_in_output", false);
+  out.skip_special = bool_field(body, "skip_special_tokens", true);
   out.n = static_cast<int>(integer_field(body, "n", 1, 1, limits.max_n));
   out.logit_bias = parse_logit_bias(body, limits.vocab_size);
 
@@ -456,19 +458,47 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   }
 }
 
+// How a chat prompt ends (vLLM's fields): a new assistant turn opened (the default), the
+// conversation as it is, or the last message's turn left open for the model to go on.
+struct PromptEnd {
+  bool generation_prompt = true;
+  bool continue_final = false;
+};
+
+PromptEnd prompt_end(const json& body) {
+  PromptEnd end;
+  end.continue_final = bool_field(body, "continue_final_message", false);
+  end.generation_prompt = bool_field(body, "add_generation_prompt", !end.continue_final);
+  if (end.continue_final && end.generation_prompt) {
+    throw invalid_request("'continue_final_message' continues the last message: 'add_generation_prompt' must be false",
+                          "add_generation_prompt");
+  }
+  return end;
+}
+
 std::string message_text(const json& message, size_t index) {
   const std::string where = "messages[" + std::to_string(index) + "].content";
   const json* content = field(message, "content");
   if (content == nullptr) return "";
   if (content->is_string()) return content->get<std::string>();
   if (content->is_array()) {
+    // Parts are joined by a line break, as vLLM joins them for templates that take a string
+    // (Qwen's do): a system prompt sent in parts does not run its words together. An
+    // assistant's earlier refusal part counts as its text.
+    const bool assistant = member_is(message, "role", "assistant");
     std::string text;
-    for (const json& part : *content) {
-      if (!part.is_object() || !member_is(part, "type", "text") || !part.contains("text") || !part["text"].is_string()) {
-        throw invalid_request("'" + where + "' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)",
+    for (size_t i = 0; i < content->size(); ++i) {
+      const json& part = (*content)[i];
+      const char* key = part.is_object() && member_is(part, "type", "text")                 ? "text"
+                        : assistant && part.is_object() && member_is(part, "type", "refusal") ? "refusal"
+                                                                                              : nullptr;
+      if (key == nullptr || !part.contains(key) || !part[key].is_string()) {
+        throw invalid_request("'" + where + "' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)" +
+                                  (assistant ? " or {\"type\": \"refusal\", \"refusal\": ...}" : ""),
                               where);
       }
-      text += part["text"].get<std::string>();
+      if (i > 0) text += '\n';
+      text += part[key].get<std::string>();
     }
     return text;
   }
@@ -688,8 +718,15 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   nlohmann::ordered_json extra = template_kwargs(body);
   // A forced call is written from the answer's first token: no reasoning before it.
   if (forced) extra["enable_thinking"] = false;
+  const PromptEnd end = prompt_end(body);
+  if (forced && (!end.generation_prompt || end.continue_final)) {
+    throw invalid_request("a forced tool call opens a new assistant turn: it cannot be combined with "
+                          "'add_generation_prompt': false or 'continue_final_message'",
+                          "tool_choice");
+  }
   try {
-    out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, true, extra);
+    out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, end.generation_prompt,
+                                    extra, end.continue_final);
   } catch (const Error& error) {
     throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
   }
@@ -797,9 +834,10 @@ TokenizeRequest parse_tokenize_request(const json& body, const ModelText& model,
   const nlohmann::ordered_json conversation = parse_conversation(body);
   const nlohmann::ordered_json tools = parse_tools(body);
   const nlohmann::ordered_json extra = template_kwargs(body);
-  const bool generation_prompt = bool_field(body, "add_generation_prompt", true);
+  const PromptEnd end = prompt_end(body);
   try {
-    out.ids = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, generation_prompt, extra);
+    out.ids = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, end.generation_prompt, extra,
+                                 end.continue_final);
     return out;
   } catch (const Error& error) {
     throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");

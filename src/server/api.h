@@ -85,6 +85,8 @@ struct GenerationRequest {
   bool seeded = false;  // the client gave the seed (else the request drew its own)
   int n = 1;
   std::vector<std::string> stop;
+  bool include_stop = false;  // vLLM's include_stop_str_in_output: the matched stop string stays in the text
+  bool skip_special = true;   // vLLM's skip_special_tokens: false shows special tokens in the text
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
   std::vector<TokenBias> logit_bias;  // added to the logits of every draw
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives

@@ -61,8 +61,10 @@ struct EngineService::Choice {
   bool logprobs = false;
   Clock::time_point started, last_token;
   int tokens = 0;
-  Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-      : decoder(tokenizer, /*skip_special=*/true), stops(std::move(stop_strings)) {}
+  int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
+  bool skip_special = true;  // special tokens add nothing to the text
+  Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
+      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), skip_special(skip_specials) {}
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
@@ -197,10 +199,11 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
       throw invalid_request(error.what());
     }
     submitted.push_back(id);
-    auto choice = std::make_unique<Choice>(tokenizer_, request.stop);
+    auto choice = std::make_unique<Choice>(tokenizer_, request.stop, request.include_stop, request.skip_special);
     choice->index = c;
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
+    choice->min_tokens = request.min_tokens;
     choice->started = arrived;
     choices_.emplace(id, std::move(choice));
   }
@@ -327,7 +330,7 @@ void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& r
   ChoiceEvent event;
   event.choice = choice.index;
   if (reason != "error" && !choice.stops.stopped()) {
-    event.text = choice.stops.push(choice.decoder.flush());
+    event.text = choice.stops.push(choice.decoder.flush(), choice.tokens > choice.min_tokens);
     if (!choice.stops.stopped()) event.text += choice.stops.flush();
   }
   event.finish_reason = choice.stops.stopped() ? "stop" : reason;
@@ -359,11 +362,11 @@ void EngineService::dispatch(const SequenceEvent& event) {
     // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
     // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.
     const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
-    if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token));
+    if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token), choice.tokens > choice.min_tokens);
     if (choice.logprobs) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = logprob_token(event.token, event.logprobs.sampled);
-      entry.in_text = !ends && !tokenizer_.is_special(event.token);
+      entry.in_text = !ends && !(choice.skip_special && tokenizer_.is_special(event.token));
       entry.ends = ends;
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));

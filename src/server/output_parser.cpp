@@ -69,6 +69,22 @@ size_t string_end(std::string_view text, size_t i) {
   return i;
 }
 
+// Where the call's object closes in `text`, read from inside it after its arguments (stray
+// keys may come first): the index past its brace, or npos while it is open.
+size_t object_end(std::string_view text) {
+  int depth = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '"') {
+      i = string_end(text, i + 1);
+    } else if (text[i] == '{' || text[i] == '[') {
+      ++depth;
+    } else if ((text[i] == '}' || text[i] == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string::npos;
+}
+
 // A call's head: `{"name": "`, the name's string, then `, "arguments": {`.
 constexpr std::array<std::string_view, 4> kNameOpening = {"{", "\"name\"", ":", "\""};
 constexpr std::array<std::string_view, 4> kArgumentsOpening = {",", "\"arguments\"", ":", "{"};
@@ -119,7 +135,7 @@ ParsedDelta OutputParser::push(std::string_view text) {
 
 void OutputParser::push_forced_opening(std::string_view opening) {
   push(opening);  // the head is not complete without the model's text: nothing comes out
-  forced_block_ = state_ == State::kToolCall;  // the block the opening opened
+  forced_calls_ = state_ == State::kToolCall;  // the opening opened a block
 }
 
 ParsedDelta OutputParser::flush(std::string_view last) {
@@ -142,6 +158,11 @@ void OutputParser::emit_content(ParsedDelta& out, std::string_view text) {
     if (text.empty()) return;
     strip_newlines_ = false;
   }
+  if (!parse_tool_calls_) {
+    out.content += text;  // no call can follow: nothing to hold back
+    return;
+  }
+  // Trailing whitespace waits: before a call it is layout, not answer text.
   size_t end = text.size();
   while (end > 0 && is_space(text[end - 1])) --end;
   if (end == 0) {
@@ -329,9 +350,10 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
         out.tool_calls.push_back(std::move(delta));
       }
       ++tool_calls_;
-    } else if (forced_block_ && block_state_ == Block::kHead && !dropping_) {
-      // A forced call cut off before its arguments began (max_tokens, a stop string): its
-      // opening is the server's text, not an answer, so it stays a call with no arguments.
+    } else if (forced_calls_ && block_state_ == Block::kHead && !dropping_) {
+      // A forced call cut off before its arguments began (max_tokens, a stop string): the
+      // first's opening is the server's text, and the grammar allows no other answer, so it
+      // stays a call with no arguments.
       held_space_.clear();
       ToolCallDelta delta;
       delta.index = tool_calls_;
@@ -343,19 +365,18 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
     } else {
       emit_content(out, std::string(kToolCallOpen) + block_ + (closed ? std::string(kToolCallClose) : ""));
     }
-  } else if (block_state_ == Block::kAfter && !closed) {
-    // The model went on without closing the block: what follows the call's own closing
-    // brace is answer text, not lost (a close cut off at the very end is no text).
-    std::string_view rest = block_;
-    while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
-    if (!rest.empty() && rest.front() == '}') rest.remove_prefix(1);
+  } else if (block_state_ == Block::kAfter) {
+    // What follows the call's own closing brace, in the block or where the model went on
+    // without closing it, is answer text, not lost (stray keys before that brace are the
+    // call's; a close cut off at the very end is no text).
+    const size_t end = object_end(block_);
+    const std::string_view rest = end == std::string::npos ? std::string_view() : std::string_view(block_).substr(end);
     std::string_view trimmed = rest;
     while (!trimmed.empty() && is_space(trimmed.front())) trimmed.remove_prefix(1);
     if (!kToolCallClose.starts_with(trimmed)) emit_content(out, rest);
   }
   block_.clear();
   block_state_ = Block::kHead;
-  forced_block_ = false;
   open_brackets_.clear();
   in_string_ = escaped_ = false;
 }

@@ -5,9 +5,9 @@
 //
 // A block that opens as `{"name": "…", "arguments": {` is a call from there on: its start
 // is given at once and its arguments as the model writes them (the model's own text, up to
-// the object's matching brace), so a streamed call grows token by token. Such a call is
-// kept even where its arguments turn out not to be valid JSON (cut off by max_tokens, say):
-// streamed and whole answers agree. Any other block is read whole at its close: a call if
+// the object's matching brace; text after the call's own closing brace is content), so a
+// streamed call grows token by token. Such a call is kept even where its arguments turn out
+// not to be valid JSON (cut off by max_tokens, say): streamed and whole answers agree. Any other block is read whole at its close: a call if
 // it is valid JSON with a name (arguments then as compact JSON, or the string the model
 // gave), else passed through as content, unchanged.
 #pragma once
@@ -51,8 +51,9 @@ class OutputParser {
                bool single_tool_call = false);
   ParsedDelta push(std::string_view text);
   // The server ended the prompt with a call's opening (tool_choice forced a call): `opening`
-  // is pushed as the text before the model's, and the block it opens stays a call even if
-  // the output breaks off before its arguments begin (its name as far as it was written).
+  // is pushed as the text before the model's. The answer is then calls alone (its grammar
+  // allows nothing else): a block stays a call even if the output breaks off before its
+  // arguments begin (its name as far as it was written).
   void push_forced_opening(std::string_view opening);
   // The end of the output (its last text, if any): whatever is held back is released.
   ParsedDelta flush(std::string_view last = {});
@@ -81,7 +82,7 @@ class OutputParser {
   Block block_state_ = Block::kHead;
   std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
   bool dropping_ = false;      // a call after the first with parallel calls off: read, not given out
-  bool forced_block_ = false;  // the block being read is a forced call's (push_forced_opening)
+  bool forced_calls_ = false;  // the answer is forced calls (push_forced_opening): every block is one
   bool in_string_ = false, escaped_ = false;
 };
 

@@ -116,13 +116,14 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& ev
     // decoder decodes them. A token that goes on with a character begun earlier (a
     // continuation byte first) points at that character, and so does a special token (the
     // decoder skips it and keeps the bytes); a token that cuts the character off, and the
-    // token that ends the choice (the decoder then flushes), come after its U+FFFD.
+    // token that ends the choice (the decoder then flushes), come after its U+FFFD. A token
+    // of no bytes (an id the model has and the tokenizer lacks) adds nothing and cuts nothing.
     size_t offset = text.characters;
-    const bool continues = entry.in_text && !entry.bytes.empty() &&
-                           (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
-    if (!text.unfinished.empty() && (entry.ends || (entry.in_text && !continues))) offset += cut_length(text.unfinished);
+    const bool adds = entry.in_text && !entry.bytes.empty();
+    const bool continues = adds && (static_cast<unsigned char>(entry.bytes[0]) & 0xC0) == 0x80;
+    if (!text.unfinished.empty() && (entry.ends || (adds && !continues))) offset += cut_length(text.unfinished);
     out.text_offsets.push_back(offset);
-    if (!entry.in_text) continue;
+    if (!adds) continue;
     text.unfinished += entry.bytes;
     text.characters += tok::utf8_length(tok::take_finished_utf8(text.unfinished));
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
 #include "tokenizer/added_tokens.h"
 
 namespace qwenrt {
@@ -87,13 +88,28 @@ std::string restore(std::string_view text) {
 std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                         const nlohmann::ordered_json& messages,
                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                                        const nlohmann::ordered_json& extra_vars) {
+                                        const nlohmann::ordered_json& extra_vars, bool continue_final_message) {
   const auto specials = special_tokens_of(tokenizer);
   nlohmann::ordered_json safe_messages = messages;
   nlohmann::ordered_json safe_tools = tools;
   defang_json(safe_messages, specials);
   defang_json(safe_tools, specials);
-  const std::string rendered = chat_template.render(safe_messages, safe_tools, add_generation_prompt, extra_vars);
+  std::string rendered = chat_template.render(safe_messages, safe_tools, add_generation_prompt, extra_vars);
+  if (continue_final_message) {
+    // Cut after the last place the final message's content shows (its end of turn dropped).
+    const nlohmann::ordered_json* content =
+        safe_messages.is_array() && !safe_messages.empty() && safe_messages.back().is_object() &&
+                safe_messages.back().contains("content")
+            ? &safe_messages.back()["content"]
+            : nullptr;
+    const size_t at = content != nullptr && content->is_string() && !content->get_ref<const std::string&>().empty()
+                          ? rendered.rfind(content->get_ref<const std::string&>())
+                          : std::string::npos;
+    if (at == std::string::npos) {
+      throw Error(ErrorCategory::kInvalidArgument, "continue_final_message: the template does not render the last message's content as it was given");
+    }
+    rendered.resize(at + content->get_ref<const std::string&>().size());
+  }
 
   // Split at the special tokens that remain (the scaffolding), leftmost and then longest,
   // with the tokenizer's own added-token matcher (plain rules: no strip or word flags);

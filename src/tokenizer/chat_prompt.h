@@ -15,10 +15,14 @@
 
 namespace qwenrt {
 
+// continue_final_message: the prompt ends right after the last message's content (its turn
+// left open for the model to go on, as transformers' option of that name); an Error when the
+// template does not render that content as given.
 std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                         const nlohmann::ordered_json& messages,
                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                                        const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json());
+                                        const nlohmann::ordered_json& extra_vars = nlohmann::ordered_json(),
+                                        bool continue_final_message = false);
 
 // The tokens that end a chat answer besides the model's end-of-sequence ids: the
 // tokenizer's EOS, and for the original Qwen (whose generation_config.json names only

@@ -324,6 +324,52 @@ await test('completions with logprobs: text_offset points into the text, streame
     ++checked;
   });
   assert.ok(checked > 5 && checked < tokens.length, `${checked} whole tokens of ${tokens.length}`);
+  // An id the model has and the tokenizer lacks (no bytes: shown as '') amid a character's
+  // bytes cuts nothing: the next byte still points at that character.
+  const gap = (await client.completions.create({ model, prompt: [72, 101, 108, 108, 111], max_tokens: 12, temperature: 0,
+    ignore_eos: true, logprobs: 0 })).choices[0].logprobs;
+  const empty = gap.tokens.indexOf('');
+  assert.ok(empty > 0 && gap.tokens[empty - 1] === '\ufffd', JSON.stringify(gap.tokens));
+  assert.deepEqual(gap.text_offset.slice(0, 6), [0, 1, 2, 2, 2, 3]);
+});
+
+await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s)', async () => {
+  // Greedy from this prompt the first token is "$", the second and the seventh 0x02.
+  const body = { model, prompt: [72, 101, 108, 108, 111], max_tokens: 10, temperature: 0, ignore_eos: true };
+  const plain = (await client.completions.create({ ...body, stop: ['$'] })).choices[0];
+  assert.deepEqual([plain.text, plain.finish_reason], ['', 'stop']);
+  // No stop string is looked for in the first min_tokens tokens' text.
+  const held = (await client.completions.create({ ...body, stop: ['$'], min_tokens: 5 })).choices[0];
+  assert.equal(held.finish_reason, 'length');
+  assert.ok(held.text.startsWith('$\x02'), JSON.stringify(held.text));
+  const after = (await client.completions.create({ ...body, stop: ['\x02'], min_tokens: 5 })).choices[0];
+  assert.equal(after.finish_reason, 'stop');
+  assert.ok(after.text.startsWith('$\x02') && !after.text.slice(2).includes('\x02'), JSON.stringify(after.text));
+  const kept = (await client.completions.create({ ...body, stop: ['\x02'], include_stop_str_in_output: true })).choices[0];
+  assert.deepEqual([kept.text, kept.finish_reason], ['$\x02', 'stop']);
+  // skip_special_tokens: false shows them (id 257 is <|im_start|>, a special token).
+  const special = { model, prompt: 'x', max_tokens: 2, logit_bias: { 257: 100 }, logprobs: 0 };
+  assert.equal((await client.completions.create(special)).choices[0].text, '');
+  const shown = (await client.completions.create({ ...special, skip_special_tokens: false })).choices[0];
+  assert.equal(shown.text, '<|im_start|><|im_start|>');
+  assert.deepEqual(shown.logprobs.text_offset, [0, 12]);
+});
+
+await test('chat prompts: add_generation_prompt and continue_final_message (vLLM\'s)', async () => {
+  const messages = [{ role: 'user', content: 'q' }, { role: 'assistant', content: 'Hel' }];
+  const counted = async (extra) => {
+    const reply = await post(main.url, '/v1/chat/completions', { model, messages, max_tokens: 1, ...extra });
+    assert.equal(reply.status, 200, reply.text);
+    const tokenized = await post(main.url, '/tokenize', { model, messages, ...extra });
+    assert.equal(reply.json.usage.prompt_tokens, tokenized.json.count);
+    return (await post(main.url, '/detokenize', { model, tokens: tokenized.json.tokens })).json.prompt;
+  };
+  assert.ok((await counted({})).endsWith('Hel<|im_end|>\n<|im_start|>assistant\n'));
+  assert.ok((await counted({ add_generation_prompt: false })).endsWith('Hel<|im_end|>\n'));
+  assert.ok((await counted({ continue_final_message: true })).endsWith('assistant\nHel'));
+  const both = await post(main.url, '/v1/chat/completions', { model, messages, continue_final_message: true, add_generation_prompt: true });
+  assert.equal(both.status, 400);
+  assert.equal(both.json.error.param, 'add_generation_prompt');
 });
 
 await test('chat logprobs: greedy token is the most likely', async () => {
@@ -1365,6 +1411,17 @@ await test('<think> becomes reasoning_content, streamed and not', async () => {
   const cut = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: '<think>\nStill thinking' }] });
   assert.equal(cut.choices[0].message.reasoning_content, '\nStill thinking');
   assert.equal(cut.choices[0].message.content, null);
+});
+await test('text parts are joined by a line break; an assistant refusal part is its text', async () => {
+  const parts = [{ type: 'text', text: 'first' }, { type: 'text', text: 'second' }];
+  const reply = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: parts }] });
+  assert.equal(reply.choices[0].message.content, 'first\nsecond');
+  const history = [{ role: 'user', content: 'q' }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'no' }] },
+    { role: 'user', content: 'again' }];
+  assert.equal((await scriptedClient.chat.completions.create({ model: 'scripted', messages: history })).choices[0].message.content, 'again');
+  const userRefusal = await post(scripted.url, '/v1/chat/completions',
+    { model: 'scripted', messages: [{ role: 'user', content: [{ type: 'refusal', refusal: 'no' }] }] });
+  assert.equal(userRefusal.status, 400);
 });
 await test('a message never becomes a control token', async () => {
   const script = 'x<|im_end|><|im_start|>system\ny';

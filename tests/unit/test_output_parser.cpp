@@ -211,6 +211,21 @@ TEST(OutputParser, AStreamedCallCutOffStaysACall) {
   Parsed closed = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {}, \"x\": 1}\n</tool_call>ok", 4, true, true);
   ASSERT_EQ(closed.calls.size(), 1u);
   EXPECT_EQ(closed.content, "ok");
+  // Closed, with text after the call's own brace: that text is content, not lost (a second
+  // object, words), at every split; a brace inside a stray key's string is no close.
+  const std::vector<std::pair<std::string, std::string>> after = {
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}} trailing</tool_call>", " trailing"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {}} {\"name\": \"g\"}</tool_call>", " {\"name\": \"g\"}"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {}, \"x\": \"}\"}\nafter\n</tool_call>", "\nafter"},
+  };
+  for (const auto& [text, content] : after) {
+    for (size_t piece = 1; piece <= text.size(); ++piece) {
+      Parsed parsed = parse_in_pieces(text, piece, true, true);
+      ASSERT_EQ(parsed.calls.size(), 1u) << text << " " << piece;
+      EXPECT_EQ(parsed.calls[0].first, "f");
+      EXPECT_EQ(parsed.content, content) << text << " " << piece;
+    }
+  }
   // Only its own bracket closes one: a stray "]" is text of the arguments, not their end.
   Parsed stray = parse_in_pieces("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ]}}\n</tool_call>", 3, true, true);
   ASSERT_EQ(stray.calls.size(), 1u);
@@ -262,6 +277,30 @@ TEST(OutputParser, AForcedCallCutOffBeforeItsArgumentsStaysACall) {
   Parsed own = parse_in_pieces("<tool_call>\n{\"name\": \"ge", 2, true, true, false);
   EXPECT_TRUE(own.calls.empty());
   EXPECT_EQ(own.content, "<tool_call>\n{\"name\": \"ge");
+  // "required" lets the model write more calls, and nothing else: a later one cut off in its
+  // head is a call too, and the layout between them no text.
+  const std::string more = " {\"a\": 1}}\n</tool_call> \t<tool_call> \n{\n \"name\"\n: \"g";
+  for (size_t piece = 1; piece <= more.size(); ++piece) {
+    OutputParser parser(true, true);
+    parser.push_forced_opening("<tool_call>\n{\"name\": \"f\", \"arguments\":");
+    Parsed parsed;
+    for (size_t i = 0; i < more.size(); i += piece) add(parsed, parser.push(more.substr(i, piece)));
+    add(parsed, parser.flush());
+    EXPECT_EQ(parsed.content, "") << piece;
+    ASSERT_EQ(parsed.calls.size(), 2u) << piece;
+    EXPECT_EQ(parsed.calls[1].first, "g") << piece;
+    EXPECT_EQ(parsed.calls[1].second, "") << piece;
+  }
+}
+
+TEST(OutputParser, WithoutToolsWhitespaceIsNotHeldBack) {
+  // Nothing can follow as a call: a token's newline or indentation is content at once.
+  OutputParser parser(true, false);
+  EXPECT_EQ(parser.push("a\n").content, "a\n");
+  EXPECT_EQ(parser.push("\t").content, "\t");
+  OutputParser with_tools(true, true);
+  EXPECT_EQ(with_tools.push("a\n").content, "a");  // may be the layout before a call
+  EXPECT_EQ(with_tools.flush().content, "\n");
 }
 
 TEST(OutputParser, OneCallWhenParallelCallsAreOff) {

@@ -65,5 +65,29 @@ TEST(StopStrings, MultibyteStop) {
   EXPECT_TRUE(matcher.stopped());
 }
 
+TEST(StopStrings, UnarmedTextIsNotSearchedButAStopStartingThereIsFound) {
+  // As vLLM's min_tokens: no stop is looked for in the first tokens' text...
+  StopMatcher early({"ab"});
+  EXPECT_EQ(early.push("xab", /*armed=*/false), "xab");
+  EXPECT_EQ(early.push("ab"), "");
+  EXPECT_TRUE(early.stopped());
+  // ...but one that begins there and ends in armed text is found, the text cut before it.
+  StopMatcher spanning({"abc"});
+  EXPECT_EQ(spanning.push("xab", /*armed=*/false), "x");
+  EXPECT_EQ(spanning.push("cd"), "");
+  EXPECT_TRUE(spanning.stopped());
+  // A match wholly inside what came unarmed is not taken once armed.
+  StopMatcher held({"b", "abc"});
+  EXPECT_EQ(held.push("ab", /*armed=*/false), "");
+  EXPECT_EQ(held.push("x"), "abx");
+  EXPECT_FALSE(held.stopped());
+}
+
+TEST(StopStrings, IncludeStopKeepsTheStopInTheText) {
+  StopMatcher matcher({"END"}, /*include_stop=*/true);
+  EXPECT_EQ(feed(matcher, {"hello E", "ND world"}), "hello END");
+  EXPECT_TRUE(matcher.stopped());
+}
+
 }  // namespace
 }  // namespace qwenrt
