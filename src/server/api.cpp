@@ -230,8 +230,8 @@ void parse_reasoning_effort(const json& body, nlohmann::ordered_json& extra) {
 // A token id from a request: an integer in the vocabulary, else a 400 naming `param`
 // (`not_an_id`: the message for what is no integer).
 int32_t vocabulary_id(const json& id, const RequestLimits& limits, const char* param, const char* not_an_id) {
-  if (!id.is_number_integer()) throw invalid_request(not_an_id, param);
-  const int64_t value = id.get<int64_t>();
+  int64_t value = 0;
+  if (!whole_number(id, value)) throw invalid_request(not_an_id, param);  // 72.0 is 72, as other integer fields
   if (value < 0 || value >= limits.vocab_size) {
     throw invalid_request("token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) +
                               ")",
@@ -792,7 +792,10 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     const bool several = prompt->size() > 1;
     for (size_t p = 0; p < prompt->size(); ++p) {
       const json& each = (*prompt)[p];
-      if (!each.is_string() && !each.is_array()) throw invalid_request(kNotAPrompt, "prompt");
+      // All texts or all id arrays (as vLLM's types have it): a mix is more likely a mistake.
+      if (each.is_string() != (*prompt)[0].is_string() || (!each.is_string() && !each.is_array())) {
+        throw invalid_request(kNotAPrompt, "prompt");
+      }
       const std::string which = several ? "prompt " + std::to_string(p) : "'prompt'";
       if (p == 0) {
         out.prompt = one_prompt(each, which, p);
