@@ -1,10 +1,12 @@
 // qwenrt serve: the OpenAI-compatible HTTP server (src/server) over the scheduler.
-// SIGTERM/SIGINT: stop taking requests, let running ones finish up to --drain-timeout,
-// then end the rest with an error event.
+// SIGTERM/SIGINT: stop taking requests, let running ones finish up to --drain-timeout (a
+// second signal cuts it short), then end the rest with an error event and close every
+// connection, also one a slow client holds.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -155,8 +157,13 @@ int run_serve(const ServeArgs& args) {
     std::fprintf(stderr, "signal %d: draining (up to %d s)\n", signal_number, args.drain_timeout);
     http.begin_drain();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(args.drain_timeout);
+    const timespec tick{0, 20'000'000};
     while (service.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // A second signal ends the drain at once (an operator's second Ctrl-C).
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        std::fprintf(stderr, "second signal: ending the running requests now\n");
+        break;
+      }
     }
     service.shut_down("the server is shutting down");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last events reach their clients
@@ -263,7 +270,8 @@ void add_serve_command(CLI::App& root, int& exit_code) {
         return ok ? "" : "an origin is scheme://host[:port] with no path (e.g. http://localhost:3000), or *";
       });
   cmd->add_option("--drain-timeout", args->drain_timeout,
-                  "on SIGTERM, seconds running requests may take to finish before they are ended with an error")
+                  "on SIGTERM or SIGINT, seconds running requests may take to finish before they are ended with an "
+                  "error and every connection is closed (a second signal ends them at once)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -79,6 +80,8 @@ void ConnectionStream::begin_request() {
   in_head_ = true;
   head_bytes_ = 0;
   head_end_match_ = 0;
+  head_line_ = line_bytes_ = 0;
+  past_colon_ = after_cr_ = false;
   deadline_ = std::chrono::steady_clock::now() + limits_.request_time;
 }
 
@@ -122,6 +125,10 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     size_t i = 0;
     for (; i < n; ++i) {
       const char c = buffer_[begin_ + i];
+      if (const char* wrong = check_head_byte(c)) {
+        refuse(400, "Bad Request", std::string("a request header line ") + wrong);
+        return -1;
+      }
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
       if (head_end_match_ == 4) {
         in_head_ = false;
@@ -139,6 +146,31 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   std::memcpy(ptr, buffer_.data() + begin_, n);
   begin_ += n;
   return static_cast<ssize_t>(n);
+}
+
+const char* ConnectionStream::check_head_byte(char c) {
+  if (c == '\0') return "holds a NUL byte";
+  if (after_cr_ && c != '\n') return "holds a CR not followed by LF";
+  after_cr_ = c == '\r';
+  if (c == '\r') return nullptr;
+  if (c == '\n') {
+    // An empty line ends the head; any other field line needs its colon.
+    if (head_line_ > 0 && line_bytes_ > 0 && !past_colon_) return "has no colon";
+    ++head_line_;
+    line_bytes_ = 0;
+    past_colon_ = false;
+    return nullptr;
+  }
+  const size_t at = line_bytes_++;
+  if (head_line_ == 0 || past_colon_) return nullptr;  // the request line, a field's value
+  if (c == ':') {
+    past_colon_ = true;
+    return at == 0 ? "has an empty name" : nullptr;
+  }
+  if (c == ' ' || c == '\t') return at == 0 ? "is folded (obs-fold)" : "has whitespace before its colon";
+  // A name is a token (RFC 9110 5.6.2).
+  const bool token = std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  return token ? nullptr : "has a name that is not a token";
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {
@@ -219,6 +251,11 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
   limits.refused = refused_hook_;
   ConnectionStream stream(sock, limits);
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    live_.insert(sock);
+    if (cut_) ::shutdown(sock, SHUT_RDWR);
+  }
   bool ret = false;
   const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };
   current_stream = &stream;
@@ -233,9 +270,19 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   current_stream = nullptr;
   // A connection ended with a request (or its body) possibly unread.
   if (!ret || stream.refused() || stream.close_requested()) stream.linger(kLinger, kLingerBytes);
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);  // cut_connections() never shuts a closed (reused) number
+    live_.erase(sock);
+  }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ret;
+}
+
+void BoundedServer::cut_connections() {
+  std::lock_guard<std::mutex> lock(live_mutex_);
+  cut_ = true;
+  for (const socket_t sock : live_) ::shutdown(sock, SHUT_RDWR);
 }
 
 }  // namespace qwenrt::server

@@ -4,13 +4,18 @@
 // builds a new stream (with a new read buffer) for each request, so that bytes read past
 // one request (a pipelined one) are lost. ConnectionStream bounds the head's size and the
 // whole request's time, answers a breach itself (431, 408), and keeps its buffer for the
-// connection's life.
+// connection's life. It also refuses (400) header lines that httplib 0.11 passes over
+// unread and a front proxy may read otherwise (RFC 9112 5.1, 5.2): no colon, whitespace
+// before the colon, a folded line, a NUL or a bare CR; a length written so would leave its
+// body to be read as the next request.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <httplib.h>
@@ -80,6 +85,8 @@ class ConnectionStream final : public httplib::Stream {
   ssize_t fill();
   // Answers the request here with `status` and closes the connection after.
   void refuse(int status, const char* reason, const std::string& message);
+  // Checks one byte of the head's lines: a reason to refuse it, or null.
+  const char* check_head_byte(char c);
 
   socket_t sock_;
   ConnectionLimits limits_;
@@ -90,6 +97,9 @@ class ConnectionStream final : public httplib::Stream {
   bool in_head_ = false;
   size_t head_bytes_ = 0;
   int head_end_match_ = 0;  // bytes of "\r\n\r\n" matched at the head's end so far
+  // The head's current line: which (0: the request line), bytes into it, past its colon, after a CR.
+  size_t head_line_ = 0, line_bytes_ = 0;
+  bool past_colon_ = false, after_cr_ = false;
   bool refused_ = false;
   bool close_requested_ = false;
   bool in_response_head_ = false;  // writing a response's status line and headers
@@ -111,6 +121,10 @@ class BoundedServer final : public httplib::Server {
   explicit BoundedServer(size_t max_head_bytes = 64 * 1024) : max_head_bytes_(max_head_bytes) {}
   // Told of each request a connection answers itself (408, 431), with its status.
   void on_refused(std::function<void(int status)> hook) { refused_hook_ = std::move(hook); }
+  // Shuts every connection's socket, now and as they come: a read or write that waits on a
+  // client (a head never finished, a client that stopped reading) ends at once rather than
+  // at its timeout. After stop(), so that the server's end is not held by a slow client.
+  void cut_connections();
 
  private:
   bool process_and_close_socket(socket_t sock) override;
@@ -132,6 +146,9 @@ class BoundedServer final : public httplib::Server {
 
   size_t max_head_bytes_;
   std::function<void(int status)> refused_hook_;
+  std::mutex live_mutex_;
+  std::unordered_set<socket_t> live_;  // the sockets being served (taken out before they are closed)
+  bool cut_ = false;
 };
 
 }  // namespace qwenrt::server

@@ -316,6 +316,7 @@ void HttpServer::serve(std::function<void()> accepting) {
 
 void HttpServer::stop() {
   if (http_->is_running()) http_->stop();
+  http_->cut_connections();  // those still reading a request or writing to a slow client end now
 }
 
 std::string HttpServer::allowed_origin(const std::string& origin) const {

@@ -1257,6 +1257,37 @@ await test('a non-streamed request ended by the drain gets its own status: 500',
   assert.equal(await exited, 0);
 });
 
+await test('the drain is not held past its timeout by a slow client; a second signal ends it at once', async () => {
+  // A head never finished (read timeout 30 s): the server ends when the drain does (at
+  // once: nothing runs), not when that connection's read times out.
+  const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '1', '--read-timeout', '30']));
+  const url = new URL(draining.url);
+  const half = net.connect(Number(url.port), url.hostname);
+  half.on('error', () => {});
+  half.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\n`);
+  await new Promise((r) => setTimeout(r, 200));
+  const exited = new Promise((resolve) => draining.on('exit', resolve));
+  const start = Date.now();
+  draining.kill('SIGTERM');
+  assert.equal(await exited, 0);
+  assert.ok(Date.now() - start < 5000, `exited ${Date.now() - start} ms after SIGTERM`);
+  half.destroy();
+  // A drain of 60 s cut short by a second SIGINT; the request (64 choices one at a time,
+  // seconds) is ended with the drain's error.
+  const patient = await startServer(qwenrt, serveArgs(['--drain-timeout', '60', '--max-seqs', '1', '--max-n', '64']));
+  const long = post(patient.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 64 });
+  await waitFor(async () => (await metric(patient.url, 'qwenrt_requests_active')) > 0);
+  const ended = new Promise((resolve) => patient.on('exit', resolve));
+  const first = Date.now();
+  patient.kill('SIGINT');
+  await new Promise((r) => setTimeout(r, 200));
+  patient.kill('SIGINT');
+  assert.equal(await ended, 0);
+  assert.ok(Date.now() - first < 5000, `exited ${Date.now() - first} ms after the first SIGINT`);
+  assert.match((await long).text, /shutting down/);
+  assert.match(patient.log, /second signal/);
+});
+
 await test('--heartbeat-ms: blank bytes ahead of a slow non-streamed body; --sse-keepalive-ms: comments in a quiet stream', async () => {
   const beating = await startServer(qwenrt, serveArgs(['--heartbeat-ms', '20', '--max-n', '64', '--max-seqs', '64']));
   const body = { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 64 };
