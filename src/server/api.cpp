@@ -792,10 +792,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     const bool several = prompt->size() > 1;
     for (size_t p = 0; p < prompt->size(); ++p) {
       const json& each = (*prompt)[p];
-      // All texts or all id arrays (as vLLM's types have it): a mix is more likely a mistake.
-      if (each.is_string() != (*prompt)[0].is_string() || (!each.is_string() && !each.is_array())) {
-        throw invalid_request(kNotAPrompt, "prompt");
-      }
+      if (!each.is_string() && !each.is_array()) throw invalid_request(kNotAPrompt, "prompt");
       const std::string which = several ? "prompt " + std::to_string(p) : "'prompt'";
       if (p == 0) {
         out.prompt = one_prompt(each, which, p);
