@@ -48,6 +48,12 @@ void close_after_response() {
 
 bool connection_refused() { return current_stream != nullptr && current_stream->refused(); }
 
+void drop_response() {
+  if (current_stream != nullptr) current_stream->drop_response();
+}
+
+bool connection_peer_ended() { return current_stream != nullptr && current_stream->peer_ended(); }
+
 ConnectionStream::ConnectionStream(socket_t sock, ConnectionLimits limits)
     : sock_(sock), limits_(limits), buffer_(kReadChunk) {}
 
@@ -106,6 +112,7 @@ ssize_t ConnectionStream::fill() {
     if (got >= 0) {
       begin_ = 0;
       end_ = static_cast<size_t>(got);
+      peer_ended_ = peer_ended_ || got == 0;
       return got;
     }
     if (errno != EINTR) return -1;
@@ -177,6 +184,7 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
   // After a refusal httplib's own answer (a 400 for the head it could not read) is dropped:
   // the failed write ends the connection.
   if (refused_) return -1;
+  if (dropping_) return static_cast<ssize_t>(size);  // nobody reads it: not sent
   // httplib adds "Keep-Alive: timeout=…, max=…" to a response it means to keep open, beside
   // the "Connection: close" of an answer this stream will close after: that line leaves
   // the head, whether the head comes in one write from its status line or a line a write.

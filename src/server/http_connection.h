@@ -71,6 +71,10 @@ class ConnectionStream final : public httplib::Stream {
   bool refused() const { return refused_; }
   // Close the connection once the response being made is written (see close_after_response).
   void request_close() { close_requested_ = true; }
+  // The response being made is not sent, and the connection is closed (see drop_response).
+  void drop_response() { dropping_ = close_requested_ = true; }
+  // A read found the client's end of the connection (it shut its sending side, or closed).
+  bool peer_ended() const { return peer_ended_; }
   bool close_requested() const { return close_requested_; }
 
  private:
@@ -103,6 +107,8 @@ class ConnectionStream final : public httplib::Stream {
   bool refused_ = false;
   bool close_requested_ = false;
   bool in_response_head_ = false;  // writing a response's status line and headers
+  bool dropping_ = false;
+  bool peer_ended_ = false;
 };
 
 // Has the connection whose request the calling thread serves (a route's handler, httplib's
@@ -114,6 +120,11 @@ void close_after_response();
 // Whether the connection the calling thread serves has answered its request itself (408,
 // 431): httplib then logs an answer of its own that never went out.
 bool connection_refused();
+// For a client seen gone: the response being made (a status for /metrics) is not sent,
+// and the connection is closed, as nginx does with its 499. No effect off a connection's thread.
+void drop_response();
+// Whether a read on the calling thread's connection found the client's end (false off one).
+bool connection_peer_ended();
 
 // httplib's server with ConnectionStream and its own keep-alive loop.
 class BoundedServer final : public httplib::Server {

@@ -168,6 +168,14 @@ ApiError body_too_large() {
 // itself: there the rest is not drained, and such a client may see the connection reset.
 constexpr size_t kDrainBytes = size_t{64} << 20;
 
+// The answer to a request whose client has gone: /metrics counts it under this status
+// (nginx's "client closed request"); it is not sent (drop_response), the connection closed.
+ApiError client_gone() {
+  drop_response();
+  return ApiError(499, "invalid_request_error", "the client closed the connection before the response", "",
+                  "client_closed_request");
+}
+
 // Reads a request body into `body`, counted as it arrives: httplib 0.11's own limit sees only
 // a Content-Length, not a chunked body or what a compressed one unpacks to. Past the limit the
 // rest is read and dropped (up to kDrainBytes). Later releases (0.18) stop a chunked body at
@@ -231,17 +239,11 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
     return true;
   });
   if (received > limit || (!read && res.status == 413)) return body_too_large();
+  if (!read && connection_peer_ended()) return client_gone();  // it left before its body's end
   if (!read) {
     return invalid_request("the request body could not be read in full: a broken chunked encoding or compression");
   }
   return std::nullopt;
-}
-
-// The answer to a non-streamed request whose client has gone: nobody reads it, but /metrics
-// counts it under this status (nginx's "client closed request").
-ApiError client_gone() {
-  return ApiError(499, "invalid_request_error", "the client closed the connection before the response", "",
-                  "client_closed_request");
 }
 
 std::string new_id(const char* prefix) {
@@ -329,6 +331,19 @@ std::string HttpServer::allowed_origin(const std::string& origin) const {
 
 void HttpServer::add_routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // An HTTP/1.1 request names its host once (RFC 9112 3.2): a proxy before this server
+    // may have routed by another.
+    if (req.version == "HTTP/1.1" && req.get_header_value_count("Host") != 1) {
+      send_error_and_close(res, invalid_request("an HTTP/1.1 request carries exactly one Host header"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A target in absolute form (`http://host/v1/models`, RFC 9112 3.2.2) is served as its
+    // path. httplib routes by req.path after this handler, and its Request is no const object.
+    if (const std::string scheme = ascii_lower(req.path.substr(0, 8));
+        scheme.starts_with("http://") || scheme == "https://") {
+      const size_t slash = req.path.find('/', req.path.find("://") + 3);
+      const_cast<httplib::Request&>(req).path = slash == std::string::npos ? "/" : req.path.substr(slash);
+    }
     // A browser's preflight carries no credentials: it is answered before the key is asked
     // for, with the CORS grant when its page is allowed (the request itself is checked).
     const Route* route = find_route(req.path);

@@ -809,6 +809,23 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.ok(reply.closed, `${framing}: closed`);
     assert.match(reply.text, /"type":"invalid_request_error"/);
   }
+  // Header lines httplib 0.11 would pass over, a length among them: a 400, the body never a
+  // request; an HTTP/1.1 request without its one Host: a 400.
+  const inner = `GET /v1/models/SMUGGLED HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
+  for (const line of [`Content-Length : ${inner.length}`, `Content-Length ${inner.length}`, `X-A: 1\r\n Content-Length: ${inner.length}`]) {
+    const reply = await rawExchange(main.url, `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\n${line}\r\n\r\n${inner}`);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], line);
+    assert.ok(reply.closed && !reply.text.includes('SMUGGLED'), line);
+  }
+  for (const hosts of ['', `Host: ${host}\r\nHost: elsewhere\r\n`]) {
+    const reply = await rawExchange(main.url, `GET /health HTTP/1.1\r\n${hosts}\r\n`);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], hosts);
+    assert.match(reply.text, /Host header/);
+  }
+  // A target in absolute form is served as its path.
+  const absolute = await rawExchange(main.url, `GET http://${host}/v1/models HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.deepEqual(absolute.statuses, ['HTTP/1.1 200'], absolute.text);
+  assert.match(absolute.text, /"object":"list"/);
   // A chunked body whose chunk is not followed by CRLF: httplib 0.11 reads it as whole and
   // leaves the rest; a chunked request's connection is closed after its answer, whatever it
   // is, so the rest is never a request. Nor is a body behind a second Content-Length on a GET.
@@ -1050,6 +1067,25 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 1/.test(
     await (await fetch(wide.url + '/metrics')).text())), 'counted as 499');
   assert.equal((await post(wide.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 1 })).status, 200);
+  // A client that shuts its sending side after the request counts as gone (README): it is
+  // sent no answer (no "499" on the wire), its connection closed; and one that leaves in
+  // the middle of its body is a 499 too, not a 400.
+  const half = await rawCompletion(wide.url, body);
+  let heard = '';
+  half.on('data', (data) => { heard += data.toString(); });
+  const halfClosed = new Promise((resolve) => half.once('close', resolve));
+  assert.ok(await waitFor(async () => (await metric(wide.url, 'qwenrt_requests_active')) === 1, 10000));
+  half.end();
+  await halfClosed;
+  assert.equal(heard, '');
+  const url = new URL(wide.url);
+  const cut = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => cut.once('connect', resolve));
+  cut.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Length: 100\r\n\r\n{"model"`);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  cut.destroy();
+  assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 3/.test(
+    await (await fetch(wide.url + '/metrics')).text())), 'both counted as 499');
   wide.kill('SIGTERM');
 });
 
