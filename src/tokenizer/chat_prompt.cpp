@@ -96,19 +96,30 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
   defang_json(safe_tools, specials);
   std::string rendered = chat_template.render(safe_messages, safe_tools, add_generation_prompt, extra_vars);
   if (continue_final_message) {
-    // Cut after the last place the final message's content shows (its end of turn dropped).
+    // Cut after the last place the final message's content shows (its end of turn dropped),
+    // as transformers does: found without its outer whitespace (a template may trim it), and
+    // kept with its trailing whitespace where the template kept that.
     const nlohmann::ordered_json* content =
         safe_messages.is_array() && !safe_messages.empty() && safe_messages.back().is_object() &&
                 safe_messages.back().contains("content")
             ? &safe_messages.back()["content"]
             : nullptr;
-    const size_t at = content != nullptr && content->is_string() && !content->get_ref<const std::string&>().empty()
-                          ? rendered.rfind(content->get_ref<const std::string&>())
-                          : std::string::npos;
-    if (at == std::string::npos) {
-      throw Error(ErrorCategory::kInvalidArgument, "continue_final_message: the template does not render the last message's content as it was given");
+    const std::string_view text = content != nullptr && content->is_string()
+                                      ? std::string_view(content->get_ref<const std::string&>())
+                                      : std::string_view();
+    constexpr std::string_view kSpace = " \t\n\r\f\v";
+    const size_t first = text.find_first_not_of(kSpace);
+    if (first == std::string_view::npos) {
+      throw Error(ErrorCategory::kInvalidArgument, "continue_final_message: the last message has no text to continue");
     }
-    rendered.resize(at + content->get_ref<const std::string&>().size());
+    const std::string_view left = text.substr(first);
+    const std::string_view stripped = left.substr(0, left.find_last_not_of(kSpace) + 1);
+    const size_t at = rendered.rfind(stripped);
+    if (at == std::string::npos) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "continue_final_message: the template does not render the last message's content");
+    }
+    rendered.resize(at + (std::string_view(rendered).substr(at).starts_with(left) ? left.size() : stripped.size()));
   }
 
   // Split at the special tokens that remain (the scaffolding), leftmost and then longest,

@@ -373,6 +373,10 @@ await test('chat prompts: add_generation_prompt and continue_final_message (vLLM
   assert.ok((await counted({})).endsWith('Hel<|im_end|>\n<|im_start|>assistant\n'));
   assert.ok((await counted({ add_generation_prompt: false })).endsWith('Hel<|im_end|>\n'));
   assert.ok((await counted({ continue_final_message: true })).endsWith('assistant\nHel'));
+  messages[1].content = 'Hel  ';  // kept with its trailing spaces where the template keeps them, as transformers cuts
+  assert.ok((await counted({ continue_final_message: true })).endsWith('assistant\nHel  '));
+  messages[1].content = '  ';
+  assert.equal((await post(main.url, '/tokenize', { model, messages, continue_final_message: true })).status, 400);
   const both = await post(main.url, '/v1/chat/completions', { model, messages, continue_final_message: true, add_generation_prompt: true });
   assert.equal(both.status, 400);
   assert.equal(both.json.error.param, 'add_generation_prompt');
