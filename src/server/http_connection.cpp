@@ -227,10 +227,18 @@ void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const 
 
 void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const { address_of(sock_, false, ip, port); }
 
-void ConnectionStream::refuse(int status, const char* reason, const std::string& message) {
-  const std::string body = error_body(ApiError(status, "invalid_request_error", message));
-  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                               "\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+void ConnectionStream::refuse_busy(size_t connections) {
+  refuse(503, "Service Unavailable",
+         "the server is serving as many connections as it may (" + std::to_string(connections) +
+             ", --max-connections); retry",
+         "server_error", "Retry-After: 1\r\n");
+}
+
+void ConnectionStream::refuse(int status, const char* reason, const std::string& message, const char* type,
+                              const std::string& extra) {
+  const std::string body = error_body(ApiError(status, type, message, "", status == 503 ? "unavailable" : ""));
+  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nConnection: close\r\n" +
+                               extra + "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();
   send_all(response);
@@ -259,15 +267,20 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
   limits.refused = refused_hook_;
   ConnectionStream stream(sock, limits);
+  bool over = false;
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
     live_.insert(sock);
+    over = live_.size() > max_connections_;
     if (cut_) ::shutdown(sock, SHUT_RDWR);
   }
+  // One connection more than the server serves: a 503 now, not a wait in the queue for a
+  // thread (a load balancer's probe would time out there).
+  if (over) stream.refuse_busy(max_connections_);
   bool ret = false;
   const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };
   current_stream = &stream;
-  for (size_t count = keep_alive_max_count_; count > 0; --count) {
+  for (size_t count = over ? 0 : keep_alive_max_count_; count > 0; --count) {
     if (!stream.wait_for_request(std::chrono::seconds(keep_alive_timeout_sec_), running)) break;
     stream.begin_request();
     bool closed = false;

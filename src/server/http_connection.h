@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -69,6 +70,9 @@ class ConnectionStream final : public httplib::Stream {
   void linger(std::chrono::milliseconds wait, size_t max_bytes);
   // This connection's request broke a bound and was answered here: it is closed after.
   bool refused() const { return refused_; }
+  // Answers 503 (with Retry-After) before reading a request: the server serves as many
+  // connections as it may. The connection is closed after.
+  void refuse_busy(size_t connections);
   // Close the connection once the response being made is written (see close_after_response).
   void request_close() { close_requested_ = true; }
   // The response being made is not sent, and the connection is closed (see drop_response).
@@ -87,8 +91,10 @@ class ConnectionStream final : public httplib::Stream {
   // Reads what the socket has into the buffer (it is empty), waiting up to the request's
   // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
   ssize_t fill();
-  // Answers the request here with `status` and closes the connection after.
-  void refuse(int status, const char* reason, const std::string& message);
+  // Answers the request here with `status` (an error of `type`, with `extra` header lines)
+  // and closes the connection after.
+  void refuse(int status, const char* reason, const std::string& message, const char* type = "invalid_request_error",
+              const std::string& extra = "");
   // Checks one byte of the head's lines: a reason to refuse it, or null.
   const char* check_head_byte(char c);
 
@@ -130,6 +136,9 @@ bool connection_peer_ended();
 class BoundedServer final : public httplib::Server {
  public:
   explicit BoundedServer(size_t max_head_bytes = 64 * 1024) : max_head_bytes_(max_head_bytes) {}
+  // Connections served at once; one past them is answered 503 at once (its thread pool
+  // needs a few threads more than this to do so).
+  void set_max_connections(size_t count) { max_connections_ = count; }
   // Told of each request a connection answers itself (408, 431), with its status.
   void on_refused(std::function<void(int status)> hook) { refused_hook_ = std::move(hook); }
   // Shuts every connection's socket, now and as they come: a read or write that waits on a
@@ -156,6 +165,7 @@ class BoundedServer final : public httplib::Server {
   }
 
   size_t max_head_bytes_;
+  size_t max_connections_ = SIZE_MAX;
   std::function<void(int status)> refused_hook_;
   std::mutex live_mutex_;
   std::unordered_set<socket_t> live_;  // the sockets being served (taken out before they are closed)

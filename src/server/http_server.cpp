@@ -269,7 +269,11 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
                                {"owned_by", "qwenrt"},
                                {"max_model_len", options_.limits.max_context}}
                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const int threads = std::max(options_.max_connections, 4);
+  // Threads for the connections served, and a few more that answer one past them with a
+  // 503 at once (each such thread is busy a moment: the answer and a lingering close).
+  constexpr int kSpareThreads = 4;
+  http_->set_max_connections(static_cast<size_t>(std::max(options_.max_connections, 1)));
+  const int threads = std::max(options_.max_connections, 4) + kSpareThreads;
   http_->new_task_queue = [this, threads] {
     auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
     if (accepting_) accepting_();

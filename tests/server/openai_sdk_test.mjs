@@ -911,8 +911,19 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
     dripping.push(socket);
   }
   const drip = setInterval(() => { for (const socket of dripping) if (!socket.destroyed) socket.write('X-Drip: 1\r\n'); }, 200);
+  // Both connections are taken: one more is answered 503 at once (not queued for a
+  // thread), and is served once the 408s free them.
   const start = performance.now();
-  const served = await fetch(slow.url + '/health');
+  const busy = await fetch(slow.url + '/health');
+  assert.equal(busy.status, 503);
+  assert.equal(busy.headers.get('retry-after'), '1');
+  assert.equal((await busy.json()).error.code, 'unavailable');
+  assert.ok(performance.now() - start < 500, `answered in ${(performance.now() - start).toFixed(0)} ms`);
+  let served = busy;
+  while (served.status === 503 && performance.now() - start < 4000) {
+    await new Promise((r) => setTimeout(r, 100));
+    served = await fetch(slow.url + '/health');
+  }
   const waited = performance.now() - start;
   clearInterval(drip);
   assert.equal(served.status, 200);
@@ -923,18 +934,23 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
     socket.destroy();
   }
   assert.equal(await metric(slow.url, 'qwenrt_requests_total{route="other",status="408"}'), 2, '/metrics counts the 408s');
-  // The deadline covers the body too, also after a "100 Continue".
-  const trickle = net.connect(Number(url.port), url.hostname);
+  assert.ok(await metric(slow.url, 'qwenrt_requests_total{route="other",status="503"}') >= 1, 'and the 503s');
+  slow.kill('SIGTERM');
+  // The deadline covers the body too, also after a "100 Continue" (a server of its own: the
+  // fetches above keep connections of the two open a while).
+  const trickled = await startServer(qwenrt, serveArgs(['--read-timeout', '1']));
+  const trickleUrl = new URL(trickled.url);
+  const trickle = net.connect(Number(trickleUrl.port), trickleUrl.hostname);
   await new Promise((resolve) => trickle.once('connect', resolve));
   trickle.on('error', () => {});
   trickle.text = '';
   trickle.on('data', (data) => { trickle.text += data.toString(); });
-  trickle.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nExpect: 100-continue\r\nContent-Length: 1000\r\n\r\n`);
+  trickle.write(`POST /v1/completions HTTP/1.1\r\nHost: ${trickleUrl.host}\r\nExpect: 100-continue\r\nContent-Length: 1000\r\n\r\n`);
   const bytes = setInterval(() => { if (!trickle.destroyed) trickle.write('{'); }, 200);
   assert.ok(await waitFor(async () => /HTTP\/1\.1 408 /.test(trickle.text), 4000), `a body trickled in is cut at the deadline (${trickle.text.slice(0, 120)})`);
   clearInterval(bytes);
   trickle.destroy();
-  slow.kill('SIGTERM');
+  trickled.kill('SIGTERM');
 });
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
   const url = new URL(main.url);
