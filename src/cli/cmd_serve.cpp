@@ -156,11 +156,15 @@ int run_serve(const ServeArgs& args) {
     sigwait(&signals, &signal_number);
     std::fprintf(stderr, "signal %d: draining (up to %d s)\n", signal_number, args.drain_timeout);
     http.begin_drain();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(args.drain_timeout);
+    const auto first = std::chrono::steady_clock::now();
+    const auto deadline = first + std::chrono::seconds(args.drain_timeout);
     const timespec tick{0, 20'000'000};
     while (service.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
-      // A second signal ends the drain at once (an operator's second Ctrl-C).
-      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+      // A second signal ends the drain at once (an operator's second Ctrl-C); one within a
+      // second of the first is taken for the same one, passed on by a wrapper (npm, make)
+      // to a process the terminal already signalled.
+      if (sigtimedwait(&signals, nullptr, &tick) > 0 &&
+          std::chrono::steady_clock::now() - first >= std::chrono::seconds(1)) {
         std::fprintf(stderr, "second signal: ending the running requests now\n");
         break;
       }

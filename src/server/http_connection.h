@@ -6,8 +6,8 @@
 // whole request's time, answers a breach itself (431, 408), and keeps its buffer for the
 // connection's life. It also refuses (400) header lines that httplib 0.11 passes over
 // unread and a front proxy may read otherwise (RFC 9112 5.1, 5.2): no colon, whitespace
-// before the colon, a folded line, a NUL or a bare CR; a length written so would leave its
-// body to be read as the next request.
+// before the colon, a name that is no token, a folded line, a NUL or a bare CR; a length
+// written so would leave its body to be read as the next request.
 #pragma once
 
 #include <chrono>

@@ -239,7 +239,12 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
     return true;
   });
   if (received > limit || (!read && res.status == 413)) return body_too_large();
-  if (!read && connection_peer_ended()) return client_gone();  // it left before its body's end
+  if (!read && connection_peer_ended()) {
+    // Sent (a client that only shut its sending side reads it; nginx answers 400 too).
+    return invalid_request("the client's side of the connection ended before the request body did (" +
+                           std::to_string(received) + " bytes came" +
+                           (content_length.empty() ? std::string() : " of " + content_length) + ")");
+  }
   if (!read) {
     return invalid_request("the request body could not be read in full: a broken chunked encoding or compression");
   }
@@ -321,7 +326,8 @@ void HttpServer::serve(std::function<void()> accepting) {
 }
 
 void HttpServer::stop() {
-  if (http_->is_running()) http_->stop();
+  if (!http_->is_running()) return;
+  http_->stop();
   http_->cut_connections();  // those still reading a request or writing to a slow client end now
 }
 
@@ -335,10 +341,13 @@ std::string HttpServer::allowed_origin(const std::string& origin) const {
 
 void HttpServer::add_routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // An HTTP/1.1 request names its host once (RFC 9112 3.2): a proxy before this server
-    // may have routed by another.
-    if (req.version == "HTTP/1.1" && req.get_header_value_count("Host") != 1) {
-      send_error_and_close(res, invalid_request("an HTTP/1.1 request carries exactly one Host header"));
+    // A request names its host once, and an HTTP/1.1 one must (RFC 9112 3.2): a proxy
+    // before this server may have routed by another.
+    if (const size_t hosts = req.get_header_value_count("Host");
+        hosts > 1 || (hosts == 0 && req.version == "HTTP/1.1") ||
+        req.get_header_value("Host").find(',') != std::string::npos) {
+      send_error_and_close(res, invalid_request("a request carries one Host header, naming one host "
+                                                "(an HTTP/1.1 request must carry it)"));
       return httplib::Server::HandlerResponse::Handled;
     }
     // A target in absolute form (`http://host/v1/models`, RFC 9112 3.2.2) is served as its

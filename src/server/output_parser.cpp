@@ -353,15 +353,19 @@ void OutputParser::end_block(ParsedDelta& out, bool closed) {
     } else if (forced_calls_ && block_state_ == Block::kHead && !dropping_) {
       // A forced call cut off before its arguments began (max_tokens, a stop string): the
       // first's opening is the server's text, and the grammar allows no other answer, so it
-      // stays a call with no arguments.
+      // stays a call with no arguments; a later one cut before any of its name is dropped
+      // (its text is the grammar's markup, and a call to "" helps no client).
       held_space_.clear();
-      ToolCallDelta delta;
-      delta.index = tool_calls_;
-      delta.starts = true;
-      delta.id = new_call_id();
-      delta.name = cut_name(block_);
-      out.tool_calls.push_back(std::move(delta));
-      ++tool_calls_;
+      std::string name = cut_name(block_);
+      if (!name.empty() || tool_calls_ == 0) {
+        ToolCallDelta delta;
+        delta.index = tool_calls_;
+        delta.starts = true;
+        delta.id = new_call_id();
+        delta.name = std::move(name);
+        out.tool_calls.push_back(std::move(delta));
+        ++tool_calls_;
+      }
     } else {
       emit_content(out, std::string(kToolCallOpen) + block_ + (closed ? std::string(kToolCallClose) : ""));
     }

@@ -351,6 +351,14 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   const after = (await client.completions.create({ ...body, stop: ['\x02'], min_tokens: 5 })).choices[0];
   assert.equal(after.finish_reason, 'stop');
   assert.ok(after.text.startsWith('$\x02') && !after.text.slice(2).includes('\x02'), JSON.stringify(after.text));
+  // The boundary: a stop in the token just past min_tokens is found, in the last one held not
+  // (the sixth token is 0x7f, which does not come again in the ten).
+  const past = (await client.completions.create({ ...body, stop: ['\x7f'], min_tokens: 5 })).choices[0];
+  assert.equal(past.finish_reason, 'stop');
+  assert.ok(!past.text.includes('\x7f'), JSON.stringify(past.text));
+  const within = (await client.completions.create({ ...body, stop: ['\x7f'], min_tokens: 6 })).choices[0];
+  assert.equal(within.finish_reason, 'length');
+  assert.ok(within.text.includes('\x7f'), JSON.stringify(within.text));
   const kept = (await client.completions.create({ ...body, stop: ['\x02'], include_stop_str_in_output: true })).choices[0];
   assert.deepEqual([kept.text, kept.finish_reason], ['$\x02', 'stop']);
   // skip_special_tokens: false shows them (id 257 is <|im_start|>, a special token).
@@ -375,6 +383,8 @@ await test('chat prompts: add_generation_prompt and continue_final_message (vLLM
   assert.ok((await counted({ continue_final_message: true })).endsWith('assistant\nHel'));
   messages[1].content = 'Hel  ';  // kept with its trailing spaces where the template keeps them, as transformers cuts
   assert.ok((await counted({ continue_final_message: true })).endsWith('assistant\nHel  '));
+  messages[1].content = 'end';  // also in the "<|im_end|>" after it: cut after the content, not there
+  assert.ok((await counted({ continue_final_message: true })).endsWith('<|im_start|>assistant\nend'));
   messages[1].content = '  ';
   assert.equal((await post(main.url, '/tokenize', { model, messages, continue_final_message: true })).status, 400);
   const both = await post(main.url, '/v1/chat/completions', { model, messages, continue_final_message: true, add_generation_prompt: true });
@@ -821,11 +831,13 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], line);
     assert.ok(reply.closed && !reply.text.includes('SMUGGLED'), line);
   }
-  for (const hosts of ['', `Host: ${host}\r\nHost: elsewhere\r\n`]) {
-    const reply = await rawExchange(main.url, `GET /health HTTP/1.1\r\n${hosts}\r\n`);
+  for (const [version, hosts] of [['1.1', ''], ['1.1', `Host: ${host}\r\nHost: elsewhere\r\n`],
+                                  ['1.0', `Host: ${host}\r\nHost: elsewhere\r\n`], ['1.1', `Host: ${host}, elsewhere\r\n`]]) {
+    const reply = await rawExchange(main.url, `GET /health HTTP/${version}\r\n${hosts}\r\n`);
     assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], hosts);
     assert.match(reply.text, /Host header/);
   }
+  assert.deepEqual((await rawExchange(main.url, 'GET /health HTTP/1.0\r\n\r\n')).statuses, ['HTTP/1.1 200']);
   // A target in absolute form is served as its path.
   const absolute = await rawExchange(main.url, `GET http://${host}/v1/models HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
   assert.deepEqual(absolute.statuses, ['HTTP/1.1 200'], absolute.text);
@@ -911,8 +923,9 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
     dripping.push(socket);
   }
   const drip = setInterval(() => { for (const socket of dripping) if (!socket.destroyed) socket.write('X-Drip: 1\r\n'); }, 200);
-  // Both connections are taken: one more is answered 503 at once (not queued for a
-  // thread), and is served once the 408s free them.
+  // Both connections are taken (once their threads have them): one more is answered 503 at
+  // once (not queued for a thread), and is served once the 408s free them.
+  await new Promise((r) => setTimeout(r, 300));
   const start = performance.now();
   const busy = await fetch(slow.url + '/health');
   assert.equal(busy.status, 503);
@@ -1088,8 +1101,8 @@ await test('a non-streamed request whose client disconnects is cancelled within 
     await (await fetch(wide.url + '/metrics')).text())), 'counted as 499');
   assert.equal((await post(wide.url, '/v1/completions', { model, prompt: 'ok', max_tokens: 1 })).status, 200);
   // A client that shuts its sending side after the request counts as gone (README): it is
-  // sent no answer (no "499" on the wire), its connection closed; and one that leaves in
-  // the middle of its body is a 499 too, not a 400.
+  // sent no answer (no "499" on the wire), its connection closed; one that shuts it in the
+  // middle of its body is answered 400, saying so.
   const half = await rawCompletion(wide.url, body);
   let heard = '';
   half.on('data', (data) => { heard += data.toString(); });
@@ -1101,11 +1114,17 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   const url = new URL(wide.url);
   const cut = net.connect(Number(url.port), url.hostname);
   await new Promise((resolve) => cut.once('connect', resolve));
+  let told = '';
+  cut.on('data', (data) => { told += data.toString(); });
+  const cutClosed = new Promise((resolve) => cut.once('close', resolve));
   cut.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Length: 100\r\n\r\n{"model"`);
   await new Promise((resolve) => setTimeout(resolve, 200));
-  cut.destroy();
-  assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 3/.test(
-    await (await fetch(wide.url + '/metrics')).text())), 'both counted as 499');
+  cut.end();
+  await cutClosed;
+  assert.match(told, /^HTTP\/1\.1 400 /);
+  assert.match(told, /ended before the request body did \(8 bytes came of 100\)/);
+  assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 2/.test(
+    await (await fetch(wide.url + '/metrics')).text())), 'the half-closed one counted as 499');
   wide.kill('SIGTERM');
 });
 
@@ -1334,10 +1353,13 @@ await test('the drain is not held past its timeout by a slow client; a second si
   const ended = new Promise((resolve) => patient.on('exit', resolve));
   const first = Date.now();
   patient.kill('SIGINT');
-  await new Promise((r) => setTimeout(r, 200));
+  await new Promise((r) => setTimeout(r, 300));
+  patient.kill('SIGINT');  // within a second of the first: the same Ctrl-C passed on, not a second
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(patient.exitCode, null, 'still draining');
   patient.kill('SIGINT');
   assert.equal(await ended, 0);
-  assert.ok(Date.now() - first < 5000, `exited ${Date.now() - first} ms after the first SIGINT`);
+  assert.ok(Date.now() - first < 6000, `exited ${Date.now() - first} ms after the first SIGINT`);
   assert.match((await long).text, /shutting down/);
   assert.match(patient.log, /second signal/);
 });
@@ -1512,6 +1534,8 @@ await test('text parts are joined by a line break; an assistant refusal part is 
   const history = [{ role: 'user', content: 'q' }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'no' }] },
     { role: 'user', content: 'again' }];
   assert.equal((await scriptedClient.chat.completions.create({ model: 'scripted', messages: history })).choices[0].message.content, 'again');
+  const rendered = await post(main.url, '/tokenize', { messages: history });
+  assert.match((await post(main.url, '/detokenize', { tokens: rendered.json.tokens })).json.prompt, /assistant\nno<\|im_end\|>/);
   const userRefusal = await post(scripted.url, '/v1/chat/completions',
     { model: 'scripted', messages: [{ role: 'user', content: [{ type: 'refusal', refusal: 'no' }] }] });
   assert.equal(userRefusal.status, 400);

@@ -291,6 +291,17 @@ TEST(OutputParser, AForcedCallCutOffBeforeItsArgumentsStaysACall) {
     EXPECT_EQ(parsed.calls[1].first, "g") << piece;
     EXPECT_EQ(parsed.calls[1].second, "") << piece;
   }
+  // A later block cut before any of its name is no call (a call to "" helps nobody).
+  for (const std::string cut : {"", "\n{\"na", "\n{\"name\": "}) {
+    OutputParser parser(true, true);
+    parser.push_forced_opening("<tool_call>\n{\"name\": \"f\", \"arguments\":");
+    Parsed parsed;
+    add(parsed, parser.push(" {}}\n</tool_call>\n<tool_call>" + cut));
+    add(parsed, parser.flush());
+    EXPECT_EQ(parsed.content, "") << cut;
+    ASSERT_EQ(parsed.calls.size(), 1u) << cut;
+    EXPECT_EQ(parsed.calls[0].first, "f");
+  }
 }
 
 TEST(OutputParser, WithoutToolsWhitespaceIsNotHeldBack) {

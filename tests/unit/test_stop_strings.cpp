@@ -87,6 +87,10 @@ TEST(StopStrings, IncludeStopKeepsTheStopInTheText) {
   StopMatcher matcher({"END"}, /*include_stop=*/true);
   EXPECT_EQ(feed(matcher, {"hello E", "ND world"}), "hello END");
   EXPECT_TRUE(matcher.stopped());
+  // Of several, the one that starts first is kept, whole, and nothing after it.
+  StopMatcher several({"world", "o", "lo w"}, /*include_stop=*/true);
+  EXPECT_EQ(feed(several, {"hel", "lo world"}), "hello w");
+  EXPECT_EQ(several.matched(), "lo w");
 }
 
 }  // namespace
