@@ -232,7 +232,8 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-body-mb", args->max_body_mb, "request body size limit in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--max-connections", args->max_connections, "connections served at once (a thread each); one more is answered 503 with Retry-After")
+  cmd->add_option("--max-connections", args->max_connections,
+                  "connections served at once (a thread each); one more is answered 503 with Retry-After")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--read-timeout", args->read_timeout, "seconds a request (head and body) may take to arrive from its first byte; then 408")

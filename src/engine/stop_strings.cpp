@@ -16,13 +16,14 @@ std::string StopMatcher::push(const std::string& text, bool armed) {
   // Earliest complete match that ends in the new text wins (the held text before it was
   // searched when it came, or came unarmed).
   size_t best = std::string::npos;
-  for (const auto& stop : stops_) {
-    if (!armed) break;
-    const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
-    size_t at = pending_.find(stop, from);
-    if (at != std::string::npos && at < best) {
-      best = at;
-      matched_ = stop;
+  if (armed) {  // unarmed: none looked for
+    for (const auto& stop : stops_) {
+      const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
+      const size_t at = pending_.find(stop, from);
+      if (at != std::string::npos && at < best) {
+        best = at;
+        matched_ = stop;
+      }
     }
   }
   if (best != std::string::npos) {

@@ -37,6 +37,11 @@ void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   port = std::atoi(service);
 }
 
+// A client error this layer answers itself (408, 431).
+ApiError client_error(int status, std::string message) {
+  return ApiError(status, "invalid_request_error", std::move(message));
+}
+
 // The stream of the connection this thread is serving (null off a connection's thread).
 thread_local ConnectionStream* current_stream = nullptr;
 
@@ -101,9 +106,9 @@ ssize_t ConnectionStream::fill() {
   const int ready = poll_socket(false, wait);
   if (ready <= 0) {
     if (ready == 0 && in_request_) {  // the request's deadline
-      refuse(408, "Request Timeout",
-             "the request did not arrive in full within " + std::to_string(limits_.request_time.count() / 1000) +
-                 " s (--read-timeout)");
+      refuse(client_error(408, "the request did not arrive in full within " +
+                                   std::to_string(limits_.request_time.count() / 1000) + " s (--read-timeout)"),
+             "Request Timeout");
     }
     return -1;
   }
@@ -133,7 +138,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     for (; i < n; ++i) {
       const char c = buffer_[begin_ + i];
       if (const char* wrong = check_head_byte(c)) {
-        refuse(400, "Bad Request", std::string("a request header line ") + wrong);
+        refuse(invalid_request(std::string("a request header line ") + wrong), "Bad Request");
         return -1;
       }
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
@@ -145,8 +150,9 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     }
     head_bytes_ += i;
     if (in_head_ && head_bytes_ > limits_.max_head_bytes) {
-      refuse(431, "Request Header Fields Too Large",
-             "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
+      refuse(client_error(431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) +
+                                   " bytes"),
+             "Request Header Fields Too Large");
       return -1;
     }
   }
@@ -228,22 +234,22 @@ void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const 
 void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const { address_of(sock_, false, ip, port); }
 
 void ConnectionStream::refuse_busy(size_t connections) {
-  refuse(503, "Service Unavailable",
-         "the server is serving as many connections as it may (" + std::to_string(connections) +
-             ", --max-connections); retry",
-         "server_error", "Retry-After: 1\r\n");
+  refuse(ApiError(503, "server_error",
+                  "the server is serving as many connections as it may (" + std::to_string(connections) +
+                      ", --max-connections); retry",
+                  "", "unavailable"),
+         "Service Unavailable", "Retry-After: 1\r\n");
 }
 
-void ConnectionStream::refuse(int status, const char* reason, const std::string& message, const char* type,
-                              const std::string& extra) {
-  const std::string body = error_body(ApiError(status, type, message, "", status == 503 ? "unavailable" : ""));
-  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nConnection: close\r\n" +
+void ConnectionStream::refuse(const ApiError& error, const char* reason, const std::string& extra) {
+  const std::string body = error_body(error);
+  const std::string response = "HTTP/1.1 " + std::to_string(error.status) + " " + reason + "\r\nConnection: close\r\n" +
                                extra + "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();
   send_all(response);
   refused_ = true;
-  if (limits_.refused) limits_.refused(status);
+  if (limits_.refused) limits_.refused(error.status);
 }
 
 void ConnectionStream::linger(std::chrono::milliseconds wait, size_t max_bytes) {

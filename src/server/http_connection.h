@@ -23,6 +23,8 @@
 
 namespace qwenrt::server {
 
+struct ApiError;  // api.h
+
 struct ConnectionLimits {
   size_t max_head_bytes = 64 * 1024;         // request line and headers together
   std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte (and any one read)
@@ -91,10 +93,9 @@ class ConnectionStream final : public httplib::Stream {
   // Reads what the socket has into the buffer (it is empty), waiting up to the request's
   // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
   ssize_t fill();
-  // Answers the request here with `status` (an error of `type`, with `extra` header lines)
+  // Answers the request here with `error` (its status line's `reason`, `extra` header lines)
   // and closes the connection after.
-  void refuse(int status, const char* reason, const std::string& message, const char* type = "invalid_request_error",
-              const std::string& extra = "");
+  void refuse(const ApiError& error, const char* reason, const std::string& extra = "");
   // Checks one byte of the head's lines: a reason to refuse it, or null.
   const char* check_head_byte(char c);
 

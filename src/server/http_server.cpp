@@ -169,9 +169,8 @@ ApiError body_too_large() {
 constexpr size_t kDrainBytes = size_t{64} << 20;
 
 // The answer to a request whose client has gone: /metrics counts it under this status
-// (nginx's "client closed request"); it is not sent (drop_response), the connection closed.
+// (nginx's "client closed request"); the caller drops it (drop_response), unsent.
 ApiError client_gone() {
-  drop_response();
   return ApiError(499, "invalid_request_error", "the client closed the connection before the response", "",
                   "client_closed_request");
 }
@@ -568,6 +567,7 @@ void HttpServer::add_routes() {
           if (!stream->finished() && peer.peer_closed()) {
             stream->cancel();
             send_error(res, client_gone());
+            drop_response();
             return;
           }
         }

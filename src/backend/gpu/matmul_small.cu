@@ -125,13 +125,10 @@ void launch_typed(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
   const int m = static_cast<int>(w.rows);
   const unsigned blocks = static_cast<unsigned>(m / kTileRows);
   const gpu::NextGrid next = next_grid_point_for_product(w.bytes());
-  if (rows <= 8) {
-    launch_chained(small_matmul_kernel<T, Out, 1>, blocks, kThreads, 0, stream, x.as<const T>(), w.as<const T>(),
-                   out.as<Out>(), rows, k, m, next);
-  } else {
-    launch_chained(small_matmul_kernel<T, Out, 2>, blocks, kThreads, 0, stream, x.as<const T>(), w.as<const T>(),
-                   out.as<Out>(), rows, k, m, next);
-  }
+  // One fragment of 8 x rows, or two.
+  const auto kernel = rows <= 8 ? small_matmul_kernel<T, Out, 1> : small_matmul_kernel<T, Out, 2>;
+  launch_chained(kernel, blocks, kThreads, 0, stream, x.as<const T>(), w.as<const T>(), out.as<Out>(), rows, k, m,
+                 next);
 }
 
 bool small_matmul_applies(const Tensor& x, const Tensor& w) {
