@@ -42,6 +42,30 @@ ApiError client_error(int status, std::string message) {
   return ApiError(status, "invalid_request_error", std::move(message));
 }
 
+// A character of a token (RFC 9110 5.6.2): a header's name, a method.
+bool token_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
+}
+
+// The methods httplib reads a request of; any other is answered 501 here, as RFC 9110 (15.6.2)
+// asks, where httplib would answer 400.
+constexpr const char* kKnownMethods = "GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH, PRI";
+constexpr size_t kMethodBytes = 32;  // kept of a method for the check and the message
+
+// A method that is a well-formed token and none of kKnownMethods (a malformed request line
+// stays httplib's to refuse).
+bool unknown_method(const std::string& method) {
+  if (method.empty() || method.size() >= kMethodBytes) return false;
+  if (!std::all_of(method.begin(), method.end(), token_char)) return false;
+  std::string_view known(kKnownMethods);
+  while (!known.empty()) {
+    const size_t comma = known.find(',');
+    if (known.substr(0, comma) == method) return false;
+    known = comma == std::string_view::npos ? std::string_view() : known.substr(comma + 2);
+  }
+  return true;
+}
+
 // The stream of the connection this thread is serving (null off a connection's thread).
 thread_local ConnectionStream* current_stream = nullptr;
 
@@ -93,6 +117,8 @@ void ConnectionStream::begin_request() {
   head_end_match_ = 0;
   head_line_ = line_bytes_ = 0;
   past_colon_ = after_cr_ = false;
+  method_.clear();
+  method_ended_ = false;
   deadline_ = std::chrono::steady_clock::now() + limits_.request_time;
 }
 
@@ -141,6 +167,18 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
         refuse(invalid_request(std::string("a request header line ") + wrong), "Bad Request");
         return -1;
       }
+      if (c == ' ' && head_line_ == 0 && !method_ended_) {
+        method_ended_ = true;
+        if (unknown_method(method_)) {
+          refuse(ApiError(501, "invalid_request_error",
+                          "method " + method_ + " is not implemented (known methods: " + kKnownMethods + ")",
+                          "", "method_not_implemented"),
+                 "Not Implemented");
+          return -1;
+        }
+      } else if (head_line_ == 0 && !method_ended_ && c != '\r' && c != '\n' && method_.size() < kMethodBytes) {
+        method_ += c;
+      }
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
       if (head_end_match_ == 4) {
         in_head_ = false;
@@ -181,9 +219,7 @@ const char* ConnectionStream::check_head_byte(char c) {
     return at == 0 ? "has an empty name" : nullptr;
   }
   if (c == ' ' || c == '\t') return at == 0 ? "is folded (obs-fold)" : "has whitespace before its colon";
-  // A name is a token (RFC 9110 5.6.2).
-  const bool token = std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-  return token ? nullptr : "has a name that is not a token";
+  return token_char(c) ? nullptr : "has a name that is not a token";
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {

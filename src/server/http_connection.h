@@ -111,6 +111,9 @@ class ConnectionStream final : public httplib::Stream {
   // The head's current line: which (0: the request line), bytes into it, past its colon, after a CR.
   size_t head_line_ = 0, line_bytes_ = 0;
   bool past_colon_ = false, after_cr_ = false;
+  // The request line's method, up to its first space (a bounded prefix of it).
+  std::string method_;
+  bool method_ended_ = false;
   bool refused_ = false;
   bool close_requested_ = false;
   bool in_response_head_ = false;  // writing a response's status line and headers

@@ -188,6 +188,43 @@ TEST(ConnectionStream, HeaderLineVerdictsDoNotDependOnHowTheHeadArrives) {
   }
 }
 
+TEST(ConnectionStream, AMethodHttplibDoesNotKnowIsAnswered501) {
+  // RFC 9110 15.6.2: a method the server does not recognise is a 501 (httplib: 400).
+  // Methods are case-sensitive; a request line that is no request line stays httplib's.
+  const std::pair<std::string, int> lines[] = {
+      {"BREW /pot HTTP/1.1", 501}, {"get / HTTP/1.1", 501}, {"M-SEARCH * HTTP/1.1", 501},
+      {"GET / HTTP/1.1", 0},       {"PATCH /v1/models HTTP/1.1", 0}, {"TRACE / HTTP/1.1", 0},
+      {"PRI * HTTP/2.0", 0},       {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
+  };
+  for (const auto& [line, status] : lines) {
+    for (const bool bytewise : {false, true}) {
+      Pair pair;
+      ConnectionStream stream(pair.server, limits(4096, 2000));
+      const std::string head = line + "\r\nHost: x\r\n\r\n";
+      if (bytewise) {
+        for (const char c : head) pair.send(std::string(1, c));
+      } else {
+        pair.send(head);
+      }
+      ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+      stream.begin_request();
+      std::string got;
+      EXPECT_EQ(read_head(stream, got), status == 0) << line;
+      EXPECT_EQ(stream.refused(), status != 0) << line;
+      const std::string answer = pair.received();
+      if (status != 0) {
+        EXPECT_EQ(answer.rfind("HTTP/1.1 501 Not Implemented\r\n", 0), 0u) << line;
+        EXPECT_NE(answer.find("\"code\":\"method_not_implemented\""), std::string::npos) << answer;
+        EXPECT_NE(answer.find("method " + line.substr(0, line.find(' ')) + " is not implemented"), std::string::npos)
+            << answer;
+      } else {
+        EXPECT_EQ(got, head) << line;
+        EXPECT_EQ(answer, "") << line;
+      }
+    }
+  }
+}
+
 TEST(ConnectionStream, HeadWithinTheBoundIsNotRefused) {
   Pair pair;
   const std::string request = "GET / HTTP/1.1\r\nX-Filler: " + std::string(30, 'y') + "\r\n\r\n";
