@@ -175,22 +175,12 @@ ApiError client_gone() {
                   "client_closed_request");
 }
 
-// Reads a request body into `body`, counted as it arrives: httplib 0.11's own limit sees only
-// a Content-Length, not a chunked body or what a compressed one unpacks to. Past the limit the
-// rest is read and dropped (up to kDrainBytes). Later releases (0.18) stop a chunked body at
-// their limit themselves, before the chunk that crosses it reaches this count, and set
-// `res.status` to 413: that is answered as the limit too, not as a broken body. The error to
-// answer with, if any.
-std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::Response& res,
-                                         const httplib::ContentReader& read_body, size_t limit,
-                                         std::string& body) {
-  // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
-  // nothing to wait for. httplib knows "chunked" alone; any other coding it would read to
-  // the connection's end.
-  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
-  // Framing that two readers could take differently (RFC 9112 6.3) is refused, and the
-  // caller closes the connection: a length that is not a plain decimal number, two
-  // different lengths, a length beside a transfer coding.
+// What a request's head alone says against its body: framing that two readers could take
+// differently (RFC 9112 6.3: a length that is not a plain decimal number, two different
+// lengths, a length beside a transfer coding), a transfer coding other than chunked, a
+// content coding nothing unpacks (415), a Content-Length over `limit` (413). The error to
+// answer with (the caller closes the connection: the body stays unread), if any.
+std::optional<ApiError> body_head_error(const httplib::Request& req, size_t limit) {
   const std::string content_length = req.get_header_value("Content-Length");  // the first's, if any
   if (req.has_header("Content-Length")) {
     const bool decimal = !content_length.empty() && content_length.size() <= 18 &&
@@ -210,10 +200,6 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
       return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
                              "' is not supported (only chunked)");
     }
-    // httplib 0.11's chunked reader can report a body read whole that it left unread (a
-    // chunk's data not followed by CRLF ends its loop before the last chunk): whatever the
-    // answer, the connection is closed after it, so no rest is read as the next request.
-    close_after(res);
   }
   // A body compressed in a way the HTTP library does not unpack: 415, not a broken body.
   if (req.has_header("Content-Encoding")) {
@@ -227,6 +213,28 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
   }
   // A Content-Length over the limit is refused unread, as httplib's own check does.
   if (!content_length.empty() && std::strtoull(content_length.c_str(), nullptr, 10) > limit) return body_too_large();
+  return std::nullopt;
+}
+
+// Reads a request body into `body`, counted as it arrives: httplib 0.11's own limit sees only
+// a Content-Length, not a chunked body or what a compressed one unpacks to. Past the limit the
+// rest is read and dropped (up to kDrainBytes). Later releases (0.18) stop a chunked body at
+// their limit themselves, before the chunk that crosses it reaches this count, and set
+// `res.status` to 413: that is answered as the limit too, not as a broken body. The error to
+// answer with, if any.
+std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& read_body, size_t limit,
+                                         std::string& body) {
+  // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
+  // nothing to wait for. httplib knows "chunked" alone; any other coding it would read to
+  // the connection's end.
+  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
+  if (std::optional<ApiError> error = body_head_error(req, limit)) return error;
+  // httplib 0.11's chunked reader can report a body read whole that it left unread (a
+  // chunk's data not followed by CRLF ends its loop before the last chunk): whatever the
+  // answer, the connection is closed after it, so no rest is read as the next request.
+  if (req.has_header("Transfer-Encoding")) close_after(res);
+  const std::string content_length = req.get_header_value("Content-Length");
   size_t received = 0;
   const bool read = read_body([&](const char* data, size_t length) {
     received += length;
@@ -339,7 +347,7 @@ std::string HttpServer::allowed_origin(const std::string& origin) const {
 }
 
 void HttpServer::add_routes() {
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  const auto pre_route = [this](const httplib::Request& req, httplib::Response& res) {
     // A request names its host once, and an HTTP/1.1 one must (RFC 9112 3.2): a proxy
     // before this server may have routed by another.
     if (const size_t hosts = req.get_header_value_count("Host");
@@ -421,6 +429,21 @@ void HttpServer::add_routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  };
+  http_->set_pre_routing_handler(pre_route);
+  // A client that asks before sending its body (`Expect: 100-continue`, as curl does past
+  // 1 KiB) gets every answer the head decides before it sends it (the key, the route, the
+  // method, the body's framing, coding and length), not a "100 Continue" and then the
+  // answer. The connection is closed after such an answer: the body stays unsent.
+  http_->set_expect_100_continue_handler([this, pre_route](const httplib::Request& req, httplib::Response& res) {
+    if (pre_route(req, res) == httplib::Server::HandlerResponse::Handled) return res.status;
+    if (may_carry_body(req)) {
+      if (std::optional<ApiError> error = body_head_error(req, options_.max_body_bytes)) {
+        send_error_and_close(res, *error);
+        return res.status;
+      }
+    }
+    return 100;
   });
   // Every response: its request id, and the CORS grant for an allowed page.
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {

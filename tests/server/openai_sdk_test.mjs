@@ -813,6 +813,27 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.match(reply.statuses[0], /HTTP\/1\.1 4\d\d/);
     assert.ok(reply.closed && !reply.text.includes('smuggled'), head);
   }
+  // A client that waits for "100 Continue" (curl past 1 KiB) hears every answer the head
+  // decides before it sends the body, not a 100 and then the answer; a good head gets its 100.
+  const asked = JSON.stringify({ model, prompt: 'hi', max_tokens: 1 });
+  for (const [head, statuses] of [
+    [`POST /v1/nothing HTTP/1.1\r\nContent-Length: ${asked.length}\r\n`, ['HTTP/1.1 404']],
+    [`PUT /v1/completions HTTP/1.1\r\nContent-Length: ${asked.length}\r\n`, ['HTTP/1.1 405']],
+    [`POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000000000\r\n`, ['HTTP/1.1 413']],
+    [`POST /v1/completions HTTP/1.1\r\nContent-Encoding: zstd\r\nContent-Length: ${asked.length}\r\n`, ['HTTP/1.1 415']],
+    [`POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n`, ['HTTP/1.1 400']],
+    [`POST /v1/completions HTTP/1.1\r\nContent-Length: ${asked.length}\r\n`, ['HTTP/1.1 100', 'HTTP/1.1 200']],
+  ]) {
+    const reply = await rawExchange(main.url, `${head}Host: ${host}\r\nExpect: 100-continue\r\n\r\n`, asked, 2000);
+    assert.deepEqual(reply.statuses, statuses, `${head}: ${reply.text.slice(0, 300)}`);
+    assert.equal(reply.closed, statuses.length === 1, head);
+  }
+  // A method the server does not know: 501 (methods are case-sensitive), the connection closed.
+  for (const method of ['BREW', 'get']) {
+    const reply = await rawExchange(main.url, `${method} /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 501'], reply.text.slice(0, 300));
+    assert.ok(reply.closed && reply.text.includes('"code":"method_not_implemented"'), reply.text.slice(0, 300));
+  }
   // Framing two readers could take differently: refused, the connection closed.
   const json = JSON.stringify({ model, prompt: 'hi', max_tokens: 1 });
   for (const framing of ['Content-Length: -5', 'Content-Length: abc', `Content-Length: 5\r\nContent-Length: ${json.length}`,
@@ -1209,6 +1230,11 @@ await test('API key: 401 without or with a wrong key on every route but /health'
                                    `Content-Length: ${smuggled.length}\r\n\r\n`, smuggled);
   assert.deepEqual(unread.statuses, ['HTTP/1.1 401'], unread.text.slice(0, 300));
   assert.ok(unread.closed && !unread.text.includes('smuggled'));
+  // So is one whose client waits for "100 Continue": no 100 before the 401.
+  const waiting = await rawExchange(keyed.url, `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\n` +
+                                    `Expect: 100-continue\r\nContent-Length: ${smuggled.length}\r\n\r\n`, smuggled);
+  assert.deepEqual(waiting.statuses, ['HTTP/1.1 401'], waiting.text.slice(0, 300));
+  assert.ok(waiting.closed && !waiting.text.includes('smuggled'));
 
   // CORS (--cors-origin http://app.test): a browser's preflight carries no key and is
   // answered; the page's requests still need the key, and may read every answer.
