@@ -62,9 +62,8 @@ struct EngineService::Choice {
   Clock::time_point started, last_token;
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
-  bool skip_special = true;  // special tokens add nothing to the text
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
-      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), skip_special(skip_specials) {}
+      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop) {}
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
@@ -366,7 +365,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
     if (choice.logprobs) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = logprob_token(event.token, event.logprobs.sampled);
-      entry.in_text = !ends && !(choice.skip_special && tokenizer_.is_special(event.token));
+      entry.in_text = !ends && !(choice.decoder.skips_special() && tokenizer_.is_special(event.token));
       entry.ends = ends;
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));

@@ -89,6 +89,8 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
   std::string push(int32_t id);
   std::string flush();
+  // Whether special tokens add nothing to the text.
+  bool skips_special() const { return skip_special_; }
 
  private:
   const Tokenizer* tokenizer_;
