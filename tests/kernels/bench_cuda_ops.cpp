@@ -71,7 +71,7 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
                                 {"qkv_proj", 3584, 4608},   {"o_proj", 3584, 3584},
                                 {"gate_proj", 3584, 18944}, {"gate_up_proj", 3584, 37888},
                                 {"down_proj", 18944, 3584}, {"lm_head(f32)", 3584, 152064}};
-  const int ns[] = {1, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+  const int ns[] = {1, 2, 3, 4, 5, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048};
   bench_matmuls(gpu(), rng_, shapes, ns, 20, 1);
 }
 
@@ -173,7 +173,10 @@ struct AttentionShape {
 const AttentionShape kAttentionShapes[] = {{1, 512, 1},     {1, 4096, 1},    {1, 8192, 1},   {1, 32768, 1},
                                            {32, 1024, 1},   {128, 2048, 1},  {256, 192, 1},  {256, 256, 1},
                                            {64, 512, 1},    {1, 1024, 1},    {1, 8200, 1},   {1, 512, 512},
-                                           {1, 2048, 2048}, {4, 4096, 1024}};
+                                           {1, 2048, 2048}, {4, 4096, 1024},
+                                           // a few new tokens after a cached prefix
+                                           {1, 64, 16},     {1, 1040, 4},    {1, 1040, 16},  {1, 1040, 32},
+                                           {1, 1040, 64},   {1, 4096, 16},   {3, 1040, 5}};
 
 TEST_F(CudaBench, DISABLED_AttentionDecodeAndPrefill) {
   for (const AttentionShape& shape : kAttentionShapes) {

@@ -34,7 +34,11 @@ TEST_P(CudaOps, MatmulMatchesNaiveProduct) {
                           // 5-16 rows on tensor cores (k a multiple of 64, w's rows of 16): one
                           // chunk of k, chunks not a multiple of the warps', the 7B's shapes
                           {5, 64, 16, false},     {8, 1216, 48, true},    {9, 3584, 512, false},
-                          {16, 896, 4864, false}, {12, 18944, 64, true}, {16, 3584, 1040, true}};
+                          {16, 896, 4864, false}, {12, 18944, 64, true}, {16, 3584, 1040, true},
+                          // 2-4 rows (tensor cores too), 17-64 (the matrix library)
+                          {2, 3584, 512, false},  {3, 896, 64, true},    {4, 18944, 48, false},
+                          {24, 1216, 80, false},  {32, 3584, 96, true},  {40, 640, 32, false},
+                          {64, 896, 128, true}};
   for (const Shape& s : shapes) {
     const auto x = random_values(rng_, static_cast<size_t>(s.n) * s.k, 1.f, dtype());
     const auto w = random_values(rng_, static_cast<size_t>(s.m) * s.k, 0.05f, dtype());
@@ -55,6 +59,40 @@ TEST_P(CudaOps, MatmulMatchesNaiveProduct) {
     expect_close(download(gpu(), out.t), ref, std::max(tol.rel_norm, 1e-4), tol.rel_elem, 1e-3,
                  "matmul n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
                      " m=" + std::to_string(s.m));
+  }
+}
+
+// A product whose x the op just before wrote, with no synchronisation between them, as the
+// forward pass runs them: the small-row and matrix-vector kernels start their weight loads
+// before the chained launch's wait, and must read x only after it. x is poisoned with NaN
+// before the norm writes it, so a read ahead of the wait shows.
+TEST_P(CudaOps, MatmulReadsTheXTheOpBeforeItWrote) {
+  const int k = 3584, m = 4608;
+  for (const int n : {1, 2, 3, 4, 5, 8, 16}) {
+    const auto x = random_values(rng_, static_cast<size_t>(n) * k, 1.f, dtype());
+    const auto w = random_values(rng_, static_cast<size_t>(m) * k, 0.05f, dtype());
+    const auto g = random_values(rng_, k, 0.1f, dtype(), 1.f);
+    auto dx = DeviceTensor::from(gpu(), dtype(), n, k, x);
+    auto dw = DeviceTensor::from(gpu(), dtype(), m, k, w);
+    auto dg = DeviceTensor::from(gpu(), dtype(), 1, k, g);
+    auto normed = DeviceTensor::poisoned(gpu(), dtype(), n, k);
+    auto out = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+    for (int round = 0; round < 3; ++round) {
+      gpu().rmsnorm(dx.t, dg.t, 1e-6f, normed.t);
+      gpu().matmul(normed.t, dw.t, out.t);
+    }
+    const std::vector<float> h = download(gpu(), normed.t);
+    std::vector<double> ref(static_cast<size_t>(n) * m);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) {
+        double acc = 0;
+        for (int kk = 0; kk < k; ++kk)
+          acc += static_cast<double>(h[static_cast<size_t>(i) * k + kk]) * w[static_cast<size_t>(j) * k + kk];
+        ref[static_cast<size_t>(i) * m + j] = acc;
+      }
+    const Tolerance tol = tolerance_for(dtype());
+    expect_close(download(gpu(), out.t), ref, std::max(tol.rel_norm, 1e-4), tol.rel_elem, 1e-3,
+                 "norm then matmul, n=" + std::to_string(n));
   }
 }
 

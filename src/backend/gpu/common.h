@@ -130,19 +130,26 @@ class Matmul {
 // ---- launchers (one group per .cu file) ----
 // matmul_gemv.cu: out = x · wᵀ for 1..kMaxGemvRows rows of x (decode), streaming w at
 // memory bandwidth. Returns false when the shape or alignment is not one it takes (the
-// caller uses Matmul).
+// caller uses Matmul). Past one row the small-row kernel below comes first where it applies.
 constexpr int kMaxGemvRows = 4;
 bool launch_gemv(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
-// matmul_small.cu: the same for kMaxGemvRows + 1 .. kMaxSmallRows rows on tensor cores (CUDA;
+// matmul_small.cu: the same for kMinSmallRows .. kMaxSmallRows rows on tensor cores (CUDA;
 // false elsewhere, or when the shape is not one it takes: k a multiple of 64, w's rows of 16).
+// At 2-4 rows it reads w faster than the matrix-vector kernel, whose fp32 dot products grow
+// with the rows (H100, 7B: a 4-sequence decode step 6.29 → 5.25 ms); past 16 rows its x
+// fragments cost more than it gains (32 rows: 6.13 → 7.22 ms), and the matrix library
+// takes them.
+constexpr int kMinSmallRows = 2;
 constexpr int kMaxSmallRows = 16;
+bool small_matmul_applies(const Tensor& x, const Tensor& w);
 bool launch_small_matmul(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
 // out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]); false when
 // the shape is not one it takes.
 bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
 // The q|k|v product with rope_kv.cu's epilogue folded in, for models without per-head q/k
 // norms: q to q_out, k and v into the cache; false when it does not apply (the caller runs
-// the product and the epilogue).
+// the product and the epilogue), also for 2-4 rows the small-row kernel takes (it and the
+// epilogue apart are faster there: a 4-sequence 7B step 5.37 → 5.25 ms on an H100).
 bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const BatchView& batch,
                                   const AttentionParams& attn, const QkvEpilogue& epilogue, Tensor q_out,
                                   const KvGeometry& geometry, KvLayer cache, Stream stream);

@@ -386,8 +386,8 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(const Tensor& x, const Tensor& w, Tensor out) override {
-    if (launch_gemv(x, w, out, stream_)) return;
     if (launch_small_matmul(x, w, out, stream_)) return;
+    if (launch_gemv(x, w, out, stream_)) return;
     matmul_->run(x, w, out, stream_);
   }
 

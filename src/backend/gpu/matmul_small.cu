@@ -1,4 +1,4 @@
-// Products of a few rows on tensor cores: out[n, m] = x[n, k] · w[m, k]ᵀ for kMaxGemvRows < n
+// Products of a few rows on tensor cores: out[n, m] = x[n, k] · w[m, k]ᵀ for kMinSmallRows ≤ n
 // ≤ kMaxSmallRows (decode of a handful of sequences, a short prompt after a cached prefix).
 // Like one row's, such a product is bound by reading w once; the matrix library's kernels
 // for these shapes read it at ≈ 80% of the rate the matrix-vector kernel reaches for one row,
@@ -131,15 +131,18 @@ void launch_typed(const Tensor& x, const Tensor& w, Tensor out, Stream stream) {
                  next);
 }
 
-bool small_matmul_applies(const Tensor& x, const Tensor& w) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return x.rows > kMaxGemvRows && x.rows <= kMaxSmallRows && x.cols % kChunk == 0 &&
-         w.rows % kTileRows == 0 && w.rows < (int64_t{1} << 31) && x.cols < (int64_t{1} << 31) && aligned(x.data) &&
-         aligned(w.data);
-}
-
 }  // namespace
 #endif
+
+bool small_matmul_applies([[maybe_unused]] const Tensor& x, [[maybe_unused]] const Tensor& w) {
+#if defined(QWENRT_GPU_HIP)
+  return false;
+#else
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return x.rows >= kMinSmallRows && x.rows <= kMaxSmallRows && x.cols % kChunk == 0 && w.rows % kTileRows == 0 &&
+         w.rows < (int64_t{1} << 31) && x.cols < (int64_t{1} << 31) && aligned(x.data) && aligned(w.data);
+#endif
+}
 
 bool launch_small_matmul([[maybe_unused]] const Tensor& x, [[maybe_unused]] const Tensor& w,
                          [[maybe_unused]] Tensor out, [[maybe_unused]] Stream stream) {
