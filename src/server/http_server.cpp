@@ -435,8 +435,15 @@ void HttpServer::add_routes() {
   // 1 KiB) gets every answer the head decides before it sends it (the key, the route, the
   // method, the body's framing, coding and length), not a "100 Continue" and then the
   // answer. The connection is closed after such an answer: the body stays unsent.
+  // Only refusals are given here: httplib writes an early answer without its Content-Length
+  // unless it is an error, so a success the pre-routing gives whole (a model by its name, a
+  // preflight) is made again after the "100 Continue", as any request is.
   http_->set_expect_100_continue_handler([this, pre_route](const httplib::Request& req, httplib::Response& res) {
-    if (pre_route(req, res) == httplib::Server::HandlerResponse::Handled) return res.status;
+    httplib::Response early;
+    if (pre_route(req, early) == httplib::Server::HandlerResponse::Handled && early.status >= 400) {
+      res = early;
+      return res.status;
+    }
     if (may_carry_body(req)) {
       if (std::optional<ApiError> error = body_head_error(req, options_.max_body_bytes)) {
         send_error_and_close(res, *error);

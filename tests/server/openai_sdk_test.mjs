@@ -828,6 +828,10 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.deepEqual(reply.statuses, statuses, `${head}: ${reply.text.slice(0, 300)}`);
     assert.equal(reply.closed, statuses.length === 1, head);
   }
+  // A success the head alone decides (a model by its name) comes after the 100, framed whole.
+  const named = await rawExchange(main.url, `GET /v1/models/${model} HTTP/1.1\r\nHost: ${host}\r\nExpect: 100-continue\r\n\r\n`, '', 1000);
+  assert.deepEqual(named.statuses, ['HTTP/1.1 100', 'HTTP/1.1 200'], named.text.slice(0, 300));
+  assert.match(named.text, /Content-Length: \d+/i);
   // A method the server does not know: 501 (methods are case-sensitive), the connection closed.
   for (const method of ['BREW', 'get']) {
     const reply = await rawExchange(main.url, `${method} /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`);

@@ -342,7 +342,8 @@ bool launch_gemv_qkv_rope_kvwrite(const Tensor& x, const Tensor& qkv, const Batc
   const DType t = x.dtype;
   const auto matches = [t](const Tensor& b) { return b.data == nullptr || b.dtype == t; };
   if (!gemv_applies(x, qkv) || (x.rows > 1 && small_matmul_applies(x, qkv)) || epilogue.q_norm.data != nullptr ||
-      epilogue.k_norm.data != nullptr || epilogue.inv_freq == nullptr || d <= 0 || d % 2 != 0 || x.rows != batch.n_tokens ||
+      epilogue.k_norm.data != nullptr || epilogue.inv_freq == nullptr || d <= 0 || d % 2 != 0 ||
+      x.rows != batch.n_tokens ||
       qkv.rows != static_cast<int64_t>(jobs) * d || qkv.cols != x.cols || qkv.dtype != t ||
       q_out.rows != x.rows || q_out.cols != static_cast<int64_t>(attn.n_heads) * d || q_out.dtype != t ||
       geometry.dtype != t || geometry.n_kv_heads != attn.n_kv_heads || geometry.head_dim != d ||
