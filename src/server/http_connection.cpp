@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "server/api.h"
 
@@ -49,21 +50,21 @@ bool token_char(char c) {
 
 // The methods httplib reads a request of; any other is answered 501 here, as RFC 9110 (15.6.2)
 // asks, where httplib would answer 400.
-constexpr const char* kKnownMethods = "GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH, PRI";
+constexpr std::string_view kKnownMethods[] = {"GET",     "HEAD",  "POST",  "PUT", "DELETE",
+                                              "CONNECT", "OPTIONS", "TRACE", "PATCH", "PRI"};
 constexpr size_t kMethodBytes = 32;  // kept of a method for the check and the message
 
 // A method that is a well-formed token and none of kKnownMethods (a malformed request line
 // stays httplib's to refuse).
 bool unknown_method(const std::string& method) {
-  if (method.empty() || method.size() >= kMethodBytes) return false;
-  if (!std::all_of(method.begin(), method.end(), token_char)) return false;
-  std::string_view known(kKnownMethods);
-  while (!known.empty()) {
-    const size_t comma = known.find(',');
-    if (known.substr(0, comma) == method) return false;
-    known = comma == std::string_view::npos ? std::string_view() : known.substr(comma + 2);
-  }
-  return true;
+  return !method.empty() && method.size() < kMethodBytes && std::all_of(method.begin(), method.end(), token_char) &&
+         std::find(std::begin(kKnownMethods), std::end(kKnownMethods), method) == std::end(kKnownMethods);
+}
+
+std::string known_methods() {
+  std::string list;
+  for (const std::string_view method : kKnownMethods) list.append(list.empty() ? "" : ", ").append(method);
+  return list;
 }
 
 // The stream of the connection this thread is serving (null off a connection's thread).
@@ -171,7 +172,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
         method_ended_ = true;
         if (unknown_method(method_)) {
           refuse(ApiError(501, "invalid_request_error",
-                          "method " + method_ + " is not implemented (known methods: " + kKnownMethods + ")",
+                          "method " + method_ + " is not implemented (known methods: " + known_methods() + ")",
                           "", "method_not_implemented"),
                  "Not Implemented");
           return -1;

@@ -432,12 +432,11 @@ void HttpServer::add_routes() {
   };
   http_->set_pre_routing_handler(pre_route);
   // A client that asks before sending its body (`Expect: 100-continue`, as curl does past
-  // 1 KiB) gets every answer the head decides before it sends it (the key, the route, the
-  // method, the body's framing, coding and length), not a "100 Continue" and then the
-  // answer. The connection is closed after such an answer: the body stays unsent.
-  // Only refusals are given here: httplib writes an early answer without its Content-Length
-  // unless it is an error, so a success the pre-routing gives whole (a model by its name, a
-  // preflight) is made again after the "100 Continue", as any request is.
+  // 1 KiB) gets every refusal the head decides (the key, the route, the method, the body's
+  // framing, coding and length) in place of the "100 Continue"; the connection is closed
+  // after it, the body unsent. A success stays for after the 100 (httplib writes an early
+  // answer without its Content-Length unless it is an error): the pre-routing answers into a
+  // scratch response here and is asked again then, as for any request.
   http_->set_expect_100_continue_handler([this, pre_route](const httplib::Request& req, httplib::Response& res) {
     httplib::Response early;
     if (pre_route(req, early) == httplib::Server::HandlerResponse::Handled && early.status >= 400) {
