@@ -455,6 +455,12 @@ void HttpServer::add_routes() {
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.get_header_value("X-Request-Id");
     res.set_header("X-Request-Id", usable_request_id(id) ? id : new_id("req"));
+    // httplib has added its own "Connection: close" by now where the request asked to close:
+    // beside close_after's, one is sent.
+    if (res.get_header_value_count("Connection") > 1) {
+      res.headers.erase("Connection");
+      res.set_header("Connection", "close");
+    }
     if (options_.cors_origins.empty()) return;
     // Answers depend on the Origin from here on: caches must key them by it.
     res.set_header("Vary", "Origin");

@@ -876,6 +876,10 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.equal(chunked.statuses.length, 1, `${path}: ${chunked.text.slice(0, 300)}`);
     assert.ok(chunked.closed && !chunked.text.includes('smuggled'), path);
   }
+  // One "Connection: close", where the request asked to close and the server closes anyway.
+  const closing = await rawExchange(main.url, `POST /tokenize HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\n` +
+                                  `Connection: close\r\n\r\n5\r\nhelloX\r\n`);
+  assert.equal(closing.text.split('\r\n\r\n')[0].match(/^connection:/gim)?.length, 1, closing.text.slice(0, 300));
   const twoLengths = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 0\r\n` +
                                        `Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`);
   assert.equal(twoLengths.statuses.length, 1, twoLengths.text.slice(0, 300));
