@@ -461,6 +461,17 @@ void HttpServer::add_routes() {
       res.headers.erase("Connection");
       res.set_header("Connection", "close");
     }
+    // An HTTP/1.0 connection stays open only where the client asked for it as httplib reads
+    // it ("Keep-Alive") and nothing closes it; else the answer says it closes, not for how long
+    // it would stay.
+    if (req.version == "HTTP/1.0") {
+      if (req.get_header_value("Connection") == "Keep-Alive" && !res.has_header("Connection")) {
+        res.set_header("Connection", "keep-alive");
+      } else {
+        res.headers.erase("Keep-Alive");
+        if (!res.has_header("Connection")) res.set_header("Connection", "close");
+      }
+    }
     if (options_.cors_origins.empty()) return;
     // Answers depend on the Origin from here on: caches must key them by it.
     res.set_header("Vary", "Origin");

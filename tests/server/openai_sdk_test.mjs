@@ -862,7 +862,14 @@ await test('an answer given before the body is read closes the connection: nothi
     assert.deepEqual(reply.statuses, ['HTTP/1.1 400'], hosts);
     assert.match(reply.text, /Host header/);
   }
-  assert.deepEqual((await rawExchange(main.url, 'GET /health HTTP/1.0\r\n\r\n')).statuses, ['HTTP/1.1 200']);
+  // An HTTP/1.0 client's connection closes after its answer, which says so, unless it asked
+  // to keep it.
+  const once = await rawExchange(main.url, 'GET /health HTTP/1.0\r\n\r\n');
+  assert.deepEqual(once.statuses, ['HTTP/1.1 200']);
+  assert.ok(once.closed && /^connection: close\r$/im.test(once.text) && !/^keep-alive:/im.test(once.text), once.text);
+  const kept10 = await rawExchange(main.url, 'GET /health HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\nGET /health HTTP/1.0\r\n\r\n');
+  assert.deepEqual(kept10.statuses, ['HTTP/1.1 200', 'HTTP/1.1 200'], kept10.text);
+  assert.match(kept10.text.split('HTTP/1.1 200')[1], /^connection: keep-alive\r$/im);
   // A target in absolute form is served as its path.
   const absolute = await rawExchange(main.url, `GET http://${host}/v1/models HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
   assert.deepEqual(absolute.statuses, ['HTTP/1.1 200'], absolute.text);
