@@ -685,6 +685,21 @@ TEST_P(CudaOps, AttentionPromptAndMixedBatches) {
   run_attention_case(gpu(), dtype(), rng_, {odd[3], {90, 33}, {1, 4}, 16, 0});             // generic only
 }
 
+// A few new tokens over contexts longer than they are (a short prompt after a cached
+// prefix, alone or beside decode rows): each token a decode row of its own in the tiled
+// kernels, over its own keys, the chunk's others' included.
+TEST_P(CudaOps, AttentionFewNewTokensOverLongContexts) {
+  const HeadConfig heads[] = {{28, 4, 128, false, false}, {14, 2, 64, false, false}, {8, 8, 128, false, false}};
+  for (const HeadConfig& h : heads) {
+    run_attention_case(gpu(), dtype(), rng_, {h, {1040}, {16}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {300, 1000, 47}, {1, 8, 5}, 16, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {10, 5}, {10, 5}, 16, 0});  // whole short prompts
+    run_attention_case(gpu(), dtype(), rng_, {h, {4100, 2}, {3, 2}, 32, 0});
+    run_attention_case(gpu(), dtype(), rng_, {h, {1040, 64}, {30, 34}, 16, 0});  // 64: the most as token rows
+  }
+  run_attention_case(gpu(), dtype(), rng_, {heads[0], {90, 700}, {3, 12}, 7, 20});  // sliding window
+}
+
 TEST_P(CudaOps, AttentionDecodeManySequences) {
   const HeadConfig heads[] = {{14, 2, 64, false, false},
                               {28, 4, 128, false, false},

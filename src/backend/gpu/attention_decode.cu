@@ -33,6 +33,10 @@ struct DecodeArgs {
   const int32_t* positions;
   const int32_t* seq_starts;
   const int32_t* block_tables;
+  // Token rows (launch_attention_decode's token_rows): the grid's "sequences" are the batch's
+  // tokens, row r token r of sequence row_seq[r] (the batch's token_seq). Null: one new
+  // token per sequence, found through seq_starts.
+  const int32_t* row_seq;
   int max_blocks_per_seq;
   int block_size;
   int n_heads;
@@ -53,8 +57,8 @@ struct SplitRange {
   int token, begin, end, last;  // last: the new token's position
 };
 __device__ __forceinline__ bool split_range(const DecodeArgs& args, int seq, int split, SplitRange& range) {
-  range.token = args.seq_starts[seq];
-  if (args.seq_starts[seq + 1] <= range.token) return false;
+  range.token = args.row_seq != nullptr ? seq : args.seq_starts[seq];
+  if (args.row_seq == nullptr && args.seq_starts[seq + 1] <= range.token) return false;
   const int pos = args.positions[range.token];
   range.last = pos;
   const int key_lo = args.sliding_window > 0 ? max(0, pos - args.sliding_window + 1) : 0;
@@ -62,6 +66,12 @@ __device__ __forceinline__ bool split_range(const DecodeArgs& args, int seq, int
   range.begin = key_lo + split * per_split;
   range.end = min(pos + 1, range.begin + per_split);
   return true;
+}
+
+// The block table of the grid's sequence `seq` (a token row's sequence's, with row_seq).
+__device__ __forceinline__ const int32_t* block_table_of(const DecodeArgs& args, int seq) {
+  const int table = args.row_seq != nullptr ? args.row_seq[seq] : seq;
+  return args.block_tables + static_cast<int64_t>(table) * args.max_blocks_per_seq;
 }
 
 // One (head, dim) of a split's result: the output itself when there is one split, else the
@@ -129,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
+  const int32_t* block_table = block_table_of(args, seq);
   const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
   // The loop is uniform over each warp (the group reductions shuffle across the whole
   // warp); a group whose keys run past `end` masks them.
@@ -236,8 +246,8 @@ __global__ void __launch_bounds__(combine_threads<kHeadDim>())
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   // The batch arrays before the wait (no kernel writes them, compat.h); the partials after.
-  const int token = args.seq_starts[seq];
-  const bool has_token = args.seq_starts[seq + 1] > token;
+  const int token = args.row_seq != nullptr ? seq : args.seq_starts[seq];
+  const bool has_token = args.row_seq != nullptr || args.seq_starts[seq + 1] > token;
   gpu::wait_for_prior_grid(next);
   if (!has_token) return;
   const int n_splits = args.n_splits;
@@ -361,7 +371,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   const int seq = blockIdx.z;
   SplitRange range{};
   const bool has_token = split_range(args, seq, split, range);
-  const int32_t* block_table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
+  const int32_t* block_table = block_table_of(args, seq);
   const int begin = range.begin, end = range.end;
   const int64_t kv_stride = static_cast<int64_t>(args.n_kv_heads) * kHeadDim;
   auto load_tile = [&](int stage, int key0) {
@@ -669,10 +679,19 @@ void launch_mma(const BatchView& batch, const DecodeArgs& args, const Tensor& q,
 
 }  // namespace
 
-bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
+bool launch_attention_decode(const BatchView& given, const AttentionParams& attn,
                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                              Tensor out, float* workspace, size_t workspace_bytes,
-                             int multiprocessors, [[maybe_unused]] size_t max_shared_bytes, Stream stream) {
+                             int multiprocessors, [[maybe_unused]] size_t max_shared_bytes, Stream stream,
+                             bool token_rows) {
+  // Token rows: each new token a row of its own over its sequence's keys up to its position;
+  // the keys of a chunk's other tokens are this pass's.
+  BatchView batch = given;
+  if (token_rows) {
+    batch.n_seqs = given.n_tokens;
+    batch.max_new_tokens = 1;
+    batch.keys_in_pass = true;
+  }
   const int group = attn.n_heads / attn.n_kv_heads;
   if (batch.max_new_tokens != 1 || (attn.head_dim != 64 && attn.head_dim != 128)) return false;
 #if defined(QWENRT_GPU_HIP)
@@ -713,6 +732,7 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
   args.positions = batch.positions;
   args.seq_starts = batch.seq_starts;
   args.block_tables = batch.block_tables;
+  args.row_seq = token_rows ? given.token_seq : nullptr;
   args.max_blocks_per_seq = batch.max_blocks_per_seq;
   args.block_size = geometry.block_size;
   args.n_heads = attn.n_heads;
@@ -745,7 +765,7 @@ bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn
     }
   });
   QWENRT_CUDA_LAUNCHED(mma ? "attention (decode, tensor cores)" : "attention (decode)",
-                       "seqs " + std::to_string(batch.n_seqs) + ", heads " +
+                       std::string(token_rows ? "token rows " : "seqs ") + std::to_string(batch.n_seqs) + ", heads " +
                            std::to_string(attn.n_heads) + "/" + std::to_string(attn.n_kv_heads) +
                            ", head_dim " + std::to_string(attn.head_dim) + ", splits " +
                            std::to_string(n_splits));
