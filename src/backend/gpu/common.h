@@ -195,6 +195,12 @@ void launch_attention_generic(const BatchView& batch, const AttentionParams& att
 // Query heads per kv head the tiled kernels (prefill, decode) take.
 constexpr int kMaxTiledGroup = 64;
 
+// The most new tokens a batch may hold for its attention to run as token rows (below): on an
+// H100, 16 new tokens over a 1,040-token context take 21 µs a layer that way against 46 in the
+// prompt kernels, 64 take 37.5 against 46.5, and short contexts lose nothing
+// (docs/PERFORMANCE.md).
+constexpr int kTokenRowsMaxTokens = 64;
+
 // attention_decode.cu: batches of one new token per sequence. Returns false when the
 // shape has no decode kernel (the caller falls back to the prefill kernel).
 // `workspace` holds the split-K partial results (`workspace_bytes` of them);
@@ -202,10 +208,6 @@ constexpr int kMaxTiledGroup = 64;
 // any batch: every new token is a row of its own over its sequence's keys up to its
 // position, split over those keys as a decode row is (for a few new tokens over long
 // contexts, where the prompt kernels walk each context in one block a head).
-// The most new tokens a batch may hold for its attention to run as token rows: 16 new tokens
-// over a 1,040-token context take 21 µs a layer so on an H100 against 46 in the prompt
-// kernels, 64 take 37.5 against 46.5, and short contexts lose nothing (docs/PERFORMANCE.md).
-constexpr int kTokenRowsMaxTokens = 64;
 bool launch_attention_decode(const BatchView& batch, const AttentionParams& attn,
                              const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                              Tensor out, float* workspace, size_t workspace_bytes,
