@@ -432,19 +432,15 @@ class CudaBackend final : public Backend {
     // go to the decode kernels and its prompt chunks to the prompt kernels: in the prompt
     // kernels a one-token sequence fills a sixty-fourth of its block's rows, and its
     // sequence slot in the grid spans as many tiles as the longest chunk.
-    const auto decode_attention = [&](const BatchView& view) {
+    const auto decode_attention = [&](const BatchView& view, bool token_rows = false) {
       return launch_attention_decode(view, attn, q, geometry, cache, out,
                                      static_cast<float*>(attention_workspace_.data()), kAttentionWorkspaceBytes,
-                                     multiprocessors_, max_shared_bytes_, stream_);
+                                     multiprocessors_, max_shared_bytes_, stream_, token_rows);
     };
     // A few new tokens in all (a short prompt after a cached prefix, alone or beside decode
     // rows): each token a decode row of its own, its context split over the device, where
     // the prompt kernels walk each context in one block per head and query tile.
-    if (batch.max_new_tokens > 1 && batch.n_tokens <= kTokenRowsMaxTokens &&
-        launch_attention_decode(batch, attn, q, geometry, cache, out, static_cast<float*>(attention_workspace_.data()),
-                                kAttentionWorkspaceBytes, multiprocessors_, max_shared_bytes_, stream_, true)) {
-      return;
-    }
+    if (batch.max_new_tokens > 1 && batch.n_tokens <= kTokenRowsMaxTokens && decode_attention(batch, true)) return;
     const int decode_seqs = batch.leading_decode_seqs;
     if (batch.max_new_tokens > 1 && decode_seqs > 0 && decode_seqs < batch.n_seqs) {
       BatchView decode = batch;
