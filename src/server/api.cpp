@@ -74,6 +74,9 @@ json parse_json_body(std::string_view body) {
 
 namespace {
 
+// vLLM's stop_token_ids: ids a request may name (each is looked for in every drawn token).
+constexpr int kMaxStopTokenIds = 64;
+
 // True when `object` has the string member `name` equal to `expected` (a member of another
 // type is not an error here: the caller's message names the shape it wants).
 bool member_is(const json& object, const char* name, const char* expected) {
@@ -453,6 +456,20 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
         throw invalid_request("a 'stop' string has " + std::to_string(text.size()) + " bytes; at most " +
                                   std::to_string(limits.max_stop_bytes) + " are allowed",
                               "stop");
+      }
+    }
+  }
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) throw invalid_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    if (ids->size() > static_cast<size_t>(kMaxStopTokenIds)) {
+      throw invalid_request("'stop_token_ids' has " + std::to_string(ids->size()) + " ids; at most " +
+                                std::to_string(kMaxStopTokenIds) + " are allowed",
+                            "stop_token_ids");
+    }
+    for (const json& id : *ids) {
+      const int32_t token = vocabulary_id(id, limits, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+      if (std::find(out.stop_token_ids.begin(), out.stop_token_ids.end(), token) == out.stop_token_ids.end()) {
+        out.stop_token_ids.push_back(token);
       }
     }
   }

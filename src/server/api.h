@@ -88,6 +88,8 @@ struct GenerationRequest {
   bool include_stop = false;  // vLLM's include_stop_str_in_output: the matched stop string stays in the text
   bool skip_special = true;   // vLLM's skip_special_tokens: false shows special tokens in the text
   std::vector<int32_t> stop_ids;  // tokens that end a choice besides the model's EOS (chat: the turn's end)
+  // vLLM's stop_token_ids: ids the client named that end a choice, also with ignore_eos.
+  std::vector<int32_t> stop_token_ids;
   std::vector<TokenBias> logit_bias;  // added to the logits of every draw
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
   // Completions' echo: each choice's text opens with the prompt's (max_tokens may then be 0);

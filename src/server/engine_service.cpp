@@ -62,8 +62,9 @@ struct EngineService::Choice {
   Clock::time_point started, last_token;
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
+  bool keeps_ending_token = false;  // include_stop_str_in_output: the token that ends the choice stays in its text
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
-      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop) {}
+      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), keeps_ending_token(include_stop) {}
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
@@ -183,6 +184,12 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     sequence.top_logprobs = request.top_logprobs;
     sequence.logit_bias = request.logit_bias;
     if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;
+    // The client's own stop ids hold also with ignore_eos, as vLLM's stop_token_ids.
+    for (const int32_t id : request.stop_token_ids) {
+      if (std::find(sequence.stop_ids.begin(), sequence.stop_ids.end(), id) == sequence.stop_ids.end()) {
+        sequence.stop_ids.push_back(id);
+      }
+    }
     uint64_t id = 0;
     try {
       if (request.structured) {
@@ -359,14 +366,16 @@ void EngineService::dispatch(const SequenceEvent& event) {
     out.choice = choice.index;
     out.tokens = 1;
     // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
-    // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.
+    // where it is no special token (as OpenAI and vLLM answer), unless include_stop_str_in_output
+    // asked for it (as vLLM keeps it then); its log-prob is still listed.
     const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
-    if (!ends) out.text = choice.stops.push(choice.decoder.push(event.token), choice.tokens > choice.min_tokens);
+    const bool kept = !ends || choice.keeps_ending_token;
+    if (kept) out.text = choice.stops.push(choice.decoder.push(event.token), choice.tokens > choice.min_tokens);
     if (choice.logprobs) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = logprob_token(event.token, event.logprobs.sampled);
-      entry.in_text = !ends && !(choice.decoder.skips_special() && tokenizer_.is_special(event.token));
-      entry.ends = ends;
+      entry.in_text = kept && !(choice.decoder.skips_special() && tokenizer_.is_special(event.token));
+      entry.ends = !kept;  // a kept ending token is text as any other; the flush comes after it
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }

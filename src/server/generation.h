@@ -34,7 +34,7 @@ struct LogprobToken {
 struct LogprobEntry : LogprobToken {
   std::vector<LogprobToken> top;  // most likely first
   bool in_text = true;  // false: the token adds nothing to the text (a special or ending token)
-  bool ends = false;    // the token that ends its choice (an end-of-sequence or stop id)
+  bool ends = false;    // the token that ends its choice (an end-of-sequence or stop id) and is not in its text
   bool none = false;    // no log-prob: an echoed prompt's first token (nothing comes before it)
 };
 

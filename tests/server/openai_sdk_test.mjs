@@ -361,6 +361,28 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   assert.ok(within.text.includes('\x7f'), JSON.stringify(within.text));
   const kept = (await client.completions.create({ ...body, stop: ['\x02'], include_stop_str_in_output: true })).choices[0];
   assert.deepEqual([kept.text, kept.finish_reason], ['$\x02', 'stop']);
+  // vLLM's stop_token_ids (0x02 is id 2, "$" id 36): they end a choice also with ignore_eos;
+  // the ending token is no text of it unless include_stop_str_in_output keeps it.
+  const byId = (await client.completions.create({ ...body, stop_token_ids: [2], logprobs: 0 })).choices[0];
+  assert.deepEqual([byId.text, byId.finish_reason, byId.logprobs.tokens.length], ['$', 'stop', 2]);
+  const keptId = (await client.completions.create({ ...body, stop_token_ids: [2], include_stop_str_in_output: true, logprobs: 0 })).choices[0];
+  assert.deepEqual([keptId.text, keptId.finish_reason, keptId.logprobs.text_offset], ['$\x02', 'stop', [0, 1]]);
+  const first = (await client.completions.create({ ...body, stop_token_ids: [36, 2] })).choices[0];
+  assert.deepEqual([first.text, first.finish_reason], ['', 'stop']);
+  // min_tokens holds them off as it does the end-of-sequence ids: not drawn at all before.
+  const heldIds = (await client.completions.create({ ...body, stop_token_ids: [2, 36], min_tokens: 4, logprobs: 0 })).choices[0];
+  assert.ok(!heldIds.logprobs.tokens.slice(0, 4).some((t) => t === '$' || t === '\x02'), JSON.stringify(heldIds.logprobs.tokens));
+  const streamed = await client.completions.create({ ...body, stop_token_ids: [2], stream: true });
+  let streamedText = '';
+  for await (const chunk of streamed) streamedText += chunk.choices[0]?.text ?? '';
+  assert.equal(streamedText, '$');
+  for (const [ids, what] of [[[-1], 'outside the vocabulary'], [[300], 'outside the vocabulary'], [2, 'array'], [['2'], 'array'],
+                             [Array(65).fill(2), 'at most 64']]) {
+    const refused = await post(main.url, '/v1/completions', { ...body, stop_token_ids: ids });
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.json.error.param, 'stop_token_ids');
+    assert.ok(refused.json.error.message.includes(what), refused.json.error.message);
+  }
   // skip_special_tokens: false shows them (id 257 is <|im_start|>, a special token).
   const special = { model, prompt: 'x', max_tokens: 2, logit_bias: { 257: 100 }, logprobs: 0 };
   assert.equal((await client.completions.create(special)).choices[0].text, '');
