@@ -187,9 +187,13 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     out["decode_tokens_per_s"] = result.decode_tokens_per_s;
     out["decode_ms_per_token"] = result.decode_seconds * 1e3 / result.gen_tokens;
     out["decode_bytes_per_token"] = result.decode_bytes_per_token;
-    out["bandwidth_fraction"] = result.bandwidth_fraction;
+    // A fraction of a ceiling this card has none measured for is unknown: null, not 0.
+    const auto known = [](double fraction) {
+      return fraction > 0 ? nlohmann::ordered_json(fraction) : nlohmann::ordered_json(nullptr);
+    };
+    out["bandwidth_fraction"] = known(result.bandwidth_fraction);
     out["prefill_flops"] = result.prefill_flops;
-    out["matmul_fraction"] = result.matmul_fraction;
+    out["matmul_fraction"] = known(result.matmul_fraction);
     out["memory"] = memory_json(plan, result.peak_used_bytes);
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;
