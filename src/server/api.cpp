@@ -160,8 +160,12 @@ void refuse_unsupported(const json& body) {
   if (const json* v = field(body, "best_of"); v != nullptr && !(whole_number(*v, best_of) && best_of == 1)) {
     refuse("best_of", " (only 1)");
   }
-  for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex"}) {
+  for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex",
+                           "guided_choice", "guided_grammar"}) {
     if (field(body, name) != nullptr) refuse(name, "");
+  }
+  if (field(body, "prompt_logprobs") != nullptr) {
+    refuse("prompt_logprobs", " (/v1/completions with echo and logprobs lists a prompt's log-probabilities)");
   }
   if (const json* v = field(body, "modalities"); v != nullptr && *v != json::array({"text"})) refuse("modalities", "");
 }
@@ -364,6 +368,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     // As OpenAI: options of a stream that is not one are a mistake, not a no-op.
     if (!out.stream) throw invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     out.include_usage = bool_field(*options, "include_usage", false);
+    // vLLM's: the usage so far in every chunk, where include_usage asks for usage at all.
+    out.continuous_usage = out.include_usage && bool_field(*options, "continuous_usage_stats", false);
   }
   // Several prompts: the longest bounds the new tokens (the first of that length is named).
   int longest = 0;

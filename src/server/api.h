@@ -69,6 +69,7 @@ struct GenerationRequest {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
+  bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats: usage in every chunk
   std::string model;
   std::vector<int32_t> prompt;
   // Completions given several prompts: the ones after the first. Each prompt gets its n

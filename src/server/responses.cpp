@@ -64,7 +64,7 @@ json ResponseBuilder::chunk(json choices) const {
               {"created", created_},
               {"model", request_.model},
               {"choices", std::move(choices)}};
-  if (request_.include_usage) out["usage"] = nullptr;
+  if (request_.include_usage) out["usage"] = request_.continuous_usage ? usage() : json(nullptr);
   return out;
 }
 
@@ -147,9 +147,9 @@ ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
 
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
-  choice.completion_tokens += event.tokens;
   const bool logprobs = request_.top_logprobs >= 0;
   if (event.finish_reason == "error") {
+    choice.completion_tokens += event.tokens;
     choice.finish = "error";
     if (error_) return;  // one error event for the request, not one for each of its choices
     error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
@@ -157,6 +157,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     return;
   }
   if (!request_.chat) {
+    choice.completion_tokens += event.tokens;
     json item = {{"index", event.choice}, {"text", event.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (logprobs && !event.logprobs.empty()) {
       Choice part(request_);
@@ -179,6 +180,8 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
                                     {"logprobs", nullptr},
                                     {"finish_reason", nullptr}}})));
   }
+  // Counted after the role's chunk: with continuous_usage_stats that one shows the tokens before.
+  choice.completion_tokens += event.tokens;
   ParsedDelta parsed = parse(choice, event);
   json delta = json::object();
   if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;

@@ -160,6 +160,29 @@ await test('chat, streamed, equals the whole response, usage chunk', async () =>
   assert.deepEqual(usage, whole.usage);
 });
 
+await test('chat, streamed with vLLM\'s continuous_usage_stats: the usage so far in every chunk', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: hello, max_tokens: 6, temperature: 0, n: 2, stream: true,
+    stream_options: { include_usage: true, continuous_usage_stats: true } });
+  const counts = [];
+  let prompt = null;
+  for await (const chunk of stream) {
+    assert.ok(chunk.usage, JSON.stringify(chunk));
+    prompt ??= chunk.usage.prompt_tokens;
+    assert.equal(chunk.usage.prompt_tokens, prompt);
+    assert.equal(chunk.usage.total_tokens, prompt + chunk.usage.completion_tokens);
+    counts.push(chunk.usage.completion_tokens);
+  }
+  assert.equal(counts[0], 0);  // the role's chunk comes before any token
+  assert.ok(counts.every((c, i) => i === 0 || c >= counts[i - 1]), JSON.stringify(counts));
+  assert.equal(counts.at(-1), 12);  // both choices' tokens, as the last chunk's usage counts them
+  // Without include_usage it asks for nothing: no usage field at all.
+  const plain = await post(main.url, '/v1/chat/completions',
+                           { model, messages: hello, max_tokens: 2, stream: true, stream_options: { continuous_usage_stats: true } });
+  assert.equal(plain.status, 200);
+  assert.ok(!plain.text.includes('"usage"'), plain.text);
+});
+
 await test('completions: greedy tokens equal transformers (reference.json)', async () => {
   const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
   assert.ok(reference.greedy.length > 0);
@@ -677,6 +700,8 @@ const badCases = [
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
   ['an unknown model', { ...good, model: 'gpt-4' }, 404, 'invalid_request_error', 'model'],
   ['a known field this server does not support', { ...good, prediction: { type: 'content', content: 'x' } }, 400, 'invalid_request_error', 'prediction'],
+  ['vLLM\'s prompt_logprobs (echo with logprobs scores a prompt)', { ...good, prompt_logprobs: 1 }, 400, 'invalid_request_error', 'prompt_logprobs'],
+  ['vLLM\'s guided_choice', { ...good, guided_choice: ['a', 'b'] }, 400, 'invalid_request_error', 'guided_choice'],
   ['logit_bias with a token outside the vocabulary', { ...good, logit_bias: { 99999999: 1 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['logit_bias out of range', { ...good, logit_bias: { 5: 101 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],
