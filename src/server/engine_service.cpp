@@ -63,6 +63,7 @@ struct EngineService::Choice {
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
   bool keeps_ending_token = false;  // include_stop_str_in_output: the token that ends the choice stays in its text
+  std::vector<int32_t> client_stop_ids;  // stop_token_ids: an id of these that ends it is named as its stop_reason
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
       : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), keeps_ending_token(include_stop) {}
 };
@@ -210,6 +211,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
     choice->min_tokens = request.min_tokens;
+    choice->client_stop_ids = request.stop_token_ids;
     choice->started = arrived;
     choices_.emplace(id, std::move(choice));
   }
@@ -332,7 +334,8 @@ void EngineService::fail_all(const std::string& reason) {
 }
 
 // Sends a choice's last text and its finish reason, and forgets it.
-void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error) {
+void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error,
+                               int32_t stop_token) {
   ChoiceEvent event;
   event.choice = choice.index;
   if (reason != "error" && !choice.stops.stopped()) {
@@ -341,6 +344,12 @@ void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& r
   }
   event.finish_reason = choice.stops.stopped() ? "stop" : reason;
   event.error = error;
+  if (choice.stops.stopped()) {
+    event.stop_string = choice.stops.matched();
+  } else if (reason == "stop" && std::find(choice.client_stop_ids.begin(), choice.client_stop_ids.end(), stop_token) !=
+                                     choice.client_stop_ids.end()) {
+    event.stop_token = stop_token;
+  }
   std::shared_ptr<RequestStream> stream = choice.stream;
   choices_.erase(id);
   const bool last =
@@ -390,7 +399,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
   }
   switch (event.finish) {
     case FinishReason::kNone: return;
-    case FinishReason::kStop: end_choice(event.id, choice, "stop"); return;
+    case FinishReason::kStop: end_choice(event.id, choice, "stop", "", event.token); return;
     case FinishReason::kLength: end_choice(event.id, choice, "length"); return;
     case FinishReason::kCancelled: end_choice(event.id, choice, "error", "the request was cancelled"); return;
     case FinishReason::kError:

@@ -45,6 +45,10 @@ struct ChoiceEvent {
   std::vector<LogprobEntry> logprobs;
   bool echo = false;  // the echoed prompt (completions' echo): its text stands alone, a cut character and all
   std::string finish_reason;  // "" while the choice runs; "stop", "length", "error"
+  // With "stop", what the client named that ended the choice (vLLM's stop_reason): its stop
+  // string, or its stop token id (-1: neither, an end-of-sequence id or the grammar's end).
+  std::string stop_string;
+  int32_t stop_token = -1;
   std::string error;          // with "error"
 };
 
@@ -114,7 +118,8 @@ class EngineService : public GenerationService {
   // A step's events to their streams (takes mutex_), then the streams to the waker.
   void deliver_events(const std::vector<SequenceEvent>& events);
   void dispatch(const SequenceEvent& event);
-  void end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error = "");
+  void end_choice(uint64_t id, Choice& choice, const std::string& reason, const std::string& error = "",
+                  int32_t stop_token = -1);
   // Ends every unfinished choice with an error event (mutex_ held).
   void fail_all(const std::string& reason);
 

@@ -58,6 +58,15 @@ std::string ResponseBuilder::finish_reason(const Choice& choice) const {
   return choice.finish;
 }
 
+void ResponseBuilder::finish(Choice& choice, const ChoiceEvent& event) {
+  choice.finish = event.finish_reason;
+  if (!event.stop_string.empty()) {
+    choice.stop_reason = event.stop_string;
+  } else if (event.stop_token >= 0) {
+    choice.stop_reason = event.stop_token;
+  }
+}
+
 json ResponseBuilder::chunk(json choices) const {
   json out = {{"id", id_},
               {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
@@ -165,8 +174,9 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
       item["logprobs"] = completion_logprobs(part);
     }
     if (!event.finish_reason.empty()) {
-      choice.finish = event.finish_reason;
+      finish(choice, event);
       item["finish_reason"] = finish_reason(choice);
+      item["stop_reason"] = choice.stop_reason;
     }
     if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty()) {
       out += sse(chunk(json::array({item})));
@@ -211,11 +221,12 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     out += sse(chunk(json::array({item})));
   }
   if (!event.finish_reason.empty()) {
-    choice.finish = event.finish_reason;
+    finish(choice, event);
     out += sse(chunk(json::array({{{"index", event.choice},
                                     {"delta", json::object()},
                                     {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason(choice)}}})));
+                                    {"finish_reason", finish_reason(choice)},
+                                    {"stop_reason", choice.stop_reason}}})));
   }
 }
 
@@ -248,7 +259,7 @@ void ResponseBuilder::collect(const ChoiceEvent& event) {
     choice.content += event.text;
     add_completion_logprobs(choice, event, choice);
   }
-  if (!event.finish_reason.empty()) choice.finish = event.finish_reason;
+  if (!event.finish_reason.empty()) finish(choice, event);
 }
 
 std::string ResponseBuilder::body() const {
@@ -276,6 +287,7 @@ std::string ResponseBuilder::body() const {
       item["logprobs"] = logprobs ? completion_logprobs(choice) : json(nullptr);
     }
     item["finish_reason"] = finish_reason(choice);
+    item["stop_reason"] = choice.stop_reason;
     choices.push_back(item);
   }
   json out = {{"id", id_},

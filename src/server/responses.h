@@ -45,6 +45,7 @@ class ResponseBuilder {
     nlohmann::json top_logprobs = nlohmann::json::array();
     std::vector<size_t> text_offsets;
     std::string finish;
+    nlohmann::json stop_reason;  // vLLM's: the stop string or stop token id that ended it, else null
     int completion_tokens = 0;
     // Completions' text_offset: characters of the text so far, and the bytes of a character
     // its tokens have not finished yet.
@@ -56,6 +57,8 @@ class ResponseBuilder {
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage() const;
   std::string finish_reason(const Choice& choice) const;
+  // Takes a finishing event's reason and stop_reason into `choice`.
+  static void finish(Choice& choice, const ChoiceEvent& event);
   nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
   // or for a streamed chunk the choice), whose character count places them.

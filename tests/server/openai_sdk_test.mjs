@@ -388,6 +388,10 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   // the ending token is no text of it unless include_stop_str_in_output keeps it.
   const byId = (await client.completions.create({ ...body, stop_token_ids: [2], logprobs: 0 })).choices[0];
   assert.deepEqual([byId.text, byId.finish_reason, byId.logprobs.tokens.length], ['$', 'stop', 2]);
+  // vLLM's stop_reason: the stop token id or string the client named that ended it, else null.
+  assert.equal(byId.stop_reason, 2);
+  assert.equal(plain.stop_reason, '$');
+  assert.equal(held.stop_reason, null);
   const keptId = (await client.completions.create({ ...body, stop_token_ids: [2], include_stop_str_in_output: true, logprobs: 0 })).choices[0];
   assert.deepEqual([keptId.text, keptId.finish_reason, keptId.logprobs.text_offset], ['$\x02', 'stop', [0, 1]]);
   const first = (await client.completions.create({ ...body, stop_token_ids: [36, 2] })).choices[0];
@@ -397,8 +401,17 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   assert.ok(!heldIds.logprobs.tokens.slice(0, 4).some((t) => t === '$' || t === '\x02'), JSON.stringify(heldIds.logprobs.tokens));
   const streamed = await client.completions.create({ ...body, stop_token_ids: [2], stream: true });
   let streamedText = '';
-  for await (const chunk of streamed) streamedText += chunk.choices[0]?.text ?? '';
-  assert.equal(streamedText, '$');
+  let streamedReason;
+  for await (const chunk of streamed) {
+    streamedText += chunk.choices[0]?.text ?? '';
+    if (chunk.choices[0]?.finish_reason) streamedReason = chunk.choices[0].stop_reason;
+  }
+  assert.deepEqual([streamedText, streamedReason], ['$', 2]);
+  const chatStop = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3,
+                                                          temperature: 0, stream: true });
+  let chatReason;
+  for await (const chunk of chatStop) if (chunk.choices[0]?.finish_reason) chatReason = chunk.choices[0].stop_reason;
+  assert.equal(chatReason, null);
   for (const [ids, what] of [[[-1], 'outside the vocabulary'], [[300], 'outside the vocabulary'], [2, 'array'], [['2'], 'array'],
                              [Array(65).fill(2), 'at most 64']]) {
     const refused = await post(main.url, '/v1/completions', { ...body, stop_token_ids: ids });
