@@ -112,6 +112,8 @@ BAD_REQUESTS = [
     (json.dumps({"prompt": [1], "model": "no-such-model"}).encode(), "unknown model"),
     (json.dumps({"prompt": [1], "stop": ["a"] * 50}).encode(), "too many stops"),
     (json.dumps({"prompt": "x", "max_tokens": 10 ** 9}).encode(), "max_tokens over the context"),
+    (json.dumps({"prompt": [1], "stop_token_ids": [-1]}).encode(), "a stop token id outside the vocabulary"),
+    (json.dumps({"prompt": [1], "prompt_logprobs": 1}).encode(), "a known field not supported"),
 ]
 
 
