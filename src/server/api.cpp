@@ -161,9 +161,10 @@ void refuse_unsupported(const json& body) {
     refuse("best_of", " (only 1)");
   }
   for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex",
-                           "guided_choice", "guided_grammar"}) {
+                           "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids", "bad_words"}) {
     if (field(body, name) != nullptr) refuse(name, "");
   }
+  if (const json* v = field(body, "use_beam_search"); v != nullptr && *v != json(false)) refuse("use_beam_search", "");
   if (field(body, "prompt_logprobs") != nullptr) {
     refuse("prompt_logprobs", " (/v1/completions with echo and logprobs lists a prompt's log-probabilities)");
   }
@@ -369,7 +370,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     if (!out.stream) throw invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     out.include_usage = bool_field(*options, "include_usage", false);
     // vLLM's: the usage so far in every chunk, where include_usage asks for usage at all.
-    out.continuous_usage = out.include_usage && bool_field(*options, "continuous_usage_stats", false);
+    const bool continuous = bool_field(*options, "continuous_usage_stats", false);
+    out.continuous_usage = out.include_usage && continuous;
   }
   // Several prompts: the longest bounds the new tokens (the first of that length is named).
   int longest = 0;

@@ -62,7 +62,7 @@ struct EngineService::Choice {
   Clock::time_point started, last_token;
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
-  bool keeps_ending_token = false;  // include_stop_str_in_output: the token that ends the choice stays in its text
+  bool keeps_ending_token = false;  // include_stop_str_in_output: a stop id the client named stays in the text it ends
   std::vector<int32_t> client_stop_ids;  // stop_token_ids: an id of these that ends it is named as its stop_reason
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
       : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), keeps_ending_token(include_stop) {}
@@ -375,16 +375,20 @@ void EngineService::dispatch(const SequenceEvent& event) {
     out.choice = choice.index;
     out.tokens = 1;
     // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
-    // where it is no special token (as OpenAI and vLLM answer), unless include_stop_str_in_output
-    // asked for it (as vLLM keeps it then); its log-prob is still listed.
+    // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.
+    // A stop id the client named stays with include_stop_str_in_output (as vLLM keeps it),
+    // and no stop string is looked for in it: the id ended the choice (vLLM checks ids first).
     const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
-    const bool kept = !ends || choice.keeps_ending_token;
-    if (kept) out.text = choice.stops.push(choice.decoder.push(event.token), choice.tokens > choice.min_tokens);
+    const bool kept = !ends || (choice.keeps_ending_token &&
+                                std::find(choice.client_stop_ids.begin(), choice.client_stop_ids.end(), event.token) !=
+                                    choice.client_stop_ids.end());
+    if (kept) out.text = choice.stops.push(choice.decoder.push(event.token), !ends && choice.tokens > choice.min_tokens);
     if (choice.logprobs) {
       LogprobEntry entry;
       static_cast<LogprobToken&>(entry) = logprob_token(event.token, event.logprobs.sampled);
       entry.in_text = kept && !(choice.decoder.skips_special() && tokenizer_.is_special(event.token));
-      entry.ends = !kept;  // a kept ending token is text as any other; the flush comes after it
+      // An ending token that adds no text comes after the flush of a character left unfinished.
+      entry.ends = ends && !entry.in_text;
       for (const TokenLogprob& alternative : event.logprobs.top) entry.top.push_back(logprob_token(alternative.id, alternative.logprob));
       out.logprobs.push_back(std::move(entry));
     }

@@ -67,13 +67,21 @@ void ResponseBuilder::finish(Choice& choice, const ChoiceEvent& event) {
   }
 }
 
-json ResponseBuilder::chunk(json choices) const {
+json ResponseBuilder::chunk(json choices, int choice) const {
   json out = {{"id", id_},
               {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
               {"created", created_},
               {"model", request_.model},
               {"choices", std::move(choices)}};
-  if (request_.include_usage) out["usage"] = request_.continuous_usage ? usage() : json(nullptr);
+  if (!request_.include_usage) return out;
+  out["usage"] = nullptr;
+  if (request_.continuous_usage && choice >= 0) {
+    // vLLM's continuous_usage_stats: a choice's chunk counts that choice alone (its prompt's
+    // tokens, its own so far); the last chunk's usage counts the request.
+    const int prompt = static_cast<int>(request_.prompt_at(choice / request_.n).size());
+    const int completion = choices_[static_cast<size_t>(choice)].completion_tokens;
+    out["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  }
   return out;
 }
 
@@ -179,7 +187,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
       item["stop_reason"] = choice.stop_reason;
     }
     if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty()) {
-      out += sse(chunk(json::array({item})));
+      out += sse(chunk(json::array({item}), event.choice));
     }
     return;
   }
@@ -188,7 +196,8 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     out += sse(chunk(json::array({{{"index", event.choice},
                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
                                     {"logprobs", nullptr},
-                                    {"finish_reason", nullptr}}})));
+                                    {"finish_reason", nullptr}}}),
+                     event.choice));
   }
   // Counted after the role's chunk: with continuous_usage_stats that one shows the tokens before.
   choice.completion_tokens += event.tokens;
@@ -218,7 +227,7 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     if (logprobs && !event.logprobs.empty()) {
       item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}, {"refusal", nullptr}};
     }
-    out += sse(chunk(json::array({item})));
+    out += sse(chunk(json::array({item}), event.choice));
   }
   if (!event.finish_reason.empty()) {
     finish(choice, event);
@@ -226,7 +235,8 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
                                     {"delta", json::object()},
                                     {"logprobs", nullptr},
                                     {"finish_reason", finish_reason(choice)},
-                                    {"stop_reason", choice.stop_reason}}})));
+                                    {"stop_reason", choice.stop_reason}}}),
+                     event.choice));
   }
 }
 

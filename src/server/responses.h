@@ -54,7 +54,8 @@ class ResponseBuilder {
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
   static void add_tool_call(Choice& choice, const ToolCallDelta& delta);
-  nlohmann::json chunk(nlohmann::json choices) const;
+  // A chunk of `choices`; `choice`: the choice it carries, whose usage so far it shows where asked.
+  nlohmann::json chunk(nlohmann::json choices, int choice = -1) const;
   nlohmann::json usage() const;
   std::string finish_reason(const Choice& choice) const;
   // Takes a finishing event's reason and stop_reason into `choice`.

@@ -164,18 +164,27 @@ await test('chat, streamed with vLLM\'s continuous_usage_stats: the usage so far
   const stream = await client.chat.completions.create({
     model, messages: hello, max_tokens: 6, temperature: 0, n: 2, stream: true,
     stream_options: { include_usage: true, continuous_usage_stats: true } });
-  const counts = [];
-  let prompt = null;
+  // As vLLM's: a choice's chunk counts that choice (its prompt, its tokens so far, 0 in its
+  // role's chunk); the last chunk, with no choice, counts the request.
+  const counts = [[], []];
+  const prompts = new Set();
+  let last = null;
   for await (const chunk of stream) {
     assert.ok(chunk.usage, JSON.stringify(chunk));
-    prompt ??= chunk.usage.prompt_tokens;
-    assert.equal(chunk.usage.prompt_tokens, prompt);
-    assert.equal(chunk.usage.total_tokens, prompt + chunk.usage.completion_tokens);
-    counts.push(chunk.usage.completion_tokens);
+    assert.equal(chunk.usage.total_tokens, chunk.usage.prompt_tokens + chunk.usage.completion_tokens);
+    if (chunk.choices.length === 0) {
+      last = chunk.usage;
+      continue;
+    }
+    counts[chunk.choices[0].index].push(chunk.usage.completion_tokens);
+    prompts.add(chunk.usage.prompt_tokens);
   }
-  assert.equal(counts[0], 0);  // the role's chunk comes before any token
-  assert.ok(counts.every((c, i) => i === 0 || c >= counts[i - 1]), JSON.stringify(counts));
-  assert.equal(counts.at(-1), 12);  // both choices' tokens, as the last chunk's usage counts them
+  for (const own of counts) {
+    assert.equal(own[0], 0, JSON.stringify(counts));
+    assert.ok(own.every((c, i) => i === 0 || c >= own[i - 1]) && own.at(-1) === 6, JSON.stringify(counts));
+  }
+  assert.equal(last.completion_tokens, 12);
+  assert.deepEqual([...prompts], [last.prompt_tokens]);  // one prompt: counted once, as OpenAI's usage counts it
   // Without include_usage it asks for nothing: no usage field at all.
   const plain = await post(main.url, '/v1/chat/completions',
                            { model, messages: hello, max_tokens: 2, stream: true, stream_options: { continuous_usage_stats: true } });
@@ -394,6 +403,19 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   assert.equal(held.stop_reason, null);
   const keptId = (await client.completions.create({ ...body, stop_token_ids: [2], include_stop_str_in_output: true, logprobs: 0 })).choices[0];
   assert.deepEqual([keptId.text, keptId.finish_reason, keptId.logprobs.text_offset], ['$\x02', 'stop', [0, 1]]);
+  // The id ended it, not a stop string in its text: vLLM looks at stop ids first.
+  for (const include_stop_str_in_output of [false, true]) {
+    const both = (await client.completions.create({ ...body, stop: ['\x02'], stop_token_ids: [2], include_stop_str_in_output })).choices[0];
+    assert.deepEqual([both.text, both.stop_reason], [include_stop_str_in_output ? '$\x02' : '$', 2]);
+  }
+  // Only the client's own stop ids are kept: a chat turn's end (id 258, <|im_end|>) is not,
+  // also where special tokens are shown.
+  const turnEnd = { model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, logit_bias: { 258: 100 },
+                    include_stop_str_in_output: true, skip_special_tokens: false };
+  const ended = (await client.chat.completions.create(turnEnd)).choices[0];
+  assert.deepEqual([ended.message.content, ended.finish_reason, ended.stop_reason], ['', 'stop', null]);
+  const named = (await client.chat.completions.create({ ...turnEnd, stop_token_ids: [258] })).choices[0];
+  assert.deepEqual([named.message.content, named.stop_reason], ['<|im_end|>', 258]);
   const first = (await client.completions.create({ ...body, stop_token_ids: [36, 2] })).choices[0];
   assert.deepEqual([first.text, first.finish_reason], ['', 'stop']);
   // min_tokens holds them off as it does the end-of-sequence ids: not drawn at all before.
@@ -715,6 +737,9 @@ const badCases = [
   ['a known field this server does not support', { ...good, prediction: { type: 'content', content: 'x' } }, 400, 'invalid_request_error', 'prediction'],
   ['vLLM\'s prompt_logprobs (echo with logprobs scores a prompt)', { ...good, prompt_logprobs: 1 }, 400, 'invalid_request_error', 'prompt_logprobs'],
   ['vLLM\'s guided_choice', { ...good, guided_choice: ['a', 'b'] }, 400, 'invalid_request_error', 'guided_choice'],
+  ['vLLM\'s structured_outputs', { ...good, structured_outputs: { choice: ['a', 'b'] } }, 400, 'invalid_request_error', 'structured_outputs'],
+  ['vLLM\'s use_beam_search', { ...good, use_beam_search: true }, 400, 'invalid_request_error', 'use_beam_search'],
+  ['continuous_usage_stats not a boolean', { ...good, stream: true, stream_options: { continuous_usage_stats: 'x' } }, 400, 'invalid_request_error', 'continuous_usage_stats'],
   ['logit_bias with a token outside the vocabulary', { ...good, logit_bias: { 99999999: 1 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['logit_bias out of range', { ...good, logit_bias: { 5: 101 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],

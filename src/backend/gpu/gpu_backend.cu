@@ -314,7 +314,8 @@ class CudaBackend final : public Backend {
     // Ceilings measured on these card types (docs/PERFORMANCE.md, scripts/device_ceilings.py):
     // a large device-to-device copy and a large random-data bf16 GEMM. Other cards report
     // unknown (0); an H100 of another form (PCIe, NVL) has other memory.
-    if (device_name_.find("H200") != std::string::npos) {
+    // (A GH200's memory is another.)
+    if (device_name_.find("H200") != std::string::npos && device_name_.find("GH200") == std::string::npos) {
       info.peak_bandwidth = 4.3e12;
       info.peak_matmul_flops = 790e12;
     } else if (device_name_.find("H100 80GB HBM3") != std::string::npos) {
