@@ -140,6 +140,39 @@ TEST(RequestParse, LogitBias) {
   EXPECT_EQ(status_of(many + "}}"), 400);
 }
 
+TEST(RequestParse, StopTokenIds) {
+  // vLLM's stop_token_ids: ids in the vocabulary, each once, whole floats as ids.
+  EXPECT_EQ(completion(R"({"prompt":"hi","stop_token_ids":[7,3,7,3.0]})").stop_token_ids, (std::vector<int32_t>{7, 3}));
+  EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":[]})").stop_token_ids.empty());
+  EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":null})").stop_token_ids.empty());
+  // Not the chat turn's end ids: those stay the server's (and ignore_eos drops them).
+  EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":[7]})").stop_ids.empty());
+  static const Fixture fixture;
+  std::string many = R"({"prompt":"hi","stop_token_ids":[)";
+  for (int i = 0; i <= 64; ++i) many += (i ? ",1" : "1");
+  for (const std::string& bad : {std::string(R"({"prompt":"hi","stop_token_ids":7})"),
+                                 std::string(R"({"prompt":"hi","stop_token_ids":["7"]})"),
+                                 std::string(R"({"prompt":"hi","stop_token_ids":[-1]})"),
+                                 std::string(R"({"prompt":"hi","stop_token_ids":[1.5]})"),
+                                 R"({"prompt":"hi","stop_token_ids":[)" + std::to_string(fixture.config.vocab_size) + "]}",
+                                 many + "]}"}) {
+    try {
+      completion(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "stop_token_ids") << bad;
+    }
+  }
+}
+
+TEST(RequestParse, ContinuousUsageStatsNeedsIncludeUsage) {
+  const char* both = R"({"prompt":"hi","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}})";
+  EXPECT_TRUE(completion(both).continuous_usage);
+  EXPECT_FALSE(completion(R"({"prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":true}})").continuous_usage);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":1}})"), 400);
+}
+
 TEST(RequestParse, ParallelToolCalls) {
   static const Fixture fixture;
   RequestLimits limits;
