@@ -421,6 +421,10 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   // min_tokens holds them off as it does the end-of-sequence ids: not drawn at all before.
   const heldIds = (await client.completions.create({ ...body, stop_token_ids: [2, 36], min_tokens: 4, logprobs: 0 })).choices[0];
   assert.ok(!heldIds.logprobs.tokens.slice(0, 4).some((t) => t === '$' || t === '\x02'), JSON.stringify(heldIds.logprobs.tokens));
+  // More ids to hold off than a draw's ban list takes: a 400 naming min_tokens.
+  const tooMany = await post(main.url, '/v1/completions',
+                             { ...body, min_tokens: 2, stop_token_ids: Array.from({ length: 20 }, (_, i) => i + 1) });
+  assert.deepEqual([tooMany.status, tooMany.json.error.param], [400, 'min_tokens'], tooMany.text);
   const streamed = await client.completions.create({ ...body, stop_token_ids: [2], stream: true });
   let streamedText = '';
   let streamedReason;
