@@ -43,6 +43,12 @@ uint64_t process_unique_bits() {
   return splitmix64(salt ^ splitmix64(counter.fetch_add(1)));
 }
 
+std::string new_id(const char* prefix) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
+  return text;
+}
+
 ApiError invalid_request(std::string message, std::string param) {
   return ApiError(400, "invalid_request_error", std::move(message), std::move(param));
 }
@@ -627,6 +633,10 @@ nlohmann::ordered_json parse_conversation(const json& body) {
       throw invalid_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
                                 role_name + "')",
                             where + ".role");
+    }
+    // Only an assistant's turn may go without content (a turn of tool calls), as OpenAI's API has it.
+    if (role_name != "assistant" && field(message, "content") == nullptr) {
+      throw invalid_request("'" + where + ".content' is required for a " + role_name + " message", where + ".content");
     }
     nlohmann::ordered_json item = message;
     item["role"] = role_name == "developer" ? "system" : role_name;

@@ -39,6 +39,8 @@ ApiError invalid_request(std::string message, std::string param = "");
 // 64 random-looking bits, different on every call and in every run of the server (request
 // ids, tool-call ids, the seed of a request that gives none).
 uint64_t process_unique_bits();
+// PREFIX-<16 hex digits> from process_unique_bits: request, response and call ids.
+std::string new_id(const char* prefix);
 
 // Parses a request body as JSON. Library failures become one 400 ApiError line.
 nlohmann::ordered_json parse_json_body(std::string_view body);

@@ -280,8 +280,10 @@ void ConnectionStream::refuse_busy(size_t connections) {
 
 void ConnectionStream::refuse(const ApiError& error, const char* reason, const std::string& extra) {
   const std::string body = error_body(error);
+  // An id of its own, as every answer carries: the request's, if any, was not read whole.
   const std::string response = "HTTP/1.1 " + std::to_string(error.status) + " " + reason + "\r\nConnection: close\r\n" +
-                               extra + "Content-Type: application/json\r\nContent-Length: " +
+                               extra + "X-Request-Id: " + new_id("req") + "\r\n" + limits_.refusal_headers +
+                               "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();
   send_all(response);
@@ -309,6 +311,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   limits.request_time = std::chrono::milliseconds(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
   limits.write_wait = std::chrono::milliseconds(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
   limits.refused = refused_hook_;
+  limits.refusal_headers = refusal_headers_;
   ConnectionStream stream(sock, limits);
   bool over = false;
   {

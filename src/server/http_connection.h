@@ -30,6 +30,7 @@ struct ConnectionLimits {
   std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte (and any one read)
   std::chrono::milliseconds write_wait{30000};    // one write to a client that does not read
   std::function<void(int status)> refused;         // told of each answer refuse() gives (/metrics)
+  std::string refusal_headers;  // header lines ("Name: value\r\n") each answer refuse() gives carries besides its own
 };
 
 class ConnectionStream final : public httplib::Stream {
@@ -145,6 +146,8 @@ class BoundedServer final : public httplib::Server {
   void set_max_connections(size_t count) { max_connections_ = count; }
   // Told of each request a connection answers itself (408, 431), with its status.
   void on_refused(std::function<void(int status)> hook) { refused_hook_ = std::move(hook); }
+  // Header lines ("Name: value\r\n") those answers carry besides their own (Vary: Origin).
+  void set_refusal_headers(std::string lines) { refusal_headers_ = std::move(lines); }
   // Shuts every connection's socket, now and as they come: a read or write that waits on a
   // client (a head never finished, a client that stopped reading) ends at once rather than
   // at its timeout. After stop(), so that the server's end is not held by a slow client.
@@ -171,6 +174,7 @@ class BoundedServer final : public httplib::Server {
   size_t max_head_bytes_;
   size_t max_connections_ = SIZE_MAX;
   std::function<void(int status)> refused_hook_;
+  std::string refusal_headers_;
   std::mutex live_mutex_;
   std::unordered_set<socket_t> live_;  // the sockets being served (taken out before they are closed)
   bool cut_ = false;

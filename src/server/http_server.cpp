@@ -258,12 +258,6 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
   return std::nullopt;
 }
 
-std::string new_id(const char* prefix) {
-  char text[48];
-  std::snprintf(text, sizeof(text), "%s-%016llx", prefix, static_cast<unsigned long long>(process_unique_bits()));
-  return text;
-}
-
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -275,6 +269,8 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
       http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
   // A request a connection answers itself (408, 431) never reaches a route: "other".
   http_->on_refused([this](int status) { metrics_.count_request("other", status); });
+  // Where answers depend on the Origin, so do those the connection gives itself.
+  if (!options_.cors_origins.empty()) http_->set_refusal_headers("Vary: Origin\r\n");
   model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
                                {"object", "model"},
                                {"created", created_},

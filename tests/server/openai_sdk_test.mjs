@@ -718,6 +718,9 @@ const badCases = [
   ['missing messages', { model, max_tokens: 2 }, 400, 'invalid_request_error', 'messages'],
   ['empty messages', { model, messages: [] }, 400, 'invalid_request_error', 'messages'],
   ['messages of the wrong type', { model, messages: 'hi' }, 400, 'invalid_request_error', 'messages'],
+  ['a user message without content', { model, messages: [{ role: 'user' }] }, 400, 'invalid_request_error', 'messages[0].content'],
+  ['a system message whose content is null', { model, messages: [{ role: 'system', content: null }, { role: 'user', content: 'hi' }] },
+    400, 'invalid_request_error', 'messages[0].content'],
   ['a role that does not exist', { model, messages: [{ role: 'wizard', content: 'x' }] }, 400, 'invalid_request_error'],
   ['temperature of the wrong type', { ...good, temperature: 'hot' }, 400, 'invalid_request_error', 'temperature'],
   ['max_tokens 0', { ...good, max_tokens: 0 }, 400, 'invalid_request_error', 'max_tokens'],
@@ -926,6 +929,8 @@ await test('an answer given before the body is read closes the connection: nothi
     const reply = await rawExchange(main.url, `${method} /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
     assert.deepEqual(reply.statuses, ['HTTP/1.1 501'], reply.text.slice(0, 300));
     assert.ok(reply.closed && reply.text.includes('"code":"method_not_implemented"'), reply.text.slice(0, 300));
+    // An answer the connection gives before the request is read carries an id of its own too.
+    assert.match(reply.text, /\r\nX-Request-Id: req-[0-9a-f]{16}\r\n/, reply.text.slice(0, 300));
   }
   // Framing two readers could take differently: refused, the connection closed.
   const json = JSON.stringify({ model, prompt: 'hi', max_tokens: 1 });
@@ -1020,6 +1025,7 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   const flood = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n${filler}\r\n`);
   assert.deepEqual(flood.statuses, ['HTTP/1.1 431'], flood.text.slice(0, 300));
   assert.ok(flood.closed);
+  assert.match(flood.text, /\r\nX-Request-Id: req-[0-9a-f]{16}\r\n/, flood.text.slice(0, 300));
   assert.match(flood.text, /"type":"invalid_request_error"/);
   // Many short lines: one answer (httplib 0.18 refuses past 100 headers with a 400, 0.11
   // reads them to the 64 KiB bound: 431), the connection closed, the rest never parsed.
@@ -1360,6 +1366,10 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   assert.equal(page.headers.get('access-control-allow-origin'), 'http://app.test');
   assert.equal((await post(main.url, '/v1/chat/completions', good, { origin: 'http://app.test' })).headers.get('access-control-allow-origin'),
     null, 'no CORS without --cors-origin');
+  // An answer the connection gives itself (an unknown method) varies by Origin too there.
+  const brew = await rawExchange(keyed.url, `BREW /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
+  assert.match(brew.text, /\r\nVary: Origin\r\n/, brew.text.slice(0, 300));
+  assert.doesNotMatch((await rawExchange(main.url, `BREW /health HTTP/1.1\r\nHost: ${new URL(main.url).host}\r\n\r\n`)).text, /Vary:/);
   keyed.kill('SIGTERM');
 });
 
