@@ -63,7 +63,11 @@ struct EngineService::Choice {
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
   bool keeps_ending_token = false;  // include_stop_str_in_output: a stop id the client named stays in the text it ends
-  std::vector<int32_t> client_stop_ids;  // stop_token_ids: an id of these that ends it is named as its stop_reason
+  std::vector<int32_t> client_stop_ids;  // stop_token_ids
+  // Those of them that would not end the choice anyway (the model's end-of-sequence ids and
+  // the chat turn's end, unless ignore_eos): one of these that ends it is its stop_reason;
+  // another gives null, as vLLM's does for its end-of-sequence id.
+  std::vector<int32_t> named_stop_ids;
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
       : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), keeps_ending_token(include_stop) {}
 };
@@ -215,6 +219,13 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->logprobs = request.top_logprobs >= 0;
     choice->min_tokens = request.min_tokens;
     choice->client_stop_ids = request.stop_token_ids;
+    for (const int32_t stop_id : request.stop_token_ids) {
+      const std::vector<int32_t>& eos = engine_.config().eos_token_ids;
+      const bool ends_anyway =
+          !request.ignore_eos && (std::find(eos.begin(), eos.end(), stop_id) != eos.end() ||
+                                  std::find(request.stop_ids.begin(), request.stop_ids.end(), stop_id) != request.stop_ids.end());
+      if (!ends_anyway) choice->named_stop_ids.push_back(stop_id);
+    }
     choice->started = arrived;
     choices_.emplace(id, std::move(choice));
   }
@@ -349,8 +360,8 @@ void EngineService::end_choice(uint64_t id, Choice& choice, const std::string& r
   event.error = error;
   if (choice.stops.stopped()) {
     event.stop_string = choice.stops.matched();
-  } else if (reason == "stop" && std::find(choice.client_stop_ids.begin(), choice.client_stop_ids.end(), stop_token) !=
-                                     choice.client_stop_ids.end()) {
+  } else if (reason == "stop" && std::find(choice.named_stop_ids.begin(), choice.named_stop_ids.end(), stop_token) !=
+                                     choice.named_stop_ids.end()) {
     event.stop_token = stop_token;
   }
   std::shared_ptr<RequestStream> stream = choice.stream;

@@ -414,8 +414,12 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
                     include_stop_str_in_output: true, skip_special_tokens: false };
   const ended = (await client.chat.completions.create(turnEnd)).choices[0];
   assert.deepEqual([ended.message.content, ended.finish_reason, ended.stop_reason], ['', 'stop', null]);
+  // Named by the client it is kept; as an id that ends the turn anyway, its stop_reason is null
+  // (vLLM's for its end-of-sequence id), unless ignore_eos lets it through.
   const named = (await client.chat.completions.create({ ...turnEnd, stop_token_ids: [258] })).choices[0];
-  assert.deepEqual([named.message.content, named.stop_reason], ['<|im_end|>', 258]);
+  assert.deepEqual([named.message.content, named.stop_reason], ['<|im_end|>', null]);
+  const throughEos = (await client.chat.completions.create({ ...turnEnd, stop_token_ids: [258], ignore_eos: true })).choices[0];
+  assert.deepEqual([throughEos.message.content, throughEos.stop_reason], ['<|im_end|>', 258]);
   const first = (await client.completions.create({ ...body, stop_token_ids: [36, 2] })).choices[0];
   assert.deepEqual([first.text, first.finish_reason], ['', 'stop']);
   // min_tokens holds them off as it does the end-of-sequence ids: not drawn at all before.
