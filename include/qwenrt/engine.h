@@ -98,6 +98,7 @@ struct BenchResult {
   double prefill_flops = 0;           // matrix + attention FLOPs of one prefill
   double bandwidth_fraction = 0;      // of DeviceInfo::peak_bandwidth (0: unknown)
   double matmul_fraction = 0;         // of DeviceInfo::peak_matmul_flops (0: unknown)
+  double rated_bandwidth_fraction = 0;  // decode, of DeviceInfo::rated_bandwidth (0: unknown)
   size_t peak_used_bytes = 0;         // device memory in use at the measured peak (0 on CPU)
 };
 

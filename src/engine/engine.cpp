@@ -896,9 +896,9 @@ BenchResult Engine::bench(const BenchOptions& options) {
   const double attention_flops = config.num_layers * 4.0 * config.q_dim() * (p * (p + 1) / 2);
   result.prefill_flops = 2.0 * config.num_layers * layer_matrix_params * p + 2.0 * config.vocab_size * h + attention_flops;
   DeviceInfo info = backend_->device_info();
-  if (info.peak_bandwidth > 0) {
-    result.bandwidth_fraction = result.decode_bytes_per_token * result.decode_tokens_per_s / info.peak_bandwidth;
-  }
+  const double decode_bytes_per_s = result.decode_bytes_per_token * result.decode_tokens_per_s;
+  if (info.peak_bandwidth > 0) result.bandwidth_fraction = decode_bytes_per_s / info.peak_bandwidth;
+  if (info.rated_bandwidth > 0) result.rated_bandwidth_fraction = decode_bytes_per_s / info.rated_bandwidth;
   if (info.peak_matmul_flops > 0) {
     result.matmul_fraction = result.prefill_flops / result.prompt_seconds / info.peak_matmul_flops;
   }

@@ -62,14 +62,15 @@ struct EngineService::Choice {
   Clock::time_point started, last_token;
   int tokens = 0;
   int min_tokens = 0;  // stop strings are looked for once the choice has more tokens than this
-  bool keeps_ending_token = false;  // include_stop_str_in_output: a stop id the client named stays in the text it ends
-  std::vector<int32_t> client_stop_ids;  // stop_token_ids
-  // Those of them that would not end the choice anyway (the model's end-of-sequence ids and
-  // the chat turn's end, unless ignore_eos): one of these that ends it is its stop_reason;
-  // another gives null, as vLLM's does for its end-of-sequence id.
+  // include_stop_str_in_output: the client's stop ids (stop_token_ids), whose text stays in
+  // the text they end; empty without it.
+  std::vector<int32_t> kept_ending_ids;
+  // The client's stop ids that would not end the choice anyway (the model's end-of-sequence
+  // ids and the chat turn's end, unless ignore_eos): one of these that ends it is its
+  // stop_reason; another gives null, as vLLM's does for its end-of-sequence id.
   std::vector<int32_t> named_stop_ids;
   Choice(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop, bool skip_specials)
-      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop), keeps_ending_token(include_stop) {}
+      : decoder(tokenizer, skip_specials), stops(std::move(stop_strings), include_stop) {}
 };
 
 EngineService::EngineService(Engine& engine, const Tokenizer& tokenizer, Metrics& metrics, EngineServiceOptions options)
@@ -174,6 +175,18 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
       return stream;
     }
   }
+  // A request's stop ids, the same for each of its choices: the sequence's (the client's hold
+  // also with ignore_eos, as vLLM's stop_token_ids), and those a stop_reason names.
+  std::vector<int32_t> stop_ids = request.ignore_eos ? std::vector<int32_t>() : request.stop_ids;
+  std::vector<int32_t> named_stop_ids;
+  const std::vector<int32_t>& eos = engine_.config().eos_token_ids;
+  for (const int32_t stop_id : request.stop_token_ids) {
+    const bool ends_anyway =
+        !request.ignore_eos && (std::find(eos.begin(), eos.end(), stop_id) != eos.end() ||
+                                std::find(request.stop_ids.begin(), request.stop_ids.end(), stop_id) != request.stop_ids.end());
+    if (!ends_anyway) named_stop_ids.push_back(stop_id);
+    if (std::find(stop_ids.begin(), stop_ids.end(), stop_id) == stop_ids.end()) stop_ids.push_back(stop_id);
+  }
   std::vector<uint64_t> submitted;
   for (int c = 0; c < request.choices(); ++c) {
     SequenceRequest sequence;
@@ -188,13 +201,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     sequence.stream = static_cast<uint64_t>(request.seeded ? c % request.n : c);
     sequence.top_logprobs = request.top_logprobs;
     sequence.logit_bias = request.logit_bias;
-    if (!request.ignore_eos) sequence.stop_ids = request.stop_ids;
-    // The client's own stop ids hold also with ignore_eos, as vLLM's stop_token_ids.
-    for (const int32_t id : request.stop_token_ids) {
-      if (std::find(sequence.stop_ids.begin(), sequence.stop_ids.end(), id) == sequence.stop_ids.end()) {
-        sequence.stop_ids.push_back(id);
-      }
-    }
+    sequence.stop_ids = stop_ids;
     uint64_t id = 0;
     try {
       if (request.structured) {
@@ -218,14 +225,8 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     choice->stream = stream;
     choice->logprobs = request.top_logprobs >= 0;
     choice->min_tokens = request.min_tokens;
-    choice->client_stop_ids = request.stop_token_ids;
-    for (const int32_t stop_id : request.stop_token_ids) {
-      const std::vector<int32_t>& eos = engine_.config().eos_token_ids;
-      const bool ends_anyway =
-          !request.ignore_eos && (std::find(eos.begin(), eos.end(), stop_id) != eos.end() ||
-                                  std::find(request.stop_ids.begin(), request.stop_ids.end(), stop_id) != request.stop_ids.end());
-      if (!ends_anyway) choice->named_stop_ids.push_back(stop_id);
-    }
+    if (request.include_stop) choice->kept_ending_ids = request.stop_token_ids;
+    choice->named_stop_ids = named_stop_ids;
     choice->started = arrived;
     choices_.emplace(id, std::move(choice));
   }
@@ -393,9 +394,8 @@ void EngineService::dispatch(const SequenceEvent& event) {
     // A stop id the client named stays with include_stop_str_in_output (as vLLM keeps it),
     // and no stop string is looked for in it: the id ended the choice (vLLM checks ids first).
     const bool ends = event.finish == FinishReason::kStop;  // the scheduler's word: this id ended it
-    const bool kept = !ends || (choice.keeps_ending_token &&
-                                std::find(choice.client_stop_ids.begin(), choice.client_stop_ids.end(), event.token) !=
-                                    choice.client_stop_ids.end());
+    const bool kept = !ends || std::find(choice.kept_ending_ids.begin(), choice.kept_ending_ids.end(), event.token) !=
+                                   choice.kept_ending_ids.end();
     if (kept) out.text = choice.stops.push(choice.decoder.push(event.token), !ends && choice.tokens > choice.min_tokens);
     if (choice.logprobs) {
       LogprobEntry entry;

@@ -192,6 +192,10 @@ bool launch_attention_prefill_mma(const BatchView& batch, const AttentionParams&
 void launch_attention_generic(const BatchView& batch, const AttentionParams& attn,
                               const Tensor& q, const KvGeometry& geometry, KvLayer cache,
                               Tensor out, Stream stream);
+// device_query.cu: the memory's rated bandwidth (memory clock × bus width × 2), bytes/s;
+// 0 where the runtime does not say.
+double rated_memory_bandwidth(int device);
+
 // Query heads per kv head the tiled kernels (prefill, decode) take.
 constexpr int kMaxTiledGroup = 64;
 

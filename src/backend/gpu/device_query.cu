@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/common/gpu_advice.h"
+#include "backend/gpu/common.h"
 #include "backend/gpu/compat.h"
 
 #ifndef QWENRT_CUDA_ARCHS
@@ -91,11 +92,7 @@ GpuRuntimeInfo query_gpus() {
     device.compute_minor = props.minor;
     device.multiprocessors = props.multiProcessorCount;
     device.total_bytes = props.totalGlobalMem;
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, index) == cudaSuccess &&
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, index) == cudaSuccess) {
-      device.memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
-    }
+    device.memory_bandwidth = cuda::rated_memory_bandwidth(index);
 #if defined(QWENRT_GPU_HIP)
     device.arch_name = props.gcnArchName;
     const GfxCoverage coverage = gfx_coverage(info.build_architectures, device.arch_name);
@@ -116,5 +113,19 @@ GpuRuntimeInfo query_gpus() {
   if (info.devices.empty()) info.error = std::string("the ") + kPlatform + " runtime reports no devices";
   return info;
 }
+
+namespace cuda {
+
+double rated_memory_bandwidth(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
+}
+
+}  // namespace cuda
 
 }  // namespace qwenrt

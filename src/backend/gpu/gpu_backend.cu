@@ -313,8 +313,7 @@ class CudaBackend final : public Backend {
     DeviceInfo info{name(), 0, 0};
     // Ceilings measured on these card types (docs/PERFORMANCE.md, scripts/device_ceilings.py):
     // a large device-to-device copy and a large random-data bf16 GEMM. Other cards report
-    // unknown (0); an H100 of another form (PCIe, NVL) has other memory.
-    // (A GH200's memory is another.)
+    // unknown (0): a GH200, an H100 of another form (PCIe, NVL) have other memory.
     if (device_name_.find("H200") != std::string::npos && device_name_.find("GH200") == std::string::npos) {
       info.peak_bandwidth = 4.3e12;
       info.peak_matmul_flops = 790e12;
@@ -324,12 +323,7 @@ class CudaBackend final : public Backend {
     }
     // Every card states its memory's rated figure: `bench` measures decode against it where no
     // ceiling was measured (a copy reaches ≈ 90% of it on these cards).
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_index_) == cudaSuccess &&
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_index_) == cudaSuccess) {
-      info.rated_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
-    }
-    (void)cudaGetLastError();
+    info.rated_bandwidth = rated_memory_bandwidth(device_index_);
     return info;
   }
 
