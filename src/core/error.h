@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace qwenrt {
 
@@ -22,12 +23,16 @@ const char* error_category_name(ErrorCategory category);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCategory category, const std::string& message)
-      : std::runtime_error(message), category_(category) {}
+  // `param`: the request field a refusal of bad input is about, where one is ("" for none);
+  // the server answers it as the OpenAI error's `param`.
+  Error(ErrorCategory category, const std::string& message, std::string param = "")
+      : std::runtime_error(message), category_(category), param_(std::move(param)) {}
   ErrorCategory category() const { return category_; }
+  const std::string& param() const { return param_; }
 
  private:
   ErrorCategory category_;
+  std::string param_;
 };
 
 [[noreturn]] void throw_check_failure(const char* expr, const char* file, int line,

@@ -91,7 +91,8 @@ uint64_t Scheduler::submit(SequenceRequest request) {
     if (sequence->held_ids.size() > static_cast<size_t>(kMaxBannedPerRow)) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "min_tokens would hold off " + std::to_string(sequence->held_ids.size()) +
-                      " end-of-sequence and stop ids; at most " + std::to_string(kMaxBannedPerRow) + " are supported");
+                      " end-of-sequence and stop ids; at most " + std::to_string(kMaxBannedPerRow) + " are supported",
+                  "min_tokens");
     }
   }
   sequence->tokens = request.prompt;

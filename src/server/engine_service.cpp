@@ -214,10 +214,9 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
     } catch (const Error& error) {
       for (uint64_t earlier : submitted) scheduler_.cancel(earlier);
       std::erase_if(choices_, [&](const auto& entry) { return entry.second->stream == stream; });
-      // The scheduler's refusals that parsing cannot foresee name the field first
-      // ("min_tokens would hold off …", where the model's end ids count too).
-      const std::string message = error.what();
-      throw invalid_request(message, message.starts_with("min_tokens ") ? "min_tokens" : "");
+      // The scheduler's refusals that parsing cannot foresee (min_tokens holding off more
+      // ids than a draw bans, where the model's end ids count too) name their field.
+      throw invalid_request(error.what(), error.param());
     }
     submitted.push_back(id);
     auto choice = std::make_unique<Choice>(tokenizer_, request.stop, request.include_stop, request.skip_special);

@@ -70,6 +70,16 @@ std::string known_methods() {
 // The stream of the connection this thread is serving (null off a connection's thread).
 thread_local ConnectionStream* current_stream = nullptr;
 
+// A pre-routing outcome decided before a "100 Continue", for the request it was decided for.
+// httplib routes that request right after the 100, on the same thread, pre-routing first:
+// it is taken there, before any other request of the connection is read.
+struct KeptRoute {
+  const httplib::Request* request = nullptr;
+  PreRouting::Outcome outcome = PreRouting::Outcome::Unhandled;
+  httplib::Response response;  // the step's answer, where it gave one
+};
+thread_local KeptRoute kept_route;
+
 }  // namespace
 
 void close_after_response() {
@@ -83,6 +93,35 @@ void drop_response() {
 }
 
 bool connection_peer_ended() { return current_stream != nullptr && current_stream->peer_ended(); }
+
+PreRouting::Outcome PreRouting::route(const httplib::Request& req, httplib::Response& res) const {
+  if (kept_route.request != &req) {
+    kept_route = KeptRoute();
+    return step_(req, res);
+  }
+  KeptRoute kept = std::move(kept_route);
+  kept_route = KeptRoute();
+  if (kept.outcome == Outcome::Handled) res = std::move(kept.response);
+  return kept.outcome;
+}
+
+int PreRouting::expect_100(const httplib::Request& req, httplib::Response& res) const {
+  kept_route = KeptRoute();
+  httplib::Response early;
+  const Outcome outcome = step_(req, early);
+  // A refusal goes out now, unframed by a 100. A success is framed whole only as the answer
+  // to a routed request (httplib gives an early answer no Content-Length unless it is an
+  // error): it waits for route().
+  if (outcome == Outcome::Handled && early.status >= 400) {
+    res = std::move(early);
+    return res.status;
+  }
+  if (before_continue_ && before_continue_(req, res)) return res.status;
+  kept_route.request = &req;
+  kept_route.outcome = outcome;
+  kept_route.response = std::move(early);
+  return 100;
+}
 
 ConnectionStream::ConnectionStream(socket_t sock, ConnectionLimits limits)
     : sock_(sock), limits_(limits), buffer_(kReadChunk) {}
@@ -329,6 +368,9 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   for (size_t count = over ? 0 : keep_alive_max_count_; count > 0; --count) {
     if (!stream.wait_for_request(std::chrono::seconds(keep_alive_timeout_sec_), running)) break;
     stream.begin_request();
+    // Nothing a request before decided may reach this one (a Request is a local of
+    // httplib's, whose address the next request may well have).
+    kept_route = KeptRoute();
     bool closed = false;
     ret = process(*this, stream, count == 1, closed, 0);
     stream.end_request();

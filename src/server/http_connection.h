@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <httplib.h>
@@ -136,6 +137,32 @@ bool connection_refused();
 void drop_response();
 // Whether a read on the calling thread's connection found the client's end (false off one).
 bool connection_peer_ended();
+
+// A server's pre-routing step (the key, the route, the method: answers its request's head
+// alone decides), run once a request. httplib asks about a request waiting for "100
+// Continue" twice: its expect handler before the 100, then, after it, its pre-routing
+// handler as for any request. expect_100() runs the step, and sends a refusal it gives (a
+// status of 400 or more), or one `before_continue` gives, in place of the 100; any other
+// outcome is kept (on the connection's thread, for this request alone) and handed over by
+// the route() httplib calls next for it, the step not run again. The connection's loop
+// forgets what is kept before each request it reads.
+class PreRouting {
+ public:
+  using Outcome = httplib::Server::HandlerResponse;
+  using Step = std::function<Outcome(const httplib::Request&, httplib::Response&)>;
+  // Writes a refusal into the response and returns true, or returns false.
+  using Check = std::function<bool(const httplib::Request&, httplib::Response&)>;
+  explicit PreRouting(Step step, Check before_continue = {})
+      : step_(std::move(step)), before_continue_(std::move(before_continue)) {}
+  // httplib's pre-routing handler.
+  Outcome route(const httplib::Request& req, httplib::Response& res) const;
+  // httplib's expect handler: 100, or the status of the refusal `res` now holds.
+  int expect_100(const httplib::Request& req, httplib::Response& res) const;
+
+ private:
+  Step step_;
+  Check before_continue_;
+};
 
 // httplib's server with ConnectionStream and its own keep-alive loop.
 class BoundedServer final : public httplib::Server {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -154,7 +155,7 @@ ApiError answer_to(const std::exception& failure) {
   if (const auto* error = dynamic_cast<const Error*>(&failure)) {
     const bool clients = error->category() == ErrorCategory::kInvalidArgument ||
                          error->category() == ErrorCategory::kUnsupported;
-    if (clients) return invalid_request(error->what());
+    if (clients) return invalid_request(error->what(), error->param());
   }
   return ApiError(500, "server_error", failure.what());
 }
@@ -175,30 +176,47 @@ ApiError client_gone() {
                   "client_closed_request");
 }
 
+// How a request's head frames its body (RFC 9112 6.3): by its length, chunked, or not at
+// all (neither: no body).
+struct BodyFraming {
+  std::optional<uint64_t> length;  // Content-Length, as read once
+  bool chunked = false;            // Transfer-Encoding: chunked
+};
+
 // What a request's head alone says against its body: framing that two readers could take
 // differently (RFC 9112 6.3: a length that is not a plain decimal number, two different
 // lengths, a length beside a transfer coding), a transfer coding other than chunked, a
-// content coding nothing unpacks (415), a Content-Length over `limit` (413). The error to
-// answer with (the caller closes the connection: the body stays unread), if any.
-std::optional<ApiError> body_head_error(const httplib::Request& req, size_t limit) {
-  const std::string content_length = req.get_header_value("Content-Length");  // the first's, if any
-  if (req.has_header("Content-Length")) {
+// content coding nothing unpacks (415), a Content-Length over `limit` (413). A request with
+// neither a length nor a transfer coding has no body: nothing to say. The error to answer
+// with (the caller closes the connection: the body stays unread), if any; else `framing`,
+// when given, holds the body's framing.
+std::optional<ApiError> body_head_error(const httplib::Request& req, size_t limit, BodyFraming* framing = nullptr) {
+  const auto lengths = req.headers.equal_range("Content-Length");
+  const auto codings = req.headers.equal_range("Transfer-Encoding");
+  const bool has_length = lengths.first != lengths.second;
+  const bool has_coding = codings.first != codings.second;
+  if (!has_length && !has_coding) {
+    if (framing != nullptr) *framing = BodyFraming();
+    return std::nullopt;
+  }
+  std::optional<uint64_t> length;
+  if (has_length) {
+    const std::string& content_length = lengths.first->second;  // the first's
     const bool decimal = !content_length.empty() && content_length.size() <= 18 &&
                          std::all_of(content_length.begin(), content_length.end(),
                                      [](char c) { return c >= '0' && c <= '9'; });
     if (!decimal) return invalid_request("Content-Length '" + content_length + "' is not a length in bytes");
-    const auto lengths = req.headers.equal_range("Content-Length");
     for (auto it = lengths.first; it != lengths.second; ++it) {
       if (it->second != content_length) return invalid_request("two different Content-Length headers");
     }
-    if (req.has_header("Transfer-Encoding")) return invalid_request("Content-Length beside Transfer-Encoding");
+    if (has_coding) return invalid_request("Content-Length beside Transfer-Encoding");
+    length = std::strtoull(content_length.c_str(), nullptr, 10);  // up to 18 digits: no overflow
   }
-  if (req.has_header("Transfer-Encoding")) {
-    const auto codings = req.headers.equal_range("Transfer-Encoding");
+  if (has_coding) {
     if (std::distance(codings.first, codings.second) > 1) return invalid_request("two Transfer-Encoding headers");
-    if (ascii_lower(req.get_header_value("Transfer-Encoding")) != "chunked") {
-      return invalid_request("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
-                             "' is not supported (only chunked)");
+    const std::string& coding = codings.first->second;
+    if (ascii_lower(coding) != "chunked") {
+      return invalid_request("Transfer-Encoding '" + coding + "' is not supported (only chunked)");
     }
   }
   // A body compressed in a way the HTTP library does not unpack: 415, not a broken body.
@@ -212,7 +230,8 @@ std::optional<ApiError> body_head_error(const httplib::Request& req, size_t limi
     }
   }
   // A Content-Length over the limit is refused unread, as httplib's own check does.
-  if (!content_length.empty() && std::strtoull(content_length.c_str(), nullptr, 10) > limit) return body_too_large();
+  if (length && *length > limit) return body_too_large();
+  if (framing != nullptr) *framing = BodyFraming{length, has_coding};
   return std::nullopt;
 }
 
@@ -225,16 +244,15 @@ std::optional<ApiError> body_head_error(const httplib::Request& req, size_t limi
 std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::Response& res,
                                          const httplib::ContentReader& read_body, size_t limit,
                                          std::string& body) {
-  // A request with neither a length nor a chunked encoding has no body (RFC 9112 6.3):
-  // nothing to wait for. httplib knows "chunked" alone; any other coding it would read to
-  // the connection's end.
-  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return std::nullopt;
-  if (std::optional<ApiError> error = body_head_error(req, limit)) return error;
+  BodyFraming framing;
+  if (std::optional<ApiError> error = body_head_error(req, limit, &framing)) return error;
+  // Neither a length nor a chunked encoding: no body (RFC 9112 6.3), nothing to wait for.
+  // httplib knows "chunked" alone; any other coding it would read to the connection's end.
+  if (!framing.length && !framing.chunked) return std::nullopt;
   // httplib 0.11's chunked reader can report a body read whole that it left unread (a
   // chunk's data not followed by CRLF ends its loop before the last chunk): whatever the
   // answer, the connection is closed after it, so no rest is read as the next request.
-  if (req.has_header("Transfer-Encoding")) close_after(res);
-  const std::string content_length = req.get_header_value("Content-Length");
+  if (framing.chunked) close_after(res);
   size_t received = 0;
   const bool read = read_body([&](const char* data, size_t length) {
     received += length;
@@ -250,7 +268,7 @@ std::optional<ApiError> read_body_within(const httplib::Request& req, httplib::R
     // Sent (a client that only shut its sending side reads it; nginx answers 400 too).
     return invalid_request("the client's side of the connection ended before the request body did (" +
                            std::to_string(received) + " bytes came" +
-                           (content_length.empty() ? std::string() : " of " + content_length) + ")");
+                           (framing.length ? " of " + std::to_string(*framing.length) : std::string()) + ")");
   }
   if (!read) {
     return invalid_request("the request body could not be read in full: a broken chunked encoding or compression");
@@ -426,27 +444,21 @@ void HttpServer::add_routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   };
-  http_->set_pre_routing_handler(pre_route);
   // A client that asks before sending its body (`Expect: 100-continue`, as curl does past
   // 1 KiB) gets every refusal the head decides (the key, the route, the method, the body's
   // framing, coding and length) in place of the "100 Continue"; the connection is closed
-  // after it, the body unsent. A success stays for after the 100 (httplib writes an early
-  // answer without its Content-Length unless it is an error): the pre-routing answers into a
-  // scratch response here and is asked again then, as for any request.
-  http_->set_expect_100_continue_handler([this, pre_route](const httplib::Request& req, httplib::Response& res) {
-    httplib::Response early;
-    if (pre_route(req, early) == httplib::Server::HandlerResponse::Handled && early.status >= 400) {
-      res = early;
-      return res.status;
-    }
-    if (may_carry_body(req)) {
-      if (std::optional<ApiError> error = body_head_error(req, options_.max_body_bytes)) {
-        send_error_and_close(res, *error);
-        return res.status;
-      }
-    }
-    return 100;
+  // after it, the body unsent. The pre-routing runs once, before the 100; whatever else it
+  // decided (a success, or nothing) is kept for after it (PreRouting).
+  const PreRouting routing(pre_route, [this](const httplib::Request& req, httplib::Response& res) {
+    if (!may_carry_body(req)) return false;
+    const std::optional<ApiError> error = body_head_error(req, options_.max_body_bytes);
+    if (error) send_error_and_close(res, *error);
+    return error.has_value();
   });
+  http_->set_pre_routing_handler(
+      [routing](const httplib::Request& req, httplib::Response& res) { return routing.route(req, res); });
+  http_->set_expect_100_continue_handler(
+      [routing](const httplib::Request& req, httplib::Response& res) { return routing.expect_100(req, res); });
   // Every response: its request id, and the CORS grant for an allowed page.
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.get_header_value("X-Request-Id");
@@ -457,6 +469,10 @@ void HttpServer::add_routes() {
       res.headers.erase("Connection");
       res.set_header("Connection", "close");
     }
+    // httplib gives every response without a body "Content-Length: 0" before this handler
+    // runs (0.11 and 0.18 alike), which a 204 (a preflight's answer) must not carry (RFC
+    // 9110 8.6): its status alone says that no body follows.
+    if (res.status == 204) res.headers.erase("Content-Length");
     // An HTTP/1.0 connection stays open only where the client asked for it as httplib reads
     // it ("Keep-Alive") and nothing closes it; else the answer says it closes, not for how long
     // it would stay.

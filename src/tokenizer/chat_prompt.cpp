@@ -98,10 +98,7 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
   if (continue_final_message) {
     // Cut after the final message's content (its end of turn dropped), as transformers does:
     // found without its outer whitespace (a template may trim it), and kept with its trailing
-    // whitespace where the template kept that. It is looked for where a marker put in its
-    // place renders (a short content also shows in the end-of-turn text after it: "end" in
-    // "<|im_end|>"); where the template renders what comes before differently for the
-    // marker, at its last showing, as transformers looks.
+    // whitespace where the template kept that.
     const nlohmann::ordered_json* content =
         safe_messages.is_array() && !safe_messages.empty() && safe_messages.back().is_object() &&
                 safe_messages.back().contains("content")
@@ -117,20 +114,27 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
     }
     const std::string_view left = text.substr(first);
     const std::string_view stripped = left.substr(0, left.find_last_not_of(kSpace) + 1);
-    size_t at = std::string::npos;
-    nlohmann::ordered_json marked = safe_messages;
-    const std::string marker = "\x01qwenrt-final-message\x01";
-    marked.back()["content"] = marker;
-    const std::string with_marker = chat_template.render(marked, safe_tools, add_generation_prompt, extra_vars);
-    const size_t place = with_marker.find(marker);
-    if (place != std::string::npos && rendered.compare(0, place, with_marker, 0, place) == 0) {
-      at = rendered.find(stripped, place);
-      if (at > place + first) at = std::string::npos;  // not where the content starts (up to its leading whitespace)
-    }
-    if (at == std::string::npos) at = rendered.rfind(stripped);
+    size_t at = rendered.rfind(stripped);
     if (at == std::string::npos) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "continue_final_message: the template does not render the last message's content");
+    }
+    // Where the content shows once in the render, it is there. Where it shows more often (a
+    // short content also in the end-of-turn text after it: "end" in "<|im_end|>"), it is the
+    // showing where a marker put in its place renders (a second render, needed only then);
+    // where the template renders what comes before differently for the marker, its last
+    // showing, as transformers looks.
+    if (at != rendered.find(stripped)) {
+      nlohmann::ordered_json marked = safe_messages;
+      const std::string marker = "\x01qwenrt-final-message\x01";
+      marked.back()["content"] = marker;
+      const std::string with_marker = chat_template.render(marked, safe_tools, add_generation_prompt, extra_vars);
+      const size_t place = with_marker.find(marker);
+      if (place != std::string::npos && rendered.compare(0, place, with_marker, 0, place) == 0) {
+        // Where the content starts there (up to its leading whitespace), not further on.
+        const size_t found = rendered.find(stripped, place);
+        if (found <= place + first) at = found;
+      }
     }
     rendered.resize(at + (std::string_view(rendered).substr(at).starts_with(left) ? left.size() : stripped.size()));
   }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "core/error.h"
 #include "core/random_bits.h"
@@ -367,7 +368,17 @@ TEST_F(SchedulerTest, MinTokensHoldsOffStopIdsUntilReached) {
   SequenceRequest many = base;
   many.min_tokens = 1;
   for (int32_t id = 0; id < kMaxBannedPerRow + 1; ++id) many.stop_ids.push_back(id);
-  EXPECT_THROW(scheduler.submit(many), Error);
+  try {
+    scheduler.submit(many);
+    ADD_FAILURE() << "more held ids than a row can ban were accepted";
+  } catch (const Error& error) {
+    // The refusal names the request field at fault, for the server's answer (its `param`).
+    EXPECT_EQ(error.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_EQ(error.param(), "min_tokens");
+    EXPECT_EQ(std::string(error.what()), "min_tokens would hold off " + std::to_string(kMaxBannedPerRow + 1) +
+                                             " end-of-sequence and stop ids; at most " +
+                                             std::to_string(kMaxBannedPerRow) + " are supported");
+  }
   EXPECT_TRUE(scheduler.idle());
 }
 

@@ -428,7 +428,9 @@ await test('stop strings with min_tokens and include_stop_str_in_output (vLLM\'s
   // More ids to hold off than a draw's ban list takes: a 400 naming min_tokens.
   const tooMany = await post(main.url, '/v1/completions',
                              { ...body, min_tokens: 2, stop_token_ids: Array.from({ length: 20 }, (_, i) => i + 1) });
-  assert.deepEqual([tooMany.status, tooMany.json.error.param], [400, 'min_tokens'], tooMany.text);
+  assert.deepEqual([tooMany.status, tooMany.json.error.type, tooMany.json.error.param, tooMany.json.error.message],
+                   [400, 'invalid_request_error', 'min_tokens',
+                    'min_tokens would hold off 20 end-of-sequence and stop ids; at most 16 are supported'], tooMany.text);
   const streamed = await client.completions.create({ ...body, stop_token_ids: [2], stream: true });
   let streamedText = '';
   let streamedReason;
@@ -1258,6 +1260,17 @@ await test('a non-streamed request whose client disconnects is cancelled within 
   await cutClosed;
   assert.match(told, /^HTTP\/1\.1 400 /);
   assert.match(told, /ended before the request body did \(8 bytes came of 100\)/);
+  // The length told is the one the body was read by (a length may have leading zeros).
+  const padded = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => padded.once('connect', resolve));
+  let paddedTold = '';
+  padded.on('data', (data) => { paddedTold += data.toString(); });
+  const paddedClosed = new Promise((resolve) => padded.once('close', resolve));
+  padded.write(`POST /v1/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Length: 0100\r\n\r\n{"model"`);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  padded.end();
+  await paddedClosed;
+  assert.match(paddedTold, /ended before the request body did \(8 bytes came of 100\)/, paddedTold);
   assert.ok(await waitFor(async () => /qwenrt_requests_total\{route="\/v1\/completions",status="499"\} 2/.test(
     await (await fetch(wide.url + '/metrics')).text())), 'the half-closed one counted as 499');
   wide.kill('SIGTERM');
@@ -1362,6 +1375,16 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   const other = await preflight('http://evil.test');
   assert.equal(other.status, 204);
   assert.equal(other.headers.get('access-control-allow-origin'), null);
+  // A 204 carries no Content-Length (RFC 9110 8.6), granted or not; the connection goes on.
+  for (const origin of ['http://app.test', 'http://evil.test']) {
+    const asked = await rawExchange(keyed.url, `OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nOrigin: ${origin}\r\n` +
+                                    'Access-Control-Request-Method: POST\r\n\r\n' +
+                                    `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    assert.deepEqual(asked.statuses, ['HTTP/1.1 204', 'HTTP/1.1 200'], asked.text.slice(0, 600));
+    const preflightHead = asked.text.slice(0, asked.text.indexOf('\r\n\r\n'));
+    assert.doesNotMatch(preflightHead, /\r\nContent-Length:/i, preflightHead);
+    assert.match(preflightHead, /\r\nAllow: POST, OPTIONS(\r\n|$)/, preflightHead);
+  }
   const keyless = await post(keyed.url, '/v1/chat/completions', good, { origin: 'http://app.test' });
   assert.equal(keyless.status, 401);
   assert.equal(keyless.headers.get('access-control-allow-origin'), 'http://app.test');

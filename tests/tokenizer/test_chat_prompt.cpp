@@ -77,5 +77,39 @@ TEST(ChatPrompt, PrivateUseCharactersInContentSurvive) {
   EXPECT_NE(tokenizer.decode(ids).find(typed), std::string::npos) << tokenizer.decode(ids);
 }
 
+// continue_final_message: the prompt is the render cut right after the last message's
+// content, the same text whether that content shows once in the render or more often (a
+// short one also in the end-of-turn marker after it).
+TEST(ChatPrompt, ContinuingTheFinalMessageCutsTheRenderAfterItsContent) {
+  Tokenizer tokenizer = Tokenizer::load(qwen_tokenizer_dir());
+  ChatTemplate chat = qwen25_template();
+  for (const std::string content : {"Hel", "Hel  ", "end", "im_", "q", "\n\nHel"}) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array(
+        {{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", content}}});
+    const std::string whole = chat.render(messages, nullptr, false);
+    const std::string turn_end = "<|im_end|>\n";
+    ASSERT_TRUE(whole.ends_with(content + turn_end)) << whole;
+    const std::string expected = whole.substr(0, whole.size() - turn_end.size());
+    EXPECT_EQ(tokenizer.decode(encode_chat_prompt(tokenizer, chat, messages, nullptr, false, nullptr, true)), expected)
+        << "content '" << content << "'";
+  }
+}
+
+// The template is rendered once where the final message's text shows once in it: a
+// template that refuses text no message holds (here a control character) still continues it.
+TEST(ChatPrompt, ContinuingTheFinalMessageRendersTheTemplateOnce) {
+  Tokenizer tokenizer = Tokenizer::load(qwen_tokenizer_dir());
+  ChatTemplate chat(
+      "{%- for message in messages %}"
+      "{%- if '\\x01' in message.content %}{{ raise_exception('no control characters') }}{%- endif %}"
+      "{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+      "{%- endfor %}"
+      "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array(
+      {{{"role", "user"}, {"content", "Say hello"}}, {{"role", "assistant"}, {"content", "Hel"}}});
+  EXPECT_EQ(tokenizer.decode(encode_chat_prompt(tokenizer, chat, messages, nullptr, false, nullptr, true)),
+            "<|im_start|>user\nSay hello<|im_end|>\n<|im_start|>assistant\nHel");
+}
+
 }  // namespace
 }  // namespace qwenrt

@@ -1,5 +1,6 @@
 // ConnectionStream over a socket pair: the bounds httplib does not set (a request head in
 // all, a request's time), pipelined bytes kept between requests, empty lines before one.
+// PreRouting: the server's pre-routing run once a request, also under Expect: 100-continue.
 #ifdef QWENRT_HAVE_HTTP
 
 #include <gtest/gtest.h>
@@ -264,6 +265,104 @@ TEST(ConnectionStream, WaitingForARequestEndsWhenToldOrWhenThePeerCloses) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
   ::shutdown(pair.client, SHUT_WR);
   EXPECT_FALSE(stream.wait_for_request(std::chrono::milliseconds(5000), kForever));
+}
+
+// httplib asks about a request that waits for "100 Continue" twice, in this order: its
+// expect handler, then (after the 100) its pre-routing handler. The server's pre-routing step
+// runs once either way; a refusal goes out in place of the 100, anything else is handed over
+// after it to that request alone.
+TEST(PreRouting, RunsOnceARequestAlsoWhenItWaitsFor100Continue) {
+  using Outcome = PreRouting::Outcome;
+  int runs = 0;
+  const PreRouting routing(
+      [&runs](const httplib::Request& req, httplib::Response& res) {
+        ++runs;
+        if (req.path == "/refused") {
+          res.status = 401;
+          res.set_content("{\"error\":{}}", "application/json");
+          return Outcome::Handled;
+        }
+        if (req.path == "/answered") {
+          res.set_content("{\"id\":\"m\"}", "application/json");
+          return Outcome::Handled;
+        }
+        return Outcome::Unhandled;
+      },
+      [](const httplib::Request& req, httplib::Response& res) {  // the body's framing
+        if (req.get_header_value("Content-Length") != "huge") return false;
+        res.status = 413;
+        return true;
+      });
+  const auto request = [](const std::string& path, const std::string& length = "") {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    if (!length.empty()) req.set_header("Content-Length", length);
+    return req;
+  };
+  // Without "Expect": once, where httplib routes.
+  {
+    const httplib::Request req = request("/go");
+    httplib::Response res;
+    EXPECT_EQ(routing.route(req, res), Outcome::Unhandled);
+    EXPECT_EQ(runs, 1);
+  }
+  // A request the step lets through: a 100, then routed, the step not run again.
+  {
+    runs = 0;
+    const httplib::Request req = request("/go", "2");
+    httplib::Response res;
+    EXPECT_EQ(routing.expect_100(req, res), 100);
+    EXPECT_EQ(routing.route(req, res), Outcome::Unhandled);
+    EXPECT_EQ(runs, 1);
+  }
+  // One it answers (a success): a 100, then its answer as the step gave it.
+  {
+    runs = 0;
+    const httplib::Request req = request("/answered");
+    httplib::Response res;
+    EXPECT_EQ(routing.expect_100(req, res), 100);
+    EXPECT_TRUE(res.body.empty()) << "nothing is answered before the 100";
+    EXPECT_EQ(routing.route(req, res), Outcome::Handled);
+    EXPECT_EQ(res.body, "{\"id\":\"m\"}");
+    EXPECT_EQ(runs, 1);
+  }
+  // One it refuses: the refusal in place of the 100. Nothing is kept: the next request
+  // (here in the same place) is asked anew.
+  {
+    runs = 0;
+    const httplib::Request req = request("/refused", "2");
+    httplib::Response res;
+    EXPECT_EQ(routing.expect_100(req, res), 401);
+    EXPECT_EQ(res.status, 401);
+    EXPECT_EQ(res.body, "{\"error\":{}}");
+    EXPECT_EQ(runs, 1);
+    httplib::Response next;
+    EXPECT_EQ(routing.route(req, next), Outcome::Handled);
+    EXPECT_EQ(runs, 2);
+  }
+  // One whose body the head refuses after the step let it through: that refusal, nothing kept.
+  {
+    runs = 0;
+    const httplib::Request req = request("/answered", "huge");
+    httplib::Response res;
+    EXPECT_EQ(routing.expect_100(req, res), 413);
+    EXPECT_TRUE(res.body.empty());
+    EXPECT_EQ(runs, 1);
+    httplib::Response next;
+    EXPECT_EQ(routing.route(req, next), Outcome::Handled);
+    EXPECT_EQ(runs, 2);
+  }
+  // What is kept is for its own request alone.
+  {
+    runs = 0;
+    const httplib::Request asked = request("/answered");
+    httplib::Response res;
+    EXPECT_EQ(routing.expect_100(asked, res), 100);
+    const httplib::Request other = request("/go");
+    EXPECT_EQ(routing.route(other, res), Outcome::Unhandled);
+    EXPECT_EQ(runs, 2);
+  }
 }
 
 }  // namespace
