@@ -32,6 +32,7 @@ struct ChatArgs {
   bool no_think = false;
   bool hide_thinking = false;
   int max_new_tokens = 2048;
+  std::string chat_template;  // a file replacing the folder's template
 };
 
 const char* kHelp =
@@ -45,9 +46,9 @@ class ChatSession {
  public:
   ChatSession(const ChatArgs& args, const CLI::App& cmd)
       : args_(args),
-        engine_(args.model.model_dir, engine_options(args.model)),
         tokenizer_(Tokenizer::load(args.model.model_dir)),
-        template_(ChatTemplate::load(args.model.model_dir)),
+        template_(ChatTemplate::load(args.model.model_dir, args.chat_template)),
+        engine_(args.model.model_dir, engine_options(args.model)),
         session_(engine_.new_session()),
         interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)),
         system_(args.system),
@@ -192,9 +193,10 @@ class ChatSession {
   }
 
   const ChatArgs& args_;
-  Engine engine_;
+  // The tokenizer and template first: a mistake there is told before the weights load.
   Tokenizer tokenizer_;
   ChatTemplate template_;
+  Engine engine_;
   std::unique_ptr<Session> session_;  // after engine_: destroyed first
   bool interactive_;
   std::string system_;
@@ -225,6 +227,10 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   add_model_options(cmd, args->model);
   add_sampling_options(cmd, args->sampling);
   cmd->add_option("--system", args->system, "system prompt (default: the template's own)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "file with the chat template to use instead of the folder's: a Jinja template or a "
+                  "tokenizer_config.json whose chat_template is taken")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--think", args->think, "Qwen3: think before answering (enable_thinking=true)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
   cmd->add_flag("--hide-thinking", args->hide_thinking, "do not print the <think> part (on a terminal it is shown dimmed)");

@@ -22,6 +22,7 @@ struct GenerateArgs {
   std::string prompt;
   std::string chat;
   std::string system;
+  std::string chat_template;  // a file replacing the folder's template
   bool think = false;
   bool no_think = false;
   std::vector<std::string> stop;
@@ -38,6 +39,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   if (sources != 1) {
     throw Error(ErrorCategory::kInvalidArgument, "give exactly one of --ids, -p/--prompt or --chat");
   }
+  if (cmd.count("--chat-template") > 0 && cmd.count("--chat") == 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "--chat-template applies to --chat only");
+  }
   // Text in and out needs the model folder's tokenizer.
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> prompt;
@@ -49,7 +53,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     if (cmd.count("--prompt")) {
       prompt = tokenizer->encode(args.prompt, /*allow_special=*/true);
     } else {
-      ChatTemplate chat_template = ChatTemplate::load(args.model.model_dir);
+      ChatTemplate chat_template = ChatTemplate::load(args.model.model_dir, args.chat_template);
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       if (cmd.count("--system")) messages.push_back({{"role", "system"}, {"content", args.system}});
       messages.push_back({{"role", "user"}, {"content", args.chat}});
@@ -163,6 +167,10 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--chat", args->chat,
                   "one user message, wrapped in the model's chat template (its text stays plain text)");
   cmd->add_option("--system", args->system, "system prompt for --chat (default: the template's own)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "file with the chat template for --chat instead of the folder's: a Jinja template or a "
+                  "tokenizer_config.json whose chat_template is taken")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--think", args->think, "Qwen3: let the model think first (enable_thinking=true)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
   cmd->add_option("--stop", args->stop, "stop when this text appears (repeatable); it is not printed");

@@ -29,6 +29,8 @@ namespace {
 struct ServeArgs {
   ModelArgs model;
   std::string tokenizer;
+  std::string chat_template;  // a file replacing the folder's template
+  std::string default_template_kwargs;  // JSON object
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key, api_key_file;
@@ -96,16 +98,31 @@ int run_serve(const ServeArgs& args) {
       options.kv_cache_tokens = 65536;
     }
   }
+  nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
+  if (!args.default_template_kwargs.empty()) {
+    default_template_kwargs = nlohmann::ordered_json::parse(args.default_template_kwargs, nullptr, false);
+    if (!default_template_kwargs.is_object()) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "--default-chat-template-kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}' (got " +
+                      args.default_template_kwargs + ")");
+    }
+  }
+  // The tokenizer and template first: a mistake there is told before the weights load.
+  const std::string tokenizer_dir = args.tokenizer.empty() ? args.model.model_dir : args.tokenizer;
+  Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (!args.chat_template.empty()) {
+    chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir, args.chat_template));
+  } else {
+    try {
+      chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir));
+    } catch (const Error& error) {
+      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused (--chat-template FILE gives one)\n",
+                   error.what());
+    }
+  }
   std::fprintf(stderr, "loading %s on %s...\n", args.model.model_dir.c_str(), model_args.device.c_str());
   Engine engine(args.model.model_dir, options);
-  Tokenizer tokenizer = Tokenizer::load(args.tokenizer.empty() ? args.model.model_dir : args.tokenizer);
-  std::unique_ptr<ChatTemplate> chat_template;
-  try {
-    chat_template = std::make_unique<ChatTemplate>(
-        ChatTemplate::load(args.tokenizer.empty() ? args.model.model_dir : args.tokenizer));
-  } catch (const Error& error) {
-    std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n", error.what());
-  }
 
   server::Metrics metrics;
   server::EngineServiceOptions service_options;
@@ -142,7 +159,7 @@ int run_serve(const ServeArgs& args) {
                                  ? std::filesystem::path(args.model.model_dir).lexically_normal().filename().string()
                                  : args.served_model_name;
   if (limits.served_model_name.empty()) limits.served_model_name = args.model.model_dir;
-  server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config()};
+  server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config(), default_template_kwargs};
   server::HttpServer http(service, model_text, server_options, metrics);
   if (!http.bind()) {
     throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) +
@@ -199,6 +216,15 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->description("KV cache size in GiB, shared by all sequences (0: on a GPU, --kv-memory-fraction of the free "
                     "memory less weights and workspace; on the CPU, 65,536 tokens)");
   cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "file with the chat template to use instead of the folder's: a Jinja template (e.g. a "
+                  "chat_template.jinja) or a tokenizer_config.json whose chat_template is taken; the special "
+                  "tokens stay the folder's")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--default-chat-template-kwargs", args->default_template_kwargs,
+                  "JSON object of template variables every chat request starts from, e.g. "
+                  "'{\"enable_thinking\": false}' to answer without thinking unless a request asks for it (its "
+                  "chat_template_kwargs and reasoning_effort override these key by key)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", args->api_key,

@@ -25,6 +25,7 @@ namespace {
 struct TemplateOptions {
   std::string model_dir;
   std::string tokenizer_config;
+  std::string chat_template;  // with model_dir: a file replacing its template
   std::string messages_file;
   std::string tools_file;
   bool add_generation_prompt = false;
@@ -62,8 +63,11 @@ void run_template(const TemplateOptions& opt) {
   if (opt.model_dir.empty() == opt.tokenizer_config.empty()) {
     throw Error(ErrorCategory::kInvalidArgument, "give exactly one of -m/--model DIR and --tokenizer-config FILE");
   }
+  if (!opt.chat_template.empty() && opt.model_dir.empty()) {
+    throw Error(ErrorCategory::kInvalidArgument, "--chat-template goes with -m/--model DIR (whose special tokens it takes)");
+  }
   const ChatTemplate tmpl = opt.model_dir.empty() ? ChatTemplate::load_tokenizer_config(opt.tokenizer_config)
-                                                  : ChatTemplate::load(opt.model_dir);
+                                                  : ChatTemplate::load(opt.model_dir, opt.chat_template);
   nlohmann::ordered_json messages = read_json(opt.messages_file, "messages");
   nlohmann::ordered_json tools;  // null: no tools
   if (messages.is_object()) {
@@ -109,6 +113,10 @@ void add_template_command(CLI::App& root, int& exit_code) {
                   "Model folder: its tokenizer_config.json (and chat_template.jinja, which takes precedence)");
   cmd->add_option("--tokenizer-config", opt->tokenizer_config,
                   "A tokenizer_config.json file holding chat_template and the special tokens");
+  cmd->add_option("--chat-template", opt->chat_template,
+                  "With -m: a file whose template replaces the folder's (a Jinja template, or a "
+                  "tokenizer_config.json whose chat_template is taken); the special tokens stay the folder's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--messages", opt->messages_file,
                   "JSON file ('-' for stdin): an array of messages {\"role\", \"content\", ...}, or an object "
                   "{\"messages\": [...], \"tools\": [...]}")

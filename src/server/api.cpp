@@ -678,14 +678,18 @@ nlohmann::ordered_json parse_tools(const json& body) {
   return tools;
 }
 
-// chat_template_kwargs, with reasoning_effort's switch.
-nlohmann::ordered_json template_kwargs(const json& body) {
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+// The server's default template variables, under the request's chat_template_kwargs and
+// reasoning_effort's switch (which contradicts only the request's own enable_thinking).
+nlohmann::ordered_json template_kwargs(const json& body, const ModelText& model) {
+  nlohmann::ordered_json own = nlohmann::ordered_json::object();
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) throw invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    extra = *kwargs;
+    own = *kwargs;
   }
-  parse_reasoning_effort(body, extra);
+  parse_reasoning_effort(body, own);
+  nlohmann::ordered_json extra =
+      model.default_template_kwargs.is_object() ? model.default_template_kwargs : nlohmann::ordered_json::object();
+  for (const auto& [key, value] : own.items()) extra[key] = value;
   return extra;
 }
 
@@ -693,7 +697,9 @@ nlohmann::ordered_json template_kwargs(const json& body) {
 
 GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
   if (model.chat_template == nullptr) {
-    throw invalid_request("this model has no chat template: use /v1/completions", "messages");
+    throw invalid_request(
+        "this model has no chat template (the server takes one with --chat-template FILE): use /v1/completions",
+        "messages");
   }
   GenerationRequest out;
   out.chat = true;
@@ -750,7 +756,7 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   // A named tool is called once.
   out.single_tool_call = !bool_field(body, "parallel_tool_calls", true) || forced_name.has_value();
   out.named_tool_choice = forced_name.has_value();
-  nlohmann::ordered_json extra = template_kwargs(body);
+  nlohmann::ordered_json extra = template_kwargs(body, model);
   // A forced call is written from the answer's first token: no reasoning before it.
   if (forced) extra["enable_thinking"] = false;
   const PromptEnd end = prompt_end(body);
@@ -868,7 +874,7 @@ TokenizeRequest parse_tokenize_request(const json& body, const ModelText& model,
   if (model.chat_template == nullptr) throw invalid_request("this model has no chat template: give 'prompt'", "messages");
   const nlohmann::ordered_json conversation = parse_conversation(body);
   const nlohmann::ordered_json tools = parse_tools(body);
-  const nlohmann::ordered_json extra = template_kwargs(body);
+  const nlohmann::ordered_json extra = template_kwargs(body, model);
   const PromptEnd end = prompt_end(body);
   try {
     out.ids = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, end.generation_prompt, extra,

@@ -65,6 +65,9 @@ struct ModelText {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat completions refused
   const ModelConfig* config = nullptr;          // sampling defaults from generation_config.json
+  // Template variables every chat request starts from (serve's --default-chat-template-kwargs),
+  // its chat_template_kwargs over them key by key.
+  nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
 };
 
 struct GenerationRequest {

@@ -191,6 +191,49 @@ TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
 
 namespace {
 
+// --chat-template: another template for the folder's tokens, checked before the weights load.
+TEST(CliChatTemplate, ReplacesTheFoldersTemplate) {
+  const fs::path dir = fs::temp_directory_path() / ("qwenrt_cli_template_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "m.json") << R"([{"role":"user","content":"Hi"}])";
+  std::ofstream(dir / "t.jinja") << "{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}"
+                                    "{% if add_generation_prompt %}go{% endif %}\n";
+  const std::string serve_dir = (fs::path(QWENRT_TEST_DATA) / "serve").string();
+  const std::string messages = " --messages '" + (dir / "m.json").string() + "'";
+  RunResult own = run_qwenrt("template -m '" + serve_dir + "'" + messages + " --add-generation-prompt");
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  RunResult other = run_qwenrt("template -m '" + serve_dir + "'" + messages + " --add-generation-prompt --chat-template '" +
+                               (dir / "t.jinja").string() + "'");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(other.out, "<user:Hi>go");
+  EXPECT_NE(own.out, other.out);
+  // Without a folder, or outside --chat, it is a usage error.
+  RunResult alone = run_qwenrt("template --tokenizer-config '" + serve_dir + "/tokenizer_config.json'" + messages +
+                               " --chat-template '" + (dir / "t.jinja").string() + "'");
+  EXPECT_EQ(alone.exit_code, 2) << alone.err;
+  EXPECT_NE(alone.err.find("--chat-template"), std::string::npos) << alone.err;
+  RunResult not_chat = run_qwenrt("generate -m '" + fixture("qwen3_qknorm") + "' --ids '1 2' --chat-template '" +
+                                  (dir / "t.jinja").string() + "'");
+  EXPECT_EQ(not_chat.exit_code, 2) << not_chat.err;
+  EXPECT_NE(not_chat.err.find("--chat"), std::string::npos) << not_chat.err;
+  RunResult missing = run_qwenrt("template -m '" + serve_dir + "'" + messages + " --chat-template '" +
+                                 (dir / "none.jinja").string() + "'");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("none.jinja"), std::string::npos) << missing.err;
+  // serve names a broken template and stops before it loads the weights.
+  std::ofstream(dir / "broken.jinja") << "{% for m in messages %}";
+  RunResult serve = run_qwenrt("serve --device cpu -m '" + fixture("qwen3_qknorm") + "' --tokenizer '" + serve_dir +
+                               "' --port 0 --chat-template '" + (dir / "broken.jinja").string() + "'");
+  EXPECT_EQ(serve.exit_code, 1) << serve.err;
+  EXPECT_NE(serve.err.find("broken.jinja"), std::string::npos) << serve.err;
+  EXPECT_EQ(serve.err.find("loading"), std::string::npos) << serve.err;
+  RunResult kwargs = run_qwenrt("serve --device cpu -m '" + fixture("qwen3_qknorm") + "' --tokenizer '" + serve_dir +
+                                "' --port 0 --default-chat-template-kwargs '[1]'");
+  EXPECT_EQ(kwargs.exit_code, 2) << kwargs.err;
+  EXPECT_NE(kwargs.err.find("--default-chat-template-kwargs must be a JSON object"), std::string::npos) << kwargs.err;
+  fs::remove_all(dir);
+}
+
 TEST(CliBench, JsonReportOnAFixture) {
   RunResult result = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") +
                                 "' --prompt 20 --gen 5 --repeat 2 --format json");

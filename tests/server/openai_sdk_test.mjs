@@ -1400,6 +1400,23 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   keyed.kill('SIGTERM');
 });
 
+// --default-chat-template-kwargs: what every chat request starts from; a request's own over it.
+await test('--default-chat-template-kwargs: Qwen3 without thinking unless a request asks for it', async () => {
+  const quiet = await startServer(qwenrt, serveArgs(['--default-chat-template-kwargs', '{"enable_thinking": false}']));
+  const messages = [{ role: 'user', content: 'hi' }];
+  const ids = async (url, extra = {}) => (await post(url, '/tokenize', { model, messages, ...extra })).json.tokens;
+  const off = await ids(main.url, { chat_template_kwargs: { enable_thinking: false } });
+  const on = await ids(main.url);
+  assert.notDeepEqual(off, on);
+  assert.deepEqual(await ids(quiet.url), off);
+  assert.deepEqual(await ids(quiet.url, { chat_template_kwargs: { enable_thinking: true } }), on);
+  assert.deepEqual(await ids(quiet.url, { reasoning_effort: 'high' }), on);
+  const client = new OpenAI({ baseURL: quiet.url + '/v1', apiKey: 'unused' });
+  const reply = await client.chat.completions.create({ model, messages, max_tokens: 3, temperature: 0 });
+  assert.equal(reply.usage.prompt_tokens, off.length);
+  quiet.kill('SIGTERM');
+});
+
 await test('a client that stops reading is dropped after the write timeout; others are served meanwhile', async () => {
   const slow = await startServer(qwenrt, serveArgs(['--write-timeout', '1', '--max-n', '64', '--max-seqs', '64']));
   // 64 choices with 20 alternatives per token: ~17 MB of events, more than the socket

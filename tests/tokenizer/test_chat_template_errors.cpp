@@ -243,6 +243,46 @@ TEST(ChatTemplateConfig, ModelFolderPrefersChatTemplateJinja) {
   EXPECT_THROW(ChatTemplate::load(dir), Error);
 }
 
+TEST(ChatTemplateConfig, TemplateFileReplacesTheFoldersAndKeepsItsSpecialTokens) {
+  const auto dir = std::filesystem::temp_directory_path() / "qwenrt_chat_template_file_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "model");
+  const auto model = dir / "model";
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "from config", "eos_token": "E"})";
+  std::ofstream(model / "chat_template.jinja") << "from the folder's file";
+  // A Jinja file, its one trailing newline dropped as jinja2 drops it.
+  std::ofstream(dir / "t.jinja") << "{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}\n";
+  EXPECT_EQ(ChatTemplate::load(model, dir / "t.jinja").render(user("x"), Json(), false), "[x]E");
+  // Another model's tokenizer_config.json: its template, this folder's tokens.
+  std::ofstream(dir / "other.json") << R"({"chat_template": "other {{ eos_token }}", "eos_token": "O"})";
+  EXPECT_EQ(ChatTemplate::load(model, dir / "other.json").render(user("x"), Json(), false), "other E");
+  // No file given: the folder's own, as before.
+  EXPECT_EQ(ChatTemplate::load(model, {}).render(user("x"), Json(), false), "from the folder's file");
+  // A folder with no template at all still takes a file's.
+  std::filesystem::create_directories(dir / "bare");
+  EXPECT_EQ(ChatTemplate::load(dir / "bare", dir / "t.jinja").render(user("y"), Json(), false), "[y]");
+  auto message_of = [&](const std::filesystem::path& file) {
+    try {
+      ChatTemplate::load(model, file);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Each failure names the file.
+  const std::string missing = message_of(dir / "missing.jinja");
+  EXPECT_NE(missing.find("missing.jinja"), std::string::npos) << missing;
+  std::ofstream(dir / "no_template.json") << R"({"eos_token": "O"})";
+  const std::string no_template = message_of(dir / "no_template.json");
+  EXPECT_NE(no_template.find("no_template.json"), std::string::npos) << no_template;
+  EXPECT_NE(no_template.find("chat_template"), std::string::npos) << no_template;
+  std::ofstream(dir / "broken.jinja") << "{% for m in messages %}";
+  const std::string broken = message_of(dir / "broken.jinja");
+  EXPECT_NE(broken.find("broken.jinja"), std::string::npos) << broken;
+  EXPECT_NE(message_of(dir), "no error");  // a folder is no file
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ChatTemplateConfig, OriginalQwenFoldersGetChatMlWhereverTheyNameTheirTokenizer) {
   // The original Qwen's folders have no template; naming QWenTokenizer in tokenizer_config.json
   // or only in config.json gives the ChatML of its own code, as the tokenizer loader decides.

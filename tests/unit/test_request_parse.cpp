@@ -280,6 +280,32 @@ TEST(RequestParse, ReasoningEffortNoneTurnsQwen3sReasoningOff) {
   }
 }
 
+// serve --default-chat-template-kwargs: variables every chat request starts from, each
+// request's own chat_template_kwargs and reasoning_effort over them.
+TEST(RequestParse, ServerDefaultTemplateKwargsGiveWayToTheRequests) {
+  static const Fixture fixture;
+  RequestLimits limits;
+  limits.max_context = 4096;
+  limits.vocab_size = fixture.config.vocab_size;
+  ModelText text{&fixture.tokenizer, &fixture.chat_template, &fixture.config};
+  text.default_template_kwargs = {{"enable_thinking", false}};
+  const auto with_defaults = [&](const std::string& body) { return parse_chat_request(parse_json_body(body), text, limits); };
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string thinking = rendered_chat("{" + messages + "}");
+  const std::string not_thinking = rendered_chat("{" + messages + R"(,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_NE(thinking, not_thinking);
+  const auto render = [&](const std::string& body) { return fixture.tokenizer.decode(with_defaults(body).prompt); };
+  EXPECT_EQ(render("{" + messages + "}"), not_thinking);
+  EXPECT_FALSE(with_defaults("{" + messages + "}").may_think);
+  EXPECT_EQ(render("{" + messages + R"(,"chat_template_kwargs":{"enable_thinking":true}})"), thinking);
+  EXPECT_TRUE(with_defaults("{" + messages + R"(,"chat_template_kwargs":{"enable_thinking":true}})").may_think);
+  // reasoning_effort contradicts only what the request itself says.
+  EXPECT_EQ(render("{" + messages + R"(,"reasoning_effort":"high"})"), thinking);
+  EXPECT_EQ(render("{" + messages + R"(,"reasoning_effort":"none"})"), not_thinking);
+  // Other variables of the request sit beside the defaults.
+  EXPECT_EQ(render("{" + messages + R"(,"chat_template_kwargs":{"unused":1}})"), not_thinking);
+}
+
 TEST(RequestParse, TokenizeCountsAsTheGenerationRoutesDo) {
   static const Fixture fixture;
   RequestLimits limits = test_limits(fixture);

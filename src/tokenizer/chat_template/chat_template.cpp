@@ -112,10 +112,37 @@ ChatTemplate ChatTemplate::load_tokenizer_config(const std::filesystem::path& fi
   return from_tokenizer_config(read_json_file(file));
 }
 
-ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) { return load(model_dir, {}); }
+
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const std::filesystem::path& template_file) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
   nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+  if (!template_file.empty()) {
+    // The caller's template replaces the folder's; the special tokens stay the folder's.
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(template_file, error)) {
+      throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist or is not a file");
+    }
+    const std::string text = read_text_file(template_file);
+    // A tokenizer_config.json (another model's) gives its `chat_template`; any other text is
+    // the template itself (a Jinja template is never a JSON object).
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    if (parsed.is_object()) {
+      if (!parsed.contains("chat_template")) {
+        throw Error(ErrorCategory::kInvalidArgument,
+                    "chat template file " + template_file.string() + " is a JSON object without 'chat_template'");
+      }
+      config["chat_template"] = parsed["chat_template"];
+    } else {
+      config["chat_template"] = text;
+    }
+    try {
+      return from_tokenizer_config(config);
+    } catch (const Error& e) {
+      throw Error(e.category(), "chat template file " + template_file.string() + ": " + e.what());
+    }
+  }
   // The original Qwen's folders carry no template: its Chat models build ChatML in code
   // (qwen_generation_utils.make_context), with this default system prompt.
   const bool qwen_v1 = names_qwen_v1_tokenizer(model_dir);

@@ -44,6 +44,10 @@ class ChatTemplate {
   // A model folder: tokenizer_config.json, with chat_template.jinja overriding its
   // `chat_template` when present (as transformers loads it).
   static ChatTemplate load(const std::filesystem::path& model_dir);
+  // The same folder's special tokens with the template of `template_file` (the commands'
+  // --chat-template): a Jinja template, or a tokenizer_config.json whose `chat_template` is
+  // taken. Errors name the file.
+  static ChatTemplate load(const std::filesystem::path& model_dir, const std::filesystem::path& template_file);
 
   // messages: JSON array of {"role", "content", ...} (OpenAI/transformers format).
   // tools: null for none, else a JSON array of tool schemas. extra_vars: JSON object of more
