@@ -3,12 +3,15 @@
 // second signal cuts it short), then end the rest with an error event and close every
 // connection, also one a slow client holds.
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -46,6 +49,8 @@ struct ServeArgs {
   int heartbeat_ms = 0, sse_keepalive_ms = 15000;
   std::string client_check = "socket";
   std::vector<std::string> cors_origins;
+  bool no_access_log = false;
+  int log_stats_interval = 10;  // seconds; 0: none
   bool api_key_given = false;
 };
 
@@ -140,6 +145,7 @@ int run_serve(const ServeArgs& args) {
   server_options.sse_keepalive_ms = args.sse_keepalive_ms;
   server_options.find_sockets = args.client_check == "socket";
   server_options.cors_origins = args.cors_origins;
+  server_options.access_log = !args.no_access_log;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_prompts = args.max_prompts;
@@ -190,6 +196,27 @@ int run_serve(const ServeArgs& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last events reach their clients
     http.stop();
   });
+  // What the engine did, every --log-stats-interval seconds while it has work.
+  std::mutex stats_mutex;
+  std::condition_variable stats_wake;
+  bool stats_stop = false;
+  std::thread stats_logger;
+  if (args.log_stats_interval > 0) {
+    stats_logger = std::thread([&] {
+      SchedulerStats before = service.scheduler_stats();
+      auto last = std::chrono::steady_clock::now();
+      std::unique_lock<std::mutex> lock(stats_mutex);
+      while (!stats_wake.wait_for(lock, std::chrono::seconds(args.log_stats_interval), [&] { return stats_stop; })) {
+        const SchedulerStats now = service.scheduler_stats();
+        const auto time = std::chrono::steady_clock::now();
+        const std::string line =
+            server::stats_log_line(now, before, std::chrono::duration<double>(time - last).count());
+        if (!line.empty()) server::write_log_line(line);
+        before = now;
+        last = time;
+      }
+    });
+  }
   // The line that says the server is up comes once its connection threads exist.
   http.serve([&] {
     std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequences per step, %d KV blocks of %d tokens)%s\n",
@@ -201,6 +228,12 @@ int run_serve(const ServeArgs& args) {
   // serve() also returns when listening fails; wake the waiter so it can finish.
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    stats_stop = true;
+  }
+  stats_wake.notify_all();
+  if (stats_logger.joinable()) stats_logger.join();
   return kExitOk;
 #endif
 }
@@ -300,6 +333,15 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                                           origin.find_first_of("/ \t", sep + 3) == std::string::npos);
         return ok ? "" : "an origin is scheme://host[:port] with no path (e.g. http://localhost:3000), or *";
       });
+  cmd->add_flag("--no-access-log", args->no_access_log,
+                "no line on stderr for each request (by default: 'access TIME CLIENT \"METHOD TARGET VERSION\" "
+                "STATUS DURATION id=REQUEST-ID', the duration from the request's first byte to its answer's last)");
+  cmd->add_option("--log-stats-interval", args->log_stats_interval,
+                  "seconds between the lines on stderr that say what the engine did (running and waiting "
+                  "sequences, prefill and generated tok/s, KV blocks, prefix-cache hits, preemptions), written "
+                  "while it has work; 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM or SIGINT, seconds running requests may take to finish before they are ended with an "
                   "error and every connection is closed (a second signal ends them at once)")

@@ -94,6 +94,13 @@ void drop_response() {
 
 bool connection_peer_ended() { return current_stream != nullptr && current_stream->peer_ended(); }
 
+double connection_request_seconds() {
+  if (current_stream == nullptr || !current_stream->request_started()) return -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - *current_stream->request_started()).count();
+}
+
+std::string connection_peer() { return current_stream != nullptr ? current_stream->peer() : "-"; }
+
 PreRouting::Outcome PreRouting::route(const httplib::Request& req, httplib::Response& res) const {
   if (kept_route.request != &req) {
     kept_route = KeptRoute();
@@ -159,7 +166,16 @@ void ConnectionStream::begin_request() {
   past_colon_ = after_cr_ = false;
   method_.clear();
   method_ended_ = false;
-  deadline_ = std::chrono::steady_clock::now() + limits_.request_time;
+  started_ = std::chrono::steady_clock::now();
+  deadline_ = *started_ + limits_.request_time;
+}
+
+std::string ConnectionStream::peer() const {
+  std::string ip;
+  int port = 0;
+  address_of(sock_, true, ip, port);
+  if (ip.empty()) return "-";
+  return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
 }
 
 ssize_t ConnectionStream::fill() {
@@ -361,10 +377,10 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   }
   // One connection more than the server serves: a 503 now, not a wait in the queue for a
   // thread (a load balancer's probe would time out there).
+  current_stream = &stream;
   if (over) stream.refuse_busy(max_connections_);
   bool ret = false;
   const auto running = [this] { return svr_sock_ != INVALID_SOCKET; };
-  current_stream = &stream;
   for (size_t count = over ? 0 : keep_alive_max_count_; count > 0; --count) {
     if (!stream.wait_for_request(std::chrono::seconds(keep_alive_timeout_sec_), running)) break;
     stream.begin_request();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -84,6 +85,10 @@ class ConnectionStream final : public httplib::Stream {
   // A read found the client's end of the connection (it shut its sending side, or closed).
   bool peer_ended() const { return peer_ended_; }
   bool close_requested() const { return close_requested_; }
+  // When the request being served began to arrive (its first byte); none before the first.
+  std::optional<std::chrono::steady_clock::time_point> request_started() const { return started_; }
+  // The client's address, "ip:port" ("-" where the socket says none).
+  std::string peer() const;
 
  private:
   // poll() for reading or writing up to `wait`: 1 ready, 0 not, -1 error.
@@ -106,6 +111,7 @@ class ConnectionStream final : public httplib::Stream {
   std::vector<char> buffer_;
   size_t begin_ = 0, end_ = 0;
   std::chrono::steady_clock::time_point deadline_{};
+  std::optional<std::chrono::steady_clock::time_point> started_;
   bool in_request_ = false;
   bool in_head_ = false;
   size_t head_bytes_ = 0;
@@ -137,6 +143,11 @@ bool connection_refused();
 void drop_response();
 // Whether a read on the calling thread's connection found the client's end (false off one).
 bool connection_peer_ended();
+// For the access log: seconds since the request the calling thread's connection serves
+// began to arrive (negative off a connection's thread, or before its first request), and the
+// client's "ip:port" ("-" off one).
+double connection_request_seconds();
+std::string connection_peer();
 
 // A server's pre-routing step (the key, the route, the method: answers its request's head
 // alone decides), run once a request. httplib asks about a request waiting for "100

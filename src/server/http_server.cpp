@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
 #include <iterator>
 #include <optional>
@@ -282,11 +283,47 @@ int64_t unix_time() {
 
 }  // namespace
 
+void write_log_line(const std::string& line) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+std::string access_log_line(std::chrono::system_clock::time_point when, const std::string& peer,
+                            const std::string& request, int status, double seconds, const std::string& id) {
+  const auto since_epoch = when.time_since_epoch();
+  const std::time_t whole = std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count();
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&whole, &utc);
+  char stamp[48];
+  const size_t length = std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(stamp + length, sizeof(stamp) - length, ".%03dZ", static_cast<int>(millis));
+  // The request line is the client's text: nothing in it may break the log's lines.
+  constexpr size_t kRequestBytes = 200;
+  std::string shown;
+  for (size_t i = 0; i < request.size() && i < kRequestBytes; ++i) {
+    const char c = request[i];
+    shown += c >= 0x20 && c < 0x7f && c != '"' ? c : '?';
+  }
+  if (request.size() > kRequestBytes) shown += "...";
+  char took[32] = "-";
+  if (seconds >= 0) std::snprintf(took, sizeof(took), "%.1fms", seconds * 1e3);
+  return std::string("access ") + stamp + " " + peer + " \"" + shown + "\" " + std::to_string(status) + " " + took +
+         " id=" + (id.empty() ? "-" : id) + "\n";
+}
+
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
   // A request a connection answers itself (408, 431) never reaches a route: "other".
-  http_->on_refused([this](int status) { metrics_.count_request("other", status); });
+  http_->on_refused([this](int status) {
+    metrics_.count_request("other", status);
+    if (options_.access_log) {
+      write_log_line(access_log_line(std::chrono::system_clock::now(), connection_peer(), "-", status,
+                                     connection_request_seconds(), ""));
+    }
+  });
   // Where answers depend on the Origin, so do those the connection gives itself.
   if (!options_.cors_origins.empty()) http_->set_refusal_headers("Vary: Origin\r\n");
   model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
@@ -519,6 +556,11 @@ void HttpServer::add_routes() {
     const Route* known = find_route(req.path);
     const char* route = known != nullptr ? known->label : "other";
     metrics_.count_request(route, res.status);
+    if (options_.access_log) {
+      write_log_line(access_log_line(std::chrono::system_clock::now(), connection_peer(),
+                                     req.method + " " + req.target + " " + req.version, res.status,
+                                     connection_request_seconds(), res.get_header_value("X-Request-Id")));
+    }
   });
 
   http_->Get(kHealthRoute, [this](const httplib::Request&, httplib::Response& res) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,8 +35,19 @@ struct ServerOptions {
   // Browser pages (their Origin header) allowed to call the API: answered preflights and
   // Access-Control-Allow-Origin. "*": any page. Empty: no CORS headers (browsers refuse).
   std::vector<std::string> cors_origins;
+  // A line on stderr for each request answered (access_log_line).
+  bool access_log = true;
   RequestLimits limits;
 };
+
+// The access log's line for one answer, ending in a newline: when (UTC, milliseconds), the
+// client, the request line (bytes outside printable ASCII as '?', at most 200 of them), the
+// status, the time since the request began to arrive ("-" where unknown) and the request id.
+//   access 2026-12-06T09:30:01.123Z 127.0.0.1:51234 "POST /v1/chat/completions HTTP/1.1" 200 12.3ms id=chatcmpl-…
+std::string access_log_line(std::chrono::system_clock::time_point when, const std::string& peer,
+                            const std::string& request, int status, double seconds, const std::string& id);
+// A log line on stderr, written whole: the lines of several threads do not interleave.
+void write_log_line(const std::string& line);
 
 class HttpServer {
  public:

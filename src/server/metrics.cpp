@@ -116,4 +116,23 @@ std::string Metrics::render(const SchedulerStats& s, int active_requests) const 
   return out;
 }
 
+std::string stats_log_line(const SchedulerStats& now, const SchedulerStats& before, double seconds) {
+  const int64_t prompt = now.computed_prompt_tokens - before.computed_prompt_tokens;
+  const int64_t generated = now.generated_tokens - before.generated_tokens;
+  if (prompt == 0 && generated == 0 && now.running == 0 && now.waiting == 0) return "";
+  const double span = seconds > 0 ? seconds : 1;
+  const int64_t lookups = now.prefix_lookups - before.prefix_lookups;
+  const int64_t hits = now.prefix_hits - before.prefix_hits;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "stats running %d, waiting %d; prefill %.1f tok/s, generated %.1f tok/s; KV blocks %d of %d held (%.1f%%), "
+                "%d cached; prefix hits %.1f%% of %lld blocks; preemptions %lld\n",
+                now.running, now.waiting, static_cast<double>(prompt) / span, static_cast<double>(generated) / span,
+                now.kv_blocks_held, now.kv_blocks_total,
+                now.kv_blocks_total > 0 ? 100.0 * now.kv_blocks_held / now.kv_blocks_total : 0.0, now.kv_blocks_cached,
+                lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
+                static_cast<long long>(lookups), static_cast<long long>(now.preemptions - before.preemptions));
+  return line;
+}
+
 }  // namespace qwenrt::server

@@ -1307,7 +1307,9 @@ await test('--client-check writes: a non-streamed response starts with blank byt
 await test('responses on a kept-alive connection are not held back (no Nagle delay)', async () => {
   // Headers and body are separate writes; with Nagle's algorithm the body waited for the
   // client's delayed ACK of the headers: >= 40 ms every response. The median of 15 is
-  // judged, not the sum: a busy machine stalls a few requests, Nagle delays them all.
+  // judged, not the sum: a busy machine stalls a few requests, Nagle delays them all. The
+  // bound sits below Nagle's 40 ms with room for a 2-core machine that also builds (27 ms
+  // measured there).
   await fetch(main.url + '/v1/models').then((r) => r.text());
   const times = [];
   for (let i = 0; i < 15; i++) {
@@ -1316,7 +1318,7 @@ await test('responses on a kept-alive connection are not held back (no Nagle del
     times.push(performance.now() - start);
   }
   times.sort((a, b) => a - b);
-  assert.ok(times[7] < 25, `median ${times[7].toFixed(1)} ms a request on one connection (${times.map((t) => t.toFixed(0)).join(' ')})`);
+  assert.ok(times[7] < 36, `median ${times[7].toFixed(1)} ms a request on one connection (${times.map((t) => t.toFixed(0)).join(' ')})`);
 });
 
 await test('metrics in Prometheus text', async () => {
@@ -1402,7 +1404,8 @@ await test('API key: 401 without or with a wrong key on every route but /health'
 
 // --default-chat-template-kwargs: what every chat request starts from; a request's own over it.
 await test('--default-chat-template-kwargs: Qwen3 without thinking unless a request asks for it', async () => {
-  const quiet = await startServer(qwenrt, serveArgs(['--default-chat-template-kwargs', '{"enable_thinking": false}']));
+  const quiet = await startServer(qwenrt, serveArgs(['--default-chat-template-kwargs', '{"enable_thinking": false}',
+    '--no-access-log', '--log-stats-interval', '1']));
   const messages = [{ role: 'user', content: 'hi' }];
   const ids = async (url, extra = {}) => (await post(url, '/tokenize', { model, messages, ...extra })).json.tokens;
   const off = await ids(main.url, { chat_template_kwargs: { enable_thinking: false } });
@@ -1414,7 +1417,29 @@ await test('--default-chat-template-kwargs: Qwen3 without thinking unless a requ
   const client = new OpenAI({ baseURL: quiet.url + '/v1', apiKey: 'unused' });
   const reply = await client.chat.completions.create({ model, messages, max_tokens: 3, temperature: 0 });
   assert.equal(reply.usage.prompt_tokens, off.length);
+  // --log-stats-interval 1: a line on what the engine did, within a second or so of the work;
+  // --no-access-log: no line a request.
+  const statsLine = /\nstats running \d+, waiting \d+; prefill [\d.]+ tok\/s, generated (?!0\.0 )[\d.]+ tok\/s; KV blocks \d+ of \d+ held/;
+  for (let waited = 0; !statsLine.test(quiet.log) && waited < 3000; waited += 100) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  assert.match(quiet.log, statsLine, quiet.log);
+  assert.doesNotMatch(quiet.log, /\naccess /);
   quiet.kill('SIGTERM');
+});
+
+await test('access log: a line on stderr for each answer, with its client, status, duration and request id', async () => {
+  const id = 'access-log-check-' + process.pid;
+  const reply = await post(main.url, '/v1/chat/completions', good, { 'X-Request-Id': id });
+  assert.equal(reply.status, 200);
+  assert.equal((await post(main.url, '/v1/no-such-route', good, { 'X-Request-Id': id + '-404' })).status, 404);
+  const line = (suffix, status) => new RegExp(`\\naccess \\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z 127\\.0\\.0\\.1:\\d+ ` +
+    `"POST ${suffix} HTTP/1\\.1" ${status} [\\d.]+ms id=${id}${status === 404 ? '-404' : ''}\\n`);
+  for (let waited = 0; !line('/v1/no-such-route', 404).test(main.log) && waited < 2000; waited += 50) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.match(main.log, line('/v1/chat/completions', 200));
+  assert.match(main.log, line('/v1/no-such-route', 404));
 });
 
 await test('a client that stops reading is dropped after the write timeout; others are served meanwhile', async () => {
