@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -105,7 +106,8 @@ int run_serve(const ServeArgs& args) {
   }
   nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
   if (!args.default_template_kwargs.empty()) {
-    default_template_kwargs = nlohmann::ordered_json::parse(args.default_template_kwargs, nullptr, false);
+    default_template_kwargs = parse_ordered_json(args.default_template_kwargs, "--default-chat-template-kwargs",
+                                                 {ErrorCategory::kInvalidArgument});
     if (!default_template_kwargs.is_object()) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "--default-chat-template-kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}' (got " +

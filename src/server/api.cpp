@@ -687,8 +687,7 @@ nlohmann::ordered_json template_kwargs(const json& body, const ModelText& model)
     own = *kwargs;
   }
   parse_reasoning_effort(body, own);
-  nlohmann::ordered_json extra =
-      model.default_template_kwargs.is_object() ? model.default_template_kwargs : nlohmann::ordered_json::object();
+  nlohmann::ordered_json extra = model.default_template_kwargs;
   for (const auto& [key, value] : own.items()) extra[key] = value;
   return extra;
 }

@@ -80,6 +80,11 @@ struct KeptRoute {
 };
 thread_local KeptRoute kept_route;
 
+// Forgets what is kept, where anything is (a request without Expect builds nothing here).
+void forget_kept_route() {
+  if (kept_route.request != nullptr) kept_route = KeptRoute();
+}
+
 }  // namespace
 
 void close_after_response() {
@@ -101,19 +106,21 @@ double connection_request_seconds() {
 
 std::string connection_peer() { return current_stream != nullptr ? current_stream->peer() : "-"; }
 
+std::string peer_text(const std::string& ip, int port) {
+  if (ip.empty()) return "-";
+  return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+}
+
 PreRouting::Outcome PreRouting::route(const httplib::Request& req, httplib::Response& res) const {
-  if (kept_route.request != &req) {
-    kept_route = KeptRoute();
-    return step_(req, res);
-  }
-  KeptRoute kept = std::move(kept_route);
-  kept_route = KeptRoute();
-  if (kept.outcome == Outcome::Handled) res = std::move(kept.response);
-  return kept.outcome;
+  if (kept_route.request != &req) return step_(req, res);
+  const Outcome outcome = kept_route.outcome;
+  if (outcome == Outcome::Handled) res = std::move(kept_route.response);
+  forget_kept_route();
+  return outcome;
 }
 
 int PreRouting::expect_100(const httplib::Request& req, httplib::Response& res) const {
-  kept_route = KeptRoute();
+  forget_kept_route();
   httplib::Response early;
   const Outcome outcome = step_(req, early);
   // A refusal goes out now, unframed by a 100. A success is framed whole only as the answer
@@ -174,8 +181,7 @@ std::string ConnectionStream::peer() const {
   std::string ip;
   int port = 0;
   address_of(sock_, true, ip, port);
-  if (ip.empty()) return "-";
-  return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+  return peer_text(ip, port);
 }
 
 ssize_t ConnectionStream::fill() {
@@ -386,7 +392,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     stream.begin_request();
     // Nothing a request before decided may reach this one (a Request is a local of
     // httplib's, whose address the next request may well have).
-    kept_route = KeptRoute();
+    forget_kept_route();
     bool closed = false;
     ret = process(*this, stream, count == 1, closed, 0);
     stream.end_request();

@@ -145,9 +145,11 @@ void drop_response();
 bool connection_peer_ended();
 // For the access log: seconds since the request the calling thread's connection serves
 // began to arrive (negative off a connection's thread, or before its first request), and the
-// client's "ip:port" ("-" off one).
+// client's "ip:port" ("-" off one), for answers the connection gives with no httplib Request.
 double connection_request_seconds();
 std::string connection_peer();
+// A client's address as the access log shows it: "ip:port", "[ip6]:port", "-" for none.
+std::string peer_text(const std::string& ip, int port);
 
 // A server's pre-routing step (the key, the route, the method: answers its request's head
 // alone decides), run once a request. httplib asks about a request waiting for "100

@@ -557,7 +557,7 @@ void HttpServer::add_routes() {
     const char* route = known != nullptr ? known->label : "other";
     metrics_.count_request(route, res.status);
     if (options_.access_log) {
-      write_log_line(access_log_line(std::chrono::system_clock::now(), connection_peer(),
+      write_log_line(access_log_line(std::chrono::system_clock::now(), peer_text(req.remote_addr, req.remote_port),
                                      req.method + " " + req.target + " " + req.version, res.status,
                                      connection_request_seconds(), res.get_header_value("X-Request-Id")));
     }

@@ -127,7 +127,12 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
     const std::string text = read_text_file(template_file);
     // A tokenizer_config.json (another model's) gives its `chat_template`; any other text is
     // the template itself (a Jinja template is never a JSON object).
-    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    nlohmann::json parsed;
+    try {
+      parsed = parse_json(text, template_file.string(), {ErrorCategory::kInvalidArgument});
+    } catch (const Error&) {
+      // not JSON: a template
+    }
     if (parsed.is_object()) {
       if (!parsed.contains("chat_template")) {
         throw Error(ErrorCategory::kInvalidArgument,
