@@ -53,6 +53,7 @@ bool token_char(char c) {
 constexpr std::string_view kKnownMethods[] = {"GET",     "HEAD",  "POST",  "PUT", "DELETE",
                                               "CONNECT", "OPTIONS", "TRACE", "PATCH", "PRI"};
 constexpr size_t kMethodBytes = 32;  // kept of a method for the check and the message
+constexpr size_t kRequestLineBytes = 512;  // kept of a request line for a refusal's log line
 
 // A method that is a well-formed token and none of kKnownMethods (a malformed request line
 // stays httplib's to refuse).
@@ -171,7 +172,7 @@ void ConnectionStream::begin_request() {
   head_end_match_ = 0;
   head_line_ = line_bytes_ = 0;
   past_colon_ = after_cr_ = false;
-  method_.clear();
+  request_line_.clear();
   method_ended_ = false;
   started_ = std::chrono::steady_clock::now();
   deadline_ = *started_ + limits_.request_time;
@@ -231,16 +232,16 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
       }
       if (c == ' ' && head_line_ == 0 && !method_ended_) {
         method_ended_ = true;
-        if (unknown_method(method_)) {
+        const std::string method = request_line_.substr(0, kMethodBytes);
+        if (unknown_method(method)) {
           refuse(ApiError(501, "invalid_request_error",
-                          "method " + method_ + " is not implemented (known methods: " + known_methods() + ")",
-                          "", "method_not_implemented"),
+                          "method " + method + " is not implemented (known methods: " + known_methods() + ")", "",
+                          "method_not_implemented"),
                  "Not Implemented");
           return -1;
         }
-      } else if (head_line_ == 0 && !method_ended_ && c != '\r' && c != '\n' && method_.size() < kMethodBytes) {
-        method_ += c;
       }
+      if (head_line_ == 0 && c != '\r' && c != '\n' && request_line_.size() < kRequestLineBytes) request_line_ += c;
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
       if (head_end_match_ == 4) {
         in_head_ = false;
@@ -342,14 +343,15 @@ void ConnectionStream::refuse_busy(size_t connections) {
 void ConnectionStream::refuse(const ApiError& error, const char* reason, const std::string& extra) {
   const std::string body = error_body(error);
   // An id of its own, as every answer carries: the request's, if any, was not read whole.
+  const std::string id = new_id("req");
   const std::string response = "HTTP/1.1 " + std::to_string(error.status) + " " + reason + "\r\nConnection: close\r\n" +
-                               extra + "X-Request-Id: " + new_id("req") + "\r\n" + limits_.refusal_headers +
+                               extra + "X-Request-Id: " + id + "\r\n" + limits_.refusal_headers +
                                "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();
   send_all(response);
   refused_ = true;
-  if (limits_.refused) limits_.refused(error.status);
+  if (limits_.refused) limits_.refused(error.status, request_line_, id);
 }
 
 void ConnectionStream::linger(std::chrono::milliseconds wait, size_t max_bytes) {

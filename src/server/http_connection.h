@@ -31,7 +31,9 @@ struct ConnectionLimits {
   size_t max_head_bytes = 64 * 1024;         // request line and headers together
   std::chrono::milliseconds request_time{60000};  // a request's head and body, from its first byte (and any one read)
   std::chrono::milliseconds write_wait{30000};    // one write to a client that does not read
-  std::function<void(int status)> refused;         // told of each answer refuse() gives (/metrics)
+  // Told of each answer refuse() gives (/metrics, the access log): its status, as much of
+  // the request line as had arrived (bounded; empty if none) and the answer's X-Request-Id.
+  std::function<void(int status, const std::string& request_line, const std::string& id)> refused;
   std::string refusal_headers;  // header lines ("Name: value\r\n") each answer refuse() gives carries besides its own
 };
 
@@ -119,8 +121,9 @@ class ConnectionStream final : public httplib::Stream {
   // The head's current line: which (0: the request line), bytes into it, past its colon, after a CR.
   size_t head_line_ = 0, line_bytes_ = 0;
   bool past_colon_ = false, after_cr_ = false;
-  // The request line's method, up to its first space (a bounded prefix of it).
-  std::string method_;
+  // The request line as far as it has arrived (a bounded prefix); its method is what comes
+  // before its first space.
+  std::string request_line_;
   bool method_ended_ = false;
   bool refused_ = false;
   bool close_requested_ = false;
@@ -185,7 +188,9 @@ class BoundedServer final : public httplib::Server {
   // needs a few threads more than this to do so).
   void set_max_connections(size_t count) { max_connections_ = count; }
   // Told of each request a connection answers itself (408, 431), with its status.
-  void on_refused(std::function<void(int status)> hook) { refused_hook_ = std::move(hook); }
+  void on_refused(std::function<void(int status, const std::string& request_line, const std::string& id)> hook) {
+    refused_hook_ = std::move(hook);
+  }
   // Header lines ("Name: value\r\n") those answers carry besides their own (Vary: Origin).
   void set_refusal_headers(std::string lines) { refusal_headers_ = std::move(lines); }
   // Shuts every connection's socket, now and as they come: a read or write that waits on a
@@ -213,7 +218,7 @@ class BoundedServer final : public httplib::Server {
 
   size_t max_head_bytes_;
   size_t max_connections_ = SIZE_MAX;
-  std::function<void(int status)> refused_hook_;
+  std::function<void(int status, const std::string& request_line, const std::string& id)> refused_hook_;
   std::string refusal_headers_;
   std::mutex live_mutex_;
   std::unordered_set<socket_t> live_;  // the sockets being served (taken out before they are closed)

@@ -317,11 +317,12 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
   // A request a connection answers itself (408, 431) never reaches a route: "other".
-  http_->on_refused([this](int status) {
+  http_->on_refused([this](int status, const std::string& request_line, const std::string& id) {
     metrics_.count_request("other", status);
     if (options_.access_log) {
-      write_log_line(access_log_line(std::chrono::system_clock::now(), connection_peer(), "-", status,
-                                     connection_request_seconds(), ""));
+      write_log_line(access_log_line(std::chrono::system_clock::now(), connection_peer(),
+                                     request_line.empty() ? "-" : request_line, status, connection_request_seconds(),
+                                     id));
     }
   });
   // Where answers depend on the Origin, so do those the connection gives itself.

@@ -1440,6 +1440,19 @@ await test('access log: a line on stderr for each answer, with its client, statu
   }
   assert.match(main.log, line('/v1/chat/completions', 200));
   assert.match(main.log, line('/v1/no-such-route', 404));
+  // An answer the connection gives itself (a header line without a colon): the request line
+  // as it came, and the id the answer carries.
+  const host = new URL(main.url).host;
+  const refused = await rawExchange(main.url, `GET /v1/models?refused=${process.pid} HTTP/1.1\r\nHost: ${host}\r\nno colon here\r\n\r\n`);
+  assert.deepEqual(refused.statuses, ['HTTP/1.1 400'], refused.text.slice(0, 300));
+  const refusedId = refused.text.match(/\r\nX-Request-Id: (req-[0-9a-f]{16})\r\n/)?.[1];
+  assert.ok(refusedId, refused.text.slice(0, 300));
+  const refusedLine = new RegExp(`\\naccess \\S+ 127\\.0\\.0\\.1:\\d+ "GET /v1/models\\?refused=${process.pid} HTTP/1\\.1" 400 ` +
+    `[\\d.]+ms id=${refusedId}\\n`);
+  for (let waited = 0; !refusedLine.test(main.log) && waited < 2000; waited += 50) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.match(main.log, refusedLine);
 });
 
 await test('a client that stops reading is dropped after the write timeout; others are served meanwhile', async () => {
