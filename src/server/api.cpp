@@ -59,8 +59,67 @@ ApiError model_not_found(const std::string& asked, const RequestLimits& limits) 
                   "model", "model_not_found");
 }
 
+namespace {
+
+// The value of the four hex digits at text[at], or -1.
+int hex4(std::string_view text, size_t at) {
+  if (at + 4 > text.size()) return -1;
+  int value = 0;
+  for (size_t i = at; i < at + 4; ++i) {
+    const char c = text[i];
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+}  // namespace
+
+std::optional<std::string> lone_surrogates_replaced(std::string_view text) {
+  std::optional<std::string> out;
+  size_t copied = 0;  // text before this is in *out
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (!in_string || c != '\\') {
+      if (c == '"') in_string = !in_string;
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] != 'u') {  // \" \\ \n ...: the escaped byte is skipped
+      ++i;
+      continue;
+    }
+    const int unit = hex4(text, i + 2);
+    if (unit < 0xD800 || unit > 0xDFFF) {  // not a surrogate (or not hex: the parser says so)
+      if (unit >= 0) i += 5;
+      continue;
+    }
+    if (unit <= 0xDBFF && i + 7 < text.size() && text[i + 6] == '\\' && text[i + 7] == 'u') {
+      const int low = hex4(text, i + 8);
+      if (low >= 0xDC00 && low <= 0xDFFF) {  // a pair: one character
+        i += 11;
+        continue;
+      }
+    }
+    if (!out) out.emplace();
+    out->append(text.substr(copied, i - copied)).append("\\ufffd");
+    copied = i + 6;
+    i += 5;
+  }
+  if (out) out->append(text.substr(copied));
+  return out;
+}
+
 json parse_json_body(std::string_view body) {
   if (tok::utf8_valid_prefix(body) != body.size()) throw invalid_request("the request body is not valid UTF-8");
+  // Half of a surrogate pair escaped alone ("\ud83d"), as Python's json.dumps writes a string
+  // cut inside an emoji: U+FFFD, as a JavaScript client's own UTF-8 encoder would make it.
+  const std::optional<std::string> mended = lone_surrogates_replaced(body);
+  if (mended) body = *mended;
   json parsed;
   try {
     // The shared reader: every library failure (syntax, 1e400, nesting) as one line.
@@ -629,7 +688,7 @@ nlohmann::ordered_json parse_conversation(const json& body) {
     if (role == nullptr || !role->is_string()) throw invalid_request("'" + where + ".role' must be a string", where + ".role");
     const std::string role_name = role->get<std::string>();
     if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "tool" &&
-        role_name != "developer") {
+        role_name != "developer" && role_name != "function") {
       throw invalid_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
                                 role_name + "')",
                             where + ".role");
@@ -639,7 +698,9 @@ nlohmann::ordered_json parse_conversation(const json& body) {
       throw invalid_request("'" + where + ".content' is required for a " + role_name + " message", where + ".content");
     }
     nlohmann::ordered_json item = message;
-    item["role"] = role_name == "developer" ? "system" : role_name;
+    // The deprecated "function" role (a function's result, as older clients still send a
+    // history) is a tool's answer to the template; "developer" is the system's turn.
+    item["role"] = role_name == "developer" ? "system" : role_name == "function" ? "tool" : role_name;
     item["content"] = message_text(message, i);
     if (const json* calls = field(message, "tool_calls")) {
       // Templates expect arguments as objects; the API carries them as JSON text.
@@ -793,7 +854,8 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
   if (no_calls && !tools.is_null()) ban_tool_calls(*model.tokenizer, out);
   if (bool_field(body, "logprobs", false)) {
     out.top_logprobs = static_cast<int>(integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs));
-  } else if (field(body, "top_logprobs") != nullptr) {
+  } else if (field(body, "top_logprobs") != nullptr && integer_field(body, "top_logprobs", 0, 0, limits.max_logprobs) > 0) {
+    // 0 is "none", what clients send by default whether or not they ask for log-probabilities.
     throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   }
   return out;

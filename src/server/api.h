@@ -44,6 +44,9 @@ std::string new_id(const char* prefix);
 
 // Parses a request body as JSON. Library failures become one 400 ApiError line.
 nlohmann::ordered_json parse_json_body(std::string_view body);
+// `text` (JSON) with each escaped surrogate that is not half of a pair ("\ud83d" alone) written
+// as "\ufffd" instead; nullopt where there is none (the text is taken as it is).
+std::optional<std::string> lone_surrogates_replaced(std::string_view text);
 
 // Caps a request is checked against (each a serve flag).
 struct RequestLimits {

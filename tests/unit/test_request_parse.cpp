@@ -359,6 +359,58 @@ TEST(RequestParse, EchoIsACompletionsFieldAndLetsMaxTokensBeZero) {
   }
 }
 
+// top_logprobs 0 is "none": clients send it by default, with or without logprobs (vLLM
+// refuses only a positive count without logprobs).
+TEST(RequestParse, TopLogprobsZeroNeedsNoLogprobs) {
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  // -1: no log-probabilities at all.
+  EXPECT_EQ(chat("{" + messages + R"(,"top_logprobs":0})").top_logprobs, -1);
+  EXPECT_EQ(chat("{" + messages + R"(,"logprobs":false,"top_logprobs":0})").top_logprobs, -1);
+  EXPECT_EQ(chat("{" + messages + R"(,"logprobs":true,"top_logprobs":0})").top_logprobs, 0);
+  EXPECT_EQ(chat("{" + messages + R"(,"logprobs":true,"top_logprobs":3})").top_logprobs, 3);
+  for (const std::string bad : {R"("top_logprobs":2)", R"("logprobs":false,"top_logprobs":1)", R"("top_logprobs":-1)"}) {
+    try {
+      chat("{" + messages + "," + bad + "}");
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "top_logprobs") << bad;
+    }
+  }
+}
+
+// The deprecated "function" role: a function's result, rendered as a tool's answer.
+TEST(RequestParse, AFunctionMessageIsAToolsAnswer) {
+  const std::string function = rendered_chat(
+      R"({"messages":[{"role":"user","content":"weather?"},{"role":"function","name":"get_weather","content":"sunny"}]})");
+  const std::string tool = rendered_chat(
+      R"({"messages":[{"role":"user","content":"weather?"},{"role":"tool","name":"get_weather","content":"sunny"}]})");
+  EXPECT_EQ(function, tool);
+  EXPECT_NE(function.find("<|im_start|>tool\nsunny<|im_end|>"), std::string::npos) << function;
+  try {
+    rendered_chat(R"({"messages":[{"role":"robot","content":"x"}]})");
+    ADD_FAILURE() << "role robot";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.param, "messages[0].role");
+  }
+}
+
+// An escaped half of a surrogate pair alone is read as U+FFFD; pairs, other escapes and an
+// escaped backslash before "u" are left as they are.
+TEST(RequestParse, LoneSurrogateEscapesBecomeReplacementCharacters) {
+  EXPECT_EQ(lone_surrogates_replaced(R"({"a":"plain \u00e9 \ud83d\ude00 \\ud83d \""})"), std::nullopt);
+  EXPECT_EQ(lone_surrogates_replaced(R"({"a":"x\ud83d y"})").value_or(""), R"({"a":"x\ufffd y"})");
+  EXPECT_EQ(lone_surrogates_replaced(R"({"a":"\uDC00\ud83d\ud83d\ude00\ud83d"})").value_or(""),
+            R"({"a":"\ufffd\ufffd\ud83d\ude00\ufffd"})");
+  EXPECT_EQ(lone_surrogates_replaced(R"({"\ud800":1})").value_or(""), R"({"\ufffd":1})");
+  const auto body = parse_json_body(R"({"prompt":"cut \ud83d","user":"\ud83d\ude00"})");
+  EXPECT_EQ(body["prompt"].get<std::string>(), "cut \xEF\xBF\xBD");
+  EXPECT_EQ(body["user"].get<std::string>(), "\xF0\x9F\x98\x80");
+  // Not an escape the parser takes: still refused, by the parser.
+  EXPECT_THROW(parse_json_body(R"({"prompt":"\ud83"})"), ApiError);
+  EXPECT_THROW(parse_json_body(R"({"prompt":"\ud83d)"), ApiError);
+}
+
 // suffix needs fill-in-the-middle tokens (the server tests' byte-level tokenizer has none;
 // Qwen's: tests/tokenizer/test_fill_in_the_middle.cpp), and chat has no suffix.
 TEST(RequestParse, SuffixIsRefusedWithoutFillInTheMiddleTokens) {
