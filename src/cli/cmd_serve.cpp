@@ -51,6 +51,7 @@ struct ServeArgs {
   std::string client_check = "socket";
   std::vector<std::string> cors_origins;
   bool no_access_log = false;
+  bool prompt_tokens_details = false;
   int log_stats_interval = 10;  // seconds; 0: none
   bool api_key_given = false;
 };
@@ -154,6 +155,7 @@ int run_serve(const ServeArgs& args) {
   limits.max_stop = args.max_stop;
   limits.max_stop_bytes = args.max_stop_bytes;
   limits.max_logprobs = args.max_logprobs;
+  limits.prompt_tokens_details = args.prompt_tokens_details;
   // One sequence can hold at most the whole pool: a smaller pool than --max-context is the
   // context a request may use (else it would end early with "length").
   const int64_t pool_tokens = engine.kv_pool_tokens();
@@ -290,6 +292,9 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "largest top_logprobs / logprobs (at most 32: the device reduces up to that many a row at once)")
       ->check(CLI::Range(0, 32))
       ->capture_default_str();
+  cmd->add_flag("--enable-prompt-tokens-details", args->prompt_tokens_details,
+                "each answer's usage also gives prompt_tokens_details.cached_tokens: how many of the prompt's tokens "
+                "the prefix cache held (whole KV blocks of a prompt seen before), as OpenAI's and vLLM's option");
   cmd->add_option("--max-body-mb", args->max_body_mb, "request body size limit in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -28,6 +28,7 @@ struct Scheduler::Sequence {
   int generated = 0;
   std::unique_ptr<SequenceBlocks> blocks;  // null while waiting
   int chunk = 0;                           // tokens this step computes
+  int cached_prompt = -1;                  // prompt tokens its first admission took from the prefix cache
   std::vector<int32_t> held_ids;           // ids it may not sample before min_tokens
   std::vector<uint32_t> mask;              // the constraint's mask for this step's draw
 
@@ -193,15 +194,19 @@ bool Scheduler::shares_prefix(const Sequence& sequence) const { return prefix_ca
 
 bool Scheduler::admit(Sequence& sequence, int budget) {
   sequence.blocks = engine_.new_sequence();
+  int adopted = 0;
   if (shares_prefix(sequence)) {
     // At least the last token is computed again: its logits draw the next one.
-    sequence.blocks->adopt_cached_prefix(std::span<const int32_t>(sequence.tokens).first(sequence.tokens.size() - 1));
+    adopted = sequence.blocks->adopt_cached_prefix(
+        std::span<const int32_t>(sequence.tokens).first(sequence.tokens.size() - 1));
   }
   const int count = std::min(sequence.pending(), budget);
   if (!sequence.blocks->reserve(count)) {
     sequence.blocks.reset();
     return false;
   }
+  // Only the first admission counts: after a preemption the cache holds its own blocks.
+  if (sequence.cached_prompt < 0) sequence.cached_prompt = adopted;
   sequence.chunk = count;
   return true;
 }
@@ -357,7 +362,8 @@ void Scheduler::complete() {
     ++sequence.generated;
     ++generated_tokens_;
     if (shares_prefix(sequence)) sequence.blocks->publish_full_blocks(sequence.tokens);
-    events_.push_back(SequenceEvent{sequence.id, token, FinishReason::kNone, std::move(logprobs_[k])});
+    events_.push_back(SequenceEvent{sequence.id, token, FinishReason::kNone, std::move(logprobs_[k]),
+                                    sequence.generated == 1 ? std::max(sequence.cached_prompt, 0) : -1});
     const SequenceRequest& request = sequence.request;
     const bool may_stop = sequence.generated >= request.min_tokens;
     const bool is_eos = !request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();

@@ -53,6 +53,9 @@ struct SequenceEvent {
   int32_t token = -1;  // -1: no token (a cancellation)
   FinishReason finish = FinishReason::kNone;
   StepLogprobs logprobs;  // when the request asked for them
+  // With a sequence's first token: how many of its prompt's tokens had their keys from the
+  // prefix cache, not computed for it (-1 with every other event).
+  int cached_prompt_tokens = -1;
 };
 
 struct SchedulerStats {

@@ -428,6 +428,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
                   int default_max_tokens) {
   refuse_unsupported(body);
   out.model = check_model(body, limits);
+  out.prompt_tokens_details = limits.prompt_tokens_details;
   out.stream = bool_field(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");

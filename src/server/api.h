@@ -58,6 +58,7 @@ struct RequestLimits {
   int max_context = 0;            // the engine's context, tokens
   int vocab_size = 0;             // the model's
   std::string served_model_name;
+  bool prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens in every answer
 };
 
 // 404 for a model name other than the served one (OpenAI's type and code).
@@ -78,6 +79,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
   bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats: usage in every chunk
+  bool prompt_tokens_details = false;  // usage gives prompt_tokens_details.cached_tokens (serve's option)
   std::string model;
   std::vector<int32_t> prompt;
   // Completions given several prompts: the ones after the first. Each prompt gets its n

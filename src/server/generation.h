@@ -42,6 +42,8 @@ struct ChoiceEvent {
   int choice = 0;
   std::string text;  // new text: valid UTF-8, nothing past a stop string
   int tokens = 0;    // generated tokens this event accounts for
+  // With a choice's first token: its prompt's tokens read from the prefix cache (-1: not told).
+  int cached_prompt_tokens = -1;
   std::vector<LogprobEntry> logprobs;
   bool echo = false;  // the echoed prompt (completions' echo): its text stands alone, a cut character and all
   std::string finish_reason;  // "" while the choice runs; "stop", "length", "error"

@@ -35,7 +35,18 @@ ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string i
 json ResponseBuilder::usage() const {
   int completion = 0;
   for (const Choice& choice : choices_) completion += choice.completion_tokens;
-  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
+  json usage = {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion},
+                {"total_tokens", prompt_tokens_ + completion}};
+  if (request_.prompt_tokens_details) {
+    // A prompt is counted once however many choices it has: as its first choice found the
+    // cache (the others of a batch may have found that one's blocks).
+    int cached = 0;
+    for (size_t first = 0; first < choices_.size(); first += static_cast<size_t>(request_.n)) {
+      cached += choices_[first].cached_prompt_tokens;
+    }
+    usage["prompt_tokens_details"] = {{"cached_tokens", cached}};
+  }
+  return usage;
 }
 
 void ResponseBuilder::add_tool_call(Choice& choice, const ToolCallDelta& delta) {
@@ -164,6 +175,7 @@ ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
 
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
+  if (event.cached_prompt_tokens >= 0) choice.cached_prompt_tokens = event.cached_prompt_tokens;
   const bool logprobs = request_.top_logprobs >= 0;
   if (event.finish_reason == "error") {
     choice.completion_tokens += event.tokens;
@@ -253,6 +265,7 @@ std::string ResponseBuilder::stream_end() {
 
 void ResponseBuilder::collect(const ChoiceEvent& event) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
+  if (event.cached_prompt_tokens >= 0) choice.cached_prompt_tokens = event.cached_prompt_tokens;
   choice.completion_tokens += event.tokens;
   if (event.finish_reason == "error") {
     if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);

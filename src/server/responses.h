@@ -47,6 +47,7 @@ class ResponseBuilder {
     std::string finish;
     nlohmann::json stop_reason;  // vLLM's: the stop string or stop token id that ended it, else null
     int completion_tokens = 0;
+    int cached_prompt_tokens = 0;  // its prompt's tokens the prefix cache held
     // Completions' text_offset: characters of the text so far, and the bytes of a character
     // its tokens have not finished yet.
     size_t characters = 0;

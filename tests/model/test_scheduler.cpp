@@ -70,11 +70,15 @@ std::vector<Outcome> run_alone(const std::vector<SequenceRequest>& requests) {
 // steps instead of all at once. `pipelined` drives it as the server does: each step is
 // launched, the previous step's events are read while it runs (and a joining request is
 // submitted then), then it is completed.
+// `cached_out`: each request's prompt tokens that came from the prefix cache, as its first
+// token's event tells (exactly one event a sequence tells it).
 std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceRequest>& requests, bool prefix_cache,
-                                 int join_every = 0, SchedulerStats* stats_out = nullptr, bool pipelined = false) {
+                                 int join_every = 0, SchedulerStats* stats_out = nullptr, bool pipelined = false,
+                                 std::vector<int>* cached_out = nullptr) {
   Scheduler scheduler(engine, prefix_cache);
   std::map<uint64_t, size_t> index;
   std::vector<Outcome> outcomes(requests.size());
+  std::vector<int> cached(requests.size(), -1);
   size_t next = 0;
   auto submit_one = [&] {
     index[scheduler.submit(requests[next])] = next;
@@ -87,6 +91,9 @@ std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceReque
     for (const SequenceEvent& event : events) {
       Outcome& outcome = outcomes[index.at(event.id)];
       if (event.token >= 0) outcome.tokens.push_back(event.token);
+      // Told with the first token and only then.
+      EXPECT_EQ(event.cached_prompt_tokens >= 0, event.token >= 0 && outcome.tokens.size() == 1);
+      if (event.cached_prompt_tokens >= 0) cached[index.at(event.id)] = event.cached_prompt_tokens;
       if (event.finish != FinishReason::kNone) outcome.finish = finish_reason_name(event.finish);
     }
   };
@@ -112,6 +119,7 @@ std::vector<Outcome> run_batched(Engine& engine, const std::vector<SequenceReque
   EXPECT_EQ(stats.kv_blocks_held, 0) << "blocks still held by finished sequences";
   EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
   if (stats_out != nullptr) *stats_out = stats;
+  if (cached_out != nullptr) *cached_out = cached;
   return outcomes;
 }
 
@@ -263,14 +271,17 @@ TEST_F(SchedulerTest, PrefixSharingComputesTheSharedPromptOnce) {
   auto alone = run_alone(requests);
   Engine engine(model_dir(), engine_options());
   SchedulerStats stats;
+  std::vector<int> cached;
   // One request per step: the first publishes the shared blocks, the later ones find them.
-  EXPECT_EQ(run_batched(engine, requests, true, 4, &stats), alone);
+  EXPECT_EQ(run_batched(engine, requests, true, 4, &stats, false, &cached), alone);
+  EXPECT_EQ(cached, (std::vector<int>{0, 48, 48, 48, 48, 48}));
   EXPECT_EQ(stats.prefix_hits, 5 * 3);
   EXPECT_EQ(stats.computed_prompt_tokens, stats.prompt_tokens - 5 * 48);
   EXPECT_GT(stats.kv_blocks_cached, 0);  // kept for later requests, held by nobody
   // A second round hits the cache from the first request on.
   SchedulerStats again;
-  EXPECT_EQ(run_batched(engine, requests, true, 0, &again), alone);
+  EXPECT_EQ(run_batched(engine, requests, true, 0, &again, false, &cached), alone);
+  EXPECT_EQ(cached, std::vector<int>(6, 48));
   EXPECT_EQ(again.prefix_hits - stats.prefix_hits, 6 * 3);  // the counts are the pool's, cumulative
 }
 

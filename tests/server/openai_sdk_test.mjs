@@ -1405,7 +1405,7 @@ await test('API key: 401 without or with a wrong key on every route but /health'
 // --default-chat-template-kwargs: what every chat request starts from; a request's own over it.
 await test('--default-chat-template-kwargs: Qwen3 without thinking unless a request asks for it', async () => {
   const quiet = await startServer(qwenrt, serveArgs(['--default-chat-template-kwargs', '{"enable_thinking": false}',
-    '--no-access-log', '--log-stats-interval', '1']));
+    '--no-access-log', '--log-stats-interval', '1', '--enable-prompt-tokens-details']));
   const messages = [{ role: 'user', content: 'hi' }];
   const ids = async (url, extra = {}) => (await post(url, '/tokenize', { model, messages, ...extra })).json.tokens;
   const off = await ids(main.url, { chat_template_kwargs: { enable_thinking: false } });
@@ -1417,6 +1417,21 @@ await test('--default-chat-template-kwargs: Qwen3 without thinking unless a requ
   const client = new OpenAI({ baseURL: quiet.url + '/v1', apiKey: 'unused' });
   const reply = await client.chat.completions.create({ model, messages, max_tokens: 3, temperature: 0 });
   assert.equal(reply.usage.prompt_tokens, off.length);
+  // --enable-prompt-tokens-details: the prompt's tokens the prefix cache held (whole blocks of
+  // 16; the last token is always computed); not given by a server without the option.
+  const prompt = Array.from({ length: 70 }, (_, i) => 20 + ((i * 37) % 200));
+  const first = await client.completions.create({ model, prompt, max_tokens: 2, temperature: 0 });
+  assert.deepEqual(first.usage.prompt_tokens_details, { cached_tokens: 0 });
+  const second = await client.completions.create({ model, prompt, max_tokens: 2, temperature: 0 });
+  assert.deepEqual(second.usage.prompt_tokens_details, { cached_tokens: 64 });
+  const streamed = await client.completions.create({ model, prompt, max_tokens: 2, temperature: 0, n: 2, stream: true,
+    stream_options: { include_usage: true } });
+  let streamedUsage = null;
+  for await (const chunk of streamed) if (chunk.usage) streamedUsage = chunk.usage;
+  assert.equal(streamedUsage.prompt_tokens, 70);
+  assert.deepEqual(streamedUsage.prompt_tokens_details, { cached_tokens: 64 });
+  const plain = await new OpenAI({ baseURL: main.url + '/v1', apiKey: 'unused' }).completions.create({ model, prompt, max_tokens: 2 });
+  assert.equal(plain.usage.prompt_tokens_details, undefined);
   // --log-stats-interval 1: a line on what the engine did, within a second or so of the work;
   // --no-access-log: no line a request.
   const statsLine = /\nstats running \d+, waiting \d+; prefill [\d.]+ tok\/s, generated (?!0\.0 )[\d.]+ tok\/s; KV blocks \d+ of \d+ held/;
