@@ -46,7 +46,8 @@ struct ServeArgs {
   int max_n = 8, max_prompts = 64, max_stop = 4, max_stop_bytes = 256, max_logprobs = 20;
   double max_body_mb = 4;
   int max_connections = 1024;
-  int read_timeout = 60, write_timeout = 30, drain_timeout = 30;
+  int read_timeout = 60, write_timeout = 30, drain_timeout = 30, keep_alive_timeout = 5;
+  std::vector<std::string> allowed_hosts;
   int heartbeat_ms = 0, sse_keepalive_ms = 15000;
   std::string client_check = "socket";
   std::vector<std::string> cors_origins;
@@ -148,6 +149,8 @@ int run_serve(const ServeArgs& args) {
   server_options.sse_keepalive_ms = args.sse_keepalive_ms;
   server_options.find_sockets = args.client_check == "socket";
   server_options.cors_origins = args.cors_origins;
+  server_options.keep_alive_s = args.keep_alive_timeout;
+  server_options.allowed_hosts = args.allowed_hosts;
   server_options.access_log = !args.no_access_log;
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
@@ -305,6 +308,13 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--read-timeout", args->read_timeout, "seconds a request (head and body) may take to arrive from its first byte; then 408")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", args->keep_alive_timeout,
+                  "seconds an idle connection stays open for its next request (each holds a thread). Behind a "
+                  "proxy that keeps connections to this server (nginx's upstream keepalive, a load balancer), "
+                  "set it longer than the proxy's idle timeout (nginx: 60 s), or the proxy may send a request "
+                  "just as this server closes the connection (a 502 for a POST)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--write-timeout", args->write_timeout,
                   "seconds a write may block on a client that stops reading; then its request is cancelled")
       ->check(CLI::PositiveNumber)
@@ -329,6 +339,11 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "200; keep-alive comments in a stream), what socket falls back to where the socket is not found")
       ->check(CLI::IsMember({"socket", "writes"}))
       ->capture_default_str();
+  cmd->add_option("--allowed-host", args->allowed_hosts,
+                  "on a loopback --host (the default), a host name requests may name besides localhost, "
+                  "127.0.0.1 and [::1] (e.g. one mapped to 127.0.0.1 in /etc/hosts); repeat for several. Others "
+                  "get 421: a web page can reach a loopback server by another name only by pointing its own "
+                  "name's DNS at it (DNS rebinding). Not checked on other addresses");
   cmd->add_option("--cors-origin", args->cors_origins,
                   "a web page's origin (e.g. http://localhost:3000) whose scripts may call the API from a browser; "
                   "repeat for several, '*' for any page. Default: none (browsers refuse cross-origin calls). "

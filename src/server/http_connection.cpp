@@ -1,4 +1,5 @@
 #include "server/http_connection.h"
+#include "server/http_headers.h"
 
 #include <netdb.h>
 #include <poll.h>
@@ -345,7 +346,8 @@ void ConnectionStream::refuse(const ApiError& error, const char* reason, const s
   // An id of its own, as every answer carries: the request's, if any, was not read whole.
   const std::string id = new_id("req");
   const std::string response = "HTTP/1.1 " + std::to_string(error.status) + " " + reason + "\r\nConnection: close\r\n" +
-                               extra + "X-Request-Id: " + id + "\r\n" + limits_.refusal_headers +
+                               extra + "X-Request-Id: " + id + "\r\nDate: " +
+                               http_date(std::chrono::system_clock::now()) + "\r\n" + limits_.refusal_headers +
                                "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
   end_request();

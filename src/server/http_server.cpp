@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/random_bits.h"
 #include "server/http_connection.h"
+#include "server/http_headers.h"
 #include "server/peer_probe.h"
 #include "server/responses.h"
 #include "tokenizer/tokenizer.h"
@@ -123,7 +124,7 @@ bool same_secret(const std::string& given, const std::string& expected) {
 
 void send_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
-  if (error.status == 429) res.set_header("Retry-After", "1");
+  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(error), "application/json");
 }
 
@@ -315,7 +316,7 @@ std::string access_log_line(std::chrono::system_clock::time_point when, const st
 
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
-      http_(std::make_unique<BoundedServer>()), created_(unix_time()) {
+      http_(std::make_unique<BoundedServer>()), created_(unix_time()), loopback_(loopback_address(options_.host)) {
   // A request a connection answers itself (408, 431) never reaches a route: "other".
   http_->on_refused([this](int status, const std::string& request_line, const std::string& id) {
     metrics_.count_request("other", status);
@@ -347,6 +348,7 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
   http_->set_read_timeout(options_.read_timeout_s, 0);
   http_->set_write_timeout(options_.write_timeout_s, 0);
   http_->set_keep_alive_max_count(1000);
+  http_->set_keep_alive_timeout(options_.keep_alive_s);
   // A response goes out in several writes (headers, body; SSE events): with Nagle's
   // algorithm a write waits for the ACK of the one before, which a client on a kept-alive
   // connection delays by up to 40 ms. httplib sets this on the listening socket; Linux
@@ -409,6 +411,38 @@ void HttpServer::add_routes() {
                                                 "(an HTTP/1.1 request must carry it)"));
       return httplib::Server::HandlerResponse::Handled;
     }
+    if (loopback_ && req.has_header("Host")) {
+      const std::string host = host_name(req.get_header_value("Host"));
+      if (!loopback_host_allowed(host, options_.allowed_hosts)) {
+        send_error_and_close(res, ApiError(421, "invalid_request_error",
+                                           "this server listens on " + options_.host + " and answers requests for "
+                                           "localhost, 127.0.0.1 or [::1], not for '" + host +
+                                           "' (a web page whose name resolves here); name another with --allowed-host",
+                                           "", "host_not_allowed"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    auto& request = const_cast<httplib::Request&>(req);  // httplib's Request is no const object
+    // Range is for parts of a stored representation (RFC 9110 14.2; on a POST it must be
+    // ignored): these answers are computed whole, never 206.
+    request.ranges.clear();
+    // httplib finds a coding by its name anywhere in the field: it is given only those
+    // accepted, in lower case (a coding weighted q=0 is refused, RFC 9110 12.5.3).
+    if (req.has_header("Accept-Encoding")) {
+      std::string field;
+      for (size_t i = 0; i < req.get_header_value_count("Accept-Encoding"); ++i) {
+        field += (i > 0 ? ", " : "") + req.get_header_value("Accept-Encoding", i);
+      }
+      request.headers.erase("Accept-Encoding");
+      if (const std::string codings = acceptable_codings(field); !codings.empty()) {
+        request.headers.emplace("Accept-Encoding", codings);
+      }
+    }
+    // Connection options in any case, as a list ("Close", "keep-alive, close"): httplib
+    // closes only for the exact value "close".
+    for (size_t i = 0; i < req.get_header_value_count("Connection"); ++i) {
+      if (has_connection_option(req.get_header_value("Connection", i), "close")) close_after(res);
+    }
     // A target in absolute form (`http://host/v1/models`, RFC 9112 3.2.2) is served as its
     // path. httplib routes by req.path after this handler, and its Request is no const object.
     if (const std::string scheme = ascii_lower(req.path.substr(0, 8));
@@ -442,6 +476,11 @@ void HttpServer::add_routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (!options_.api_key.empty() && req.path != kHealthRoute) {
+      // One credential: of two, which one a gateway before this server meant is unknown.
+      if (req.get_header_value_count("Authorization") > 1) {
+        send_error_and_close(res, invalid_request("a request carries one Authorization header"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
       const std::string header = req.get_header_value("Authorization");
       // The scheme's name is case-insensitive (RFC 9110 11.1); one or more spaces follow it.
       const size_t space = header.find(' ');
@@ -467,6 +506,17 @@ void HttpServer::add_routes() {
                                  "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
                                      route->methods + ")"));
       }
+      if (unread_body) close_after(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A body is JSON. A web page may send a text/plain or form body to any address without
+    // asking first (no CORS preflight), so those are refused before they run anything; a
+    // request without a Content-Type is read as JSON (curl -d sends a form type: 415).
+    if (req.method == "POST" && req.has_header("Content-Type") && !json_media_type(req.get_header_value("Content-Type"))) {
+      send_error(res, ApiError(415, "invalid_request_error",
+                               "the body's Content-Type is '" + req.get_header_value("Content-Type").substr(0, 100) +
+                                   "': send 'Content-Type: application/json'",
+                               "", "unsupported_media_type"));
       if (unread_body) close_after(res);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -501,6 +551,11 @@ void HttpServer::add_routes() {
   http_->set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.get_header_value("X-Request-Id");
     res.set_header("X-Request-Id", usable_request_id(id) ? id : new_id("req"));
+    if (!res.has_header("Date")) res.set_header("Date", http_date(std::chrono::system_clock::now()));
+    // httplib may compress a JSON body by the request's Accept-Encoding: caches key it by that.
+    if (res.get_header_value("Content-Type").starts_with("application/json")) res.set_header("Vary", "Accept-Encoding");
+    // While draining, every connection ends after its answer.
+    if (draining_) close_after(res);
     // httplib has added its own "Connection: close" by now where the request asked to close:
     // beside close_after's, one is sent.
     if (res.get_header_value_count("Connection") > 1) {

@@ -1102,6 +1102,67 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   trickle.destroy();
   trickled.kill('SIGTERM');
 });
+await test('header fields as RFC 9110 reads them: Range ignored, codings by weight, Connection options in any case, a Date on every answer; JSON bodies only; loopback names only', async () => {
+  const host = new URL(main.url).host;
+  const bodyOf = (reply) => reply.text.slice(reply.text.indexOf('\r\n\r\n') + 4);
+  const completion = JSON.stringify({ model, prompt: 'hi', max_tokens: 2, temperature: 0 });
+  // Range: these answers are computed whole (and a POST's Range must be ignored): 200, all of it.
+  for (const head of [`POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nRange: bytes=0-5\r\n` +
+                      `Content-Length: ${completion.length}\r\nConnection: close\r\n\r\n${completion}`,
+                      `GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nRange: bytes=0-1,5-6\r\nConnection: close\r\n\r\n`]) {
+    const reply = await rawExchange(main.url, head);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 200'], reply.text.slice(0, 300));
+    assert.doesNotMatch(reply.text, /content-range|multipart/i);
+    JSON.parse(bodyOf(reply));
+  }
+  // A coding weighted q=0 is refused; names in any case; a JSON answer varies by the field.
+  const coded = async (accept) => rawExchange(main.url, `GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nAccept-Encoding: ${accept}\r\nConnection: close\r\n\r\n`);
+  for (const accept of ['gzip;q=0', 'br;q=0, gzip;q=0', 'identity']) {
+    const reply = await coded(accept);
+    assert.doesNotMatch(reply.text, /content-encoding/i, accept);
+    assert.equal(JSON.parse(bodyOf(reply)).object, 'list', accept);
+  }
+  assert.match((await coded('GZIP')).text, /\r\ncontent-encoding: gzip\r\n/i);
+  assert.match((await coded('br;q=0, gzip')).text, /\r\ncontent-encoding: gzip\r\n/i);
+  assert.match((await coded('gzip')).text, /\r\nvary: accept-encoding\r\n/i);
+  // "Connection: Close" closes as "close" does; so does a list holding it.
+  for (const option of ['Close', 'CLOSE', 'keep-alive, close']) {
+    const reply = await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: ${option}\r\n\r\n`, '', 2000);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 200'], reply.text.slice(0, 300));
+    assert.ok(reply.closed, `${option}: closed after the answer`);
+    assert.doesNotMatch(reply.text, /keep-alive:/i, option);
+  }
+  // A Date on answers the routes give and on those the connection gives itself.
+  const date = /\r\nDate: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT\r\n/;
+  for (const head of [`GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, `GET /nothing HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+                      `BREW /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`]) {
+    const reply = await rawExchange(main.url, head);
+    assert.match(reply.text, date, reply.text.slice(0, 300));
+    assert.ok(Math.abs(Date.parse(date.exec(reply.text)[0].slice(8)) - Date.now()) < 5000, 'the time now');
+  }
+  // A body a web page could send without asking first (text/plain, a form) is refused
+  // before it runs; JSON with a charset, or no Content-Type, is read.
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+    const reply = await post(main.url, '/v1/completions', completion, { 'content-type': type });
+    assert.equal(reply.status, 415, type);
+    assert.equal(reply.json.error.code, 'unsupported_media_type', type);
+  }
+  assert.equal((await post(main.url, '/v1/completions', completion, { 'content-type': 'application/json; charset=utf-8' })).status, 200);
+  // The server listens on 127.0.0.1: a request naming another host is a page whose name was
+  // pointed here (DNS rebinding): 421, before anything runs.
+  for (const named of ['evil.example', 'evil.example:80', '127.0.0.1.evil.example']) {
+    const reply = await rawExchange(main.url, `GET /v1/models HTTP/1.1\r\nHost: ${named}\r\n\r\n`, '', 2000);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 421'], `${named}: ${reply.text.slice(0, 300)}`);
+    assert.match(bodyOf(reply), /"code":"host_not_allowed"/);
+  }
+  for (const named of [`localhost:${new URL(main.url).port}`, 'LOCALHOST', '127.0.0.1', '[::1]:1']) {
+    const reply = await rawExchange(main.url, `GET /v1/models HTTP/1.1\r\nHost: ${named}\r\nConnection: close\r\n\r\n`);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 200'], `${named}: ${reply.text.slice(0, 300)}`);
+  }
+  // Kept-alive connections are offered for --keep-alive-timeout (default 5 s).
+  assert.match((await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`, '', 500)).text, /\r\nKeep-Alive: timeout=5, max=\d+\r\n/);
+});
+
 await test('a POST with neither Content-Length nor chunked encoding has no body: answered at once', async () => {
   const url = new URL(main.url);
   const socket = net.connect(Number(url.port), url.hostname);
@@ -1358,6 +1419,12 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   const unread = await rawExchange(keyed.url, `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\n` +
                                    `Content-Length: ${smuggled.length}\r\n\r\n`, smuggled);
   assert.deepEqual(unread.statuses, ['HTTP/1.1 401'], unread.text.slice(0, 300));
+  // Two credentials: which one a gateway meant is unknown, whichever comes first.
+  for (const [first, second] of [['sekrit-key', 'wrong'], ['wrong', 'sekrit-key']]) {
+    const two = await rawExchange(keyed.url, `GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${first}\r\n` +
+                                  `Authorization: Bearer ${second}\r\n\r\n`, '', 2000);
+    assert.deepEqual(two.statuses, ['HTTP/1.1 400'], two.text.slice(0, 300));
+  }
   assert.ok(unread.closed && !unread.text.includes('smuggled'));
   // So is one whose client waits for "100 Continue": no 100 before the 401.
   const waiting = await rawExchange(keyed.url, `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\n` +
@@ -1405,7 +1472,8 @@ await test('API key: 401 without or with a wrong key on every route but /health'
 // --default-chat-template-kwargs: what every chat request starts from; a request's own over it.
 await test('--default-chat-template-kwargs: Qwen3 without thinking unless a request asks for it', async () => {
   const quiet = await startServer(qwenrt, serveArgs(['--default-chat-template-kwargs', '{"enable_thinking": false}',
-    '--no-access-log', '--log-stats-interval', '1', '--enable-prompt-tokens-details']));
+    '--no-access-log', '--log-stats-interval', '1', '--enable-prompt-tokens-details', '--keep-alive-timeout', '75',
+    '--allowed-host', 'DevBox']));
   const messages = [{ role: 'user', content: 'hi' }];
   const ids = async (url, extra = {}) => (await post(url, '/tokenize', { model, messages, ...extra })).json.tokens;
   const off = await ids(main.url, { chat_template_kwargs: { enable_thinking: false } });
@@ -1417,6 +1485,10 @@ await test('--default-chat-template-kwargs: Qwen3 without thinking unless a requ
   const client = new OpenAI({ baseURL: quiet.url + '/v1', apiKey: 'unused' });
   const reply = await client.chat.completions.create({ model, messages, max_tokens: 3, temperature: 0 });
   assert.equal(reply.usage.prompt_tokens, off.length);
+  // --keep-alive-timeout 75, --allowed-host DevBox.
+  const kept = await rawExchange(quiet.url, `GET /health HTTP/1.1\r\nHost: devbox:1\r\n\r\n`, '', 500);
+  assert.deepEqual(kept.statuses, ['HTTP/1.1 200'], kept.text.slice(0, 300));
+  assert.match(kept.text, /\r\nKeep-Alive: timeout=75, max=\d+\r\n/);
   // --enable-prompt-tokens-details: the prompt's tokens the prefix cache held (whole blocks of
   // 16; the last token is always computed); not given by a server without the option.
   const prompt = Array.from({ length: 70 }, (_, i) => 20 + ((i * 37) % 200));
@@ -1526,6 +1598,10 @@ await test('SIGTERM: running requests finish, new ones get 503, the server exits
   await new Promise((r) => setTimeout(r, 50));
   const refused = await post(draining.url, '/v1/completions', { model, prompt: 'y', max_tokens: 1 }).catch(() => ({ status: 503 }));
   assert.equal(refused.status, 503);
+  if (refused.headers) {  // (the connection may have been refused outright instead)
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal(refused.headers.get('connection'), 'close', 'every connection ends after its answer while draining');
+  }
   const finished = await running;
   assert.equal(finished.status, 200);
   assert.equal(finished.json.choices[0].finish_reason, 'length');
