@@ -243,6 +243,19 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
         }
       }
       if (head_line_ == 0 && c != '\r' && c != '\n' && request_line_.size() < kRequestLineBytes) request_line_ += c;
+      if (c == '\n' && head_line_ == 1 && request_line_.size() < kRequestLineBytes) {
+        // A version past 1.x (an HTTP/2 client's preface, "PRI * HTTP/2.0") is a version this
+        // server does not speak (RFC 9110 15.6.6), not a malformed line.
+        const std::string version = request_line_.substr(request_line_.rfind(' ') + 1);
+        if (version.size() == 8 && version.starts_with("HTTP/") && version[5] >= '2' && version[5] <= '9' &&
+            version[6] == '.') {
+          refuse(ApiError(505, "invalid_request_error",
+                          version + " is not served here: this server speaks HTTP/1.1 (and 1.0)", "",
+                          "http_version_not_supported"),
+                 "HTTP Version Not Supported");
+          return -1;
+        }
+      }
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
       if (head_end_match_ == 4) {
         in_head_ = false;

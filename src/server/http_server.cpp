@@ -461,6 +461,12 @@ void HttpServer::add_routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.method == "OPTIONS") {
+      // "OPTIONS *": what the server as a whole offers (RFC 9110 9.3.7).
+      if (req.path == "*") {
+        res.status = 204;
+        res.set_header("Allow", "GET, HEAD, POST, OPTIONS");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (route == nullptr) {
         send_error(res, no_route(req));
         return httplib::Server::HandlerResponse::Handled;

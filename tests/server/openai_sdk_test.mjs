@@ -1159,6 +1159,15 @@ await test('header fields as RFC 9110 reads them: Range ignored, codings by weig
     const reply = await rawExchange(main.url, `GET /v1/models HTTP/1.1\r\nHost: ${named}\r\nConnection: close\r\n\r\n`);
     assert.deepEqual(reply.statuses, ['HTTP/1.1 200'], `${named}: ${reply.text.slice(0, 300)}`);
   }
+  // A version past 1.x (an HTTP/2 client's preface): 505; "OPTIONS *": the server's methods.
+  for (const head of ['PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', `GET /health HTTP/3.0\r\nHost: ${host}\r\n\r\n`]) {
+    const reply = await rawExchange(main.url, head, '', 2000);
+    assert.deepEqual(reply.statuses, ['HTTP/1.1 505'], reply.text.slice(0, 300));
+    assert.ok(reply.closed && reply.text.includes('"code":"http_version_not_supported"'), reply.text.slice(0, 300));
+  }
+  const star = await rawExchange(main.url, `OPTIONS * HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.deepEqual(star.statuses, ['HTTP/1.1 204'], star.text.slice(0, 300));
+  assert.match(star.text, /\r\nAllow: GET, HEAD, POST, OPTIONS\r\n/);
   // Kept-alive connections are offered for --keep-alive-timeout (default 5 s).
   assert.match((await rawExchange(main.url, `GET /health HTTP/1.1\r\nHost: ${host}\r\n\r\n`, '', 500)).text, /\r\nKeep-Alive: timeout=5, max=\d+\r\n/);
 });
