@@ -416,7 +416,7 @@ void HttpServer::add_routes() {
       if (!loopback_host_allowed(host, options_.allowed_hosts)) {
         send_error_and_close(res, ApiError(421, "invalid_request_error",
                                            "this server listens on " + options_.host + " and answers requests for "
-                                           "localhost, 127.0.0.1 or [::1], not for '" + host +
+                                           "localhost, 127.0.0.1 or [::1], not for '" + host.substr(0, 100) +
                                            "' (a web page whose name resolves here); name another with --allowed-host",
                                            "", "host_not_allowed"));
         return httplib::Server::HandlerResponse::Handled;
