@@ -430,9 +430,8 @@ void HttpServer::add_routes() {
     // accepted, in lower case (a coding weighted q=0 is refused, RFC 9110 12.5.3).
     if (req.has_header("Accept-Encoding")) {
       std::string field;
-      for (size_t i = 0; i < req.get_header_value_count("Accept-Encoding"); ++i) {
-        field += (i > 0 ? ", " : "") + req.get_header_value("Accept-Encoding", i);
-      }
+      const auto fields = req.headers.equal_range("Accept-Encoding");  // every one, not the first alone
+      for (auto it = fields.first; it != fields.second; ++it) field += (field.empty() ? "" : ", ") + it->second;
       request.headers.erase("Accept-Encoding");
       if (const std::string codings = acceptable_codings(field); !codings.empty()) {
         request.headers.emplace("Accept-Encoding", codings);
@@ -440,8 +439,9 @@ void HttpServer::add_routes() {
     }
     // Connection options in any case, as a list ("Close", "keep-alive, close"): httplib
     // closes only for the exact value "close".
-    for (size_t i = 0; i < req.get_header_value_count("Connection"); ++i) {
-      if (has_connection_option(req.get_header_value("Connection", i), "close")) close_after(res);
+    const auto connection = req.headers.equal_range("Connection");
+    for (auto it = connection.first; it != connection.second; ++it) {
+      if (has_connection_option(it->second, "close")) close_after(res);
     }
     // A target in absolute form (`http://host/v1/models`, RFC 9112 3.2.2) is served as its
     // path. httplib routes by req.path after this handler, and its Request is no const object.
