@@ -243,21 +243,21 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--dtype", args->model.dtype, "GPU weight/activation type: bf16 or f16")
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
       ->capture_default_str();
-  cmd->add_option("--threads", args->model.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--prompt", args->prompt, "prompt tokens")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--gen", args->gen, "generated tokens")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--repeat", args->repeat, "timed runs (medians are reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--warmup", args->warmup, "untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--threads", args->model.threads, "CPU threads (0: all cores)")->check(at_least(0));
+  cmd->add_option("--prompt", args->prompt, "prompt tokens")->check(more_than(0))->capture_default_str();
+  cmd->add_option("--gen", args->gen, "generated tokens")->check(more_than(0))->capture_default_str();
+  cmd->add_option("--repeat", args->repeat, "timed runs (medians are reported)")->check(more_than(0))->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "untimed runs first")->check(at_least(0))->capture_default_str();
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--prefill-chunk,--max-batch-tokens", args->prefill_chunk,
                   "prompt tokens per forward pass (default 512, at least --batch)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
   add_sampling_options(cmd, args->sampling, /*model_defaults=*/false);
   cmd->add_option("--batch", args->batch,
                   "decode this many sequences together, each with its own random prompt (0: one sequence)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_bench(*args, *cmd); });
 }

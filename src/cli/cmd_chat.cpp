@@ -73,8 +73,20 @@ class ChatSession {
       }
       g_interrupted.store(false);
       if (!std::getline(std::cin, line)) {
+        if (interactive_ && g_interrupted.load() && !std::feof(stdin)) {
+          // Ctrl-C at the prompt drops the line being typed, not the conversation.
+          std::cin.clear();
+          std::clearerr(stdin);
+          note("Ctrl-C: type /exit or press Ctrl-D to leave");
+          continue;
+        }
         if (interactive_) std::printf("\n");
-        return kExitOk;  // Ctrl-D, end of piped input, or Ctrl-C at the prompt
+        if (unanswered_ > 0) {
+          std::fprintf(stderr, "qwenrt: chat: %d message%s not answered (see the notes above)\n", unanswered_,
+                       unanswered_ == 1 ? " was" : "s were");
+          return kExitError;
+        }
+        return kExitOk;  // Ctrl-D or the end of piped input
       }
       if (line.empty()) continue;
       if (line[0] == '/') {
@@ -82,6 +94,7 @@ class ChatSession {
         continue;
       }
       answer(line);
+      if (std::ferror(stdout)) return kExitError;  // main says the output failed
     }
   }
 
@@ -154,6 +167,7 @@ class ChatSession {
       note("this message (" + std::to_string(prompt.size()) + " tokens with the chat template) does not fit the " +
            std::to_string(engine_.memory_plan().max_context) +
            "-token context: shorten it, or restart with a larger --max-context");
+      ++unanswered_;
       return;
     }
     GenerateOptions options = options_;
@@ -178,7 +192,7 @@ class ChatSession {
         if (dim && !args_.hide_thinking) std::printf("\x1b[0m");
       }
       std::fflush(stdout);
-      return true;
+      return !std::ferror(stdout);  // nobody takes the output: stop
     });
     std::string rest = decoder.flush();
     reply += rest;
@@ -198,6 +212,7 @@ class ChatSession {
   ChatTemplate template_;
   Engine engine_;
   std::unique_ptr<Session> session_;  // after engine_: destroyed first
+  int unanswered_ = 0;                 // messages refused (too long): a script sees exit code 1
   bool interactive_;
   std::string system_;
   bool has_system_;
@@ -235,7 +250,7 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
   cmd->add_flag("--hide-thinking", args->hide_thinking, "do not print the <think> part (on a terminal it is shown dimmed)");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "tokens per answer at most")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_chat(*args, *cmd); });
 }

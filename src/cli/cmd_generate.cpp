@@ -67,6 +67,19 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.model_dir));
   }
   Engine engine(args.model.model_dir, engine_options(args.model));
+  // Ids the tokenizer made that the model has no row for: the folder's tokenizer and
+  // config.json do not belong together (ids the user typed are checked as such later).
+  if (tokenizer && cmd.count("--ids") == 0) {
+    const int vocab = engine.config().vocab_size;
+    for (const int32_t id : prompt) {
+      if (id >= vocab) {
+        throw Error(ErrorCategory::kInvalidModel,
+                    "the tokenizer gave token id " + std::to_string(id) + ", past the model's vocabulary of " +
+                        std::to_string(vocab) + " (config.json vocab_size): " + args.model.model_dir +
+                        "'s tokenizer does not belong to its weights");
+      }
+    }
+  }
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.stop_at_eos = !args.ignore_eos;
@@ -108,7 +121,9 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
       emit(stops.push(decoder->push(id)));
       if (stops.stopped()) return false;
     }
-    return true;
+    // Output nobody can take (a full disk, a closed pipe with SIGPIPE ignored): stop here;
+    // main reports the failed write.
+    return !std::ferror(stdout);
   });
   if (decoder && !stops.stopped()) {
     emit(stops.push(decoder->flush()));
@@ -173,9 +188,17 @@ void add_generate_command(CLI::App& root, int& exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--think", args->think, "Qwen3: let the model think first (enable_thinking=true)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
-  cmd->add_option("--stop", args->stop, "stop when this text appears (repeatable); it is not printed");
+  cmd->add_option("--stop", args->stop,
+                  "stop when this text appears (repeatable); it is not printed. \\n, \\t, \\r and \\\\ in it are a "
+                  "line break, a tab, a carriage return and a backslash, so --stop \"\\n\\n\" stops at a blank line")
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            text = unescape_stop(text);
+            return std::string();
+          },
+          ""));
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   add_sampling_options(cmd, args->sampling);
   cmd->add_flag("-v,--verbose", args->verbose, "print the sampling settings in effect and the memory plan");

@@ -266,58 +266,58 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "'{\"enable_thinking\": false}' to answer without thinking unless a request asks for it (its "
                   "chat_template_kwargs and reasoning_effort override these key by key)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--port", args->port, "port (0: any free port)")->check(between(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", args->api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health (visible in ps: prefer "
                   "--api-key-file or QWENRT_API_KEY); an empty key, file or variable is refused");
   cmd->add_option("--api-key-file", args->api_key_file, "read the API key from the first line of this file");
   cmd->add_option("--max-seqs", args->max_seqs, "sequences per forward pass (default: 256 on a GPU, 16 on the CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(more_than(0));
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
                   "tokens per forward pass: decodes plus prefill chunks; smaller keeps inter-token latency low while prompts are prefilled, larger prefills long prompts faster (default: 1024 on a GPU, 512 on the CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(more_than(0));
   cmd->add_option("--kv-memory-fraction", args->kv_memory_fraction,
                   "GPU: share of the free device memory for weights, workspace and KV cache when --kv-cache-gb is 0")
-      ->check(CLI::Range(0.05, 0.99))
+      ->check(between(0.05, 0.99))
       ->capture_default_str();
   cmd->add_option("--max-queue", args->max_queue, "requests waiting beyond --max-seqs; more get 429")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--served-model-name", args->served_model_name, "the model name clients use (default: the folder's name)");
-  cmd->add_option("--max-n", args->max_n, "largest n (choices) per request")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-n", args->max_n, "largest n (choices) per request")->check(more_than(0))->capture_default_str();
   cmd->add_option("--max-prompts", args->max_prompts,
                   "most prompts in one /v1/completions request (an array of texts or of id arrays; each gets n choices)")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
-  cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(at_least(0))->capture_default_str();
+  cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(more_than(0))->capture_default_str();
   cmd->add_option("--max-logprobs", args->max_logprobs,
                   "largest top_logprobs / logprobs (at most 32: the device reduces up to that many a row at once)")
-      ->check(CLI::Range(0, 32))
+      ->check(between(0, 32))
       ->capture_default_str();
   cmd->add_flag("--enable-prompt-tokens-details", args->prompt_tokens_details,
                 "each answer's usage also gives prompt_tokens_details.cached_tokens: how many of the prompt's tokens "
                 "the prefix cache held (whole KV blocks of a prompt seen before), as OpenAI's and vLLM's option");
   cmd->add_option("--max-body-mb", args->max_body_mb, "request body size limit in MiB (larger: 413)")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->add_option("--max-connections", args->max_connections,
                   "connections served at once (a thread each); one more is answered 503 with Retry-After")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->add_option("--read-timeout", args->read_timeout, "seconds a request (head and body) may take to arrive from its first byte; then 408")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->add_option("--keep-alive-timeout", args->keep_alive_timeout,
                   "seconds an idle connection stays open for its next request (each holds a thread). Behind a "
                   "proxy that keeps connections to this server (nginx's upstream keepalive, a load balancer), "
                   "set it longer than the proxy's idle timeout (nginx: 60 s), or the proxy may send a request "
                   "just as this server closes the connection (a 502 for a POST)")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->add_option("--write-timeout", args->write_timeout,
                   "seconds a write may block on a client that stops reading; then its request is cancelled")
-      ->check(CLI::PositiveNumber)
+      ->check(more_than(0))
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", args->heartbeat_ms,
                   "non-streamed responses. 0: sent whole once ready, with their own status, nothing written "
@@ -325,12 +325,12 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "a response not ready within N ms is sent as blank bytes every N ms, then its body (an error "
                   "after that can only come as the body of a 200). A client that goes is noticed from its "
                   "socket either way")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--sse-keepalive-ms", args->sse_keepalive_ms,
                   "streams: an SSE comment (': keep-alive') after this long without tokens, e.g. while queued "
                   "or behind a long prompt, for proxies that cut idle connections; 0: none")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--client-check", args->client_check,
                   "how a client that has gone is noticed. socket: its connection's socket is found (in "
@@ -362,12 +362,12 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "seconds between the lines on stderr that say what the engine did (running and waiting "
                   "sequences, prefill and generated tok/s, KV blocks, prefix-cache hits, preemptions), written "
                   "while it has work; 0: none")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM or SIGINT, seconds running requests may take to finish before they are ended with an "
                   "error and every connection is closed (a second signal ends them at once)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() {
     args->api_key_given = cmd->count("--api-key") > 0;

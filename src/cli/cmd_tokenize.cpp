@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
@@ -121,6 +122,18 @@ void run_tokenize(const TokenizeOptions& options) {
       Tokenizer::load(options.model_dir.empty() ? options.tokenizer_file : options.model_dir);
   if (!options.decode.empty()) {
     const std::vector<int32_t> ids = parse_ids(options.decode);
+    // As Hugging Face's tokenizers decode them, ids that name no token add no text: said.
+    std::string unknown;
+    int unknown_count = 0;
+    for (const int32_t id : ids) {
+      if (tokenizer.id_to_token(id)) continue;
+      if (++unknown_count <= 8) unknown += (unknown.empty() ? "" : ", ") + std::to_string(id);
+    }
+    if (unknown_count > 0) {
+      std::fprintf(stderr, "qwenrt: note: %d id%s name%s no token of this tokenizer (%s%s; ids run from 0 to %d): left out\n",
+                   unknown_count, unknown_count == 1 ? "" : "s", unknown_count == 1 ? "s" : "", unknown.c_str(),
+                   unknown_count > 8 ? ", ..." : "", tokenizer.vocab_size() - 1);
+    }
     std::string text = tokenizer.decode(ids, options.skip_special);
     text.push_back('\n');
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -191,7 +204,7 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--skip-special", options->skip_special,
                 "with --decode: leave special tokens out of the text");
   cmd->add_option("--passes", options->passes, "with --bench: number of timed passes (default 5)")
-      ->check(CLI::Range(1, 1000));
+      ->check(between(1, 1000));
 
   cmd->callback([options, text, jsonl, decode, bench, &exit_code]() {
     if (text->count() + jsonl->count() + decode->count() + bench->count() != 1) {

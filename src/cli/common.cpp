@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -14,6 +17,73 @@
 #include "tokenizer/chat_prompt.h"
 
 namespace qwenrt::cli {
+
+namespace {
+
+// "1", "0.5", "1e+30": short, as a user wrote numbers.
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.12g", value);
+  return text;
+}
+
+// A validator of the number in an option's text: `wrong` says what is wrong with a finite
+// value ("" when it is right).
+CLI::Validator number_check(std::string description, std::function<std::string(double)> wrong) {
+  return CLI::Validator(
+      [wrong = std::move(wrong)](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (!std::isfinite(value)) return "must be a finite number (got " + text + ")";
+        return wrong(value);
+      },
+      std::move(description));
+}
+
+}  // namespace
+
+std::string unescape_stop(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    const char* meant = nullptr;
+    if (text[i] == '\\') {
+      meant = next == 'n' ? "\n" : next == 't' ? "\t" : next == 'r' ? "\r" : next == '\\' ? "\\" : nullptr;
+    }
+    if (meant == nullptr) {
+      out += text[i];
+    } else {
+      out += meant;
+      ++i;
+    }
+  }
+  return out;
+}
+
+CLI::Validator at_least(double low) {
+  return number_check(low == 0 ? "NONNEGATIVE" : ">= " + number_text(low), [low](double value) {
+    return value >= low ? "" : "must be at least " + number_text(low) + " (got " + number_text(value) + ")";
+  });
+}
+
+CLI::Validator more_than(double low) {
+  return number_check(low == 0 ? "POSITIVE" : "> " + number_text(low), [low](double value) {
+    return value > low ? "" : "must be more than " + number_text(low) + " (got " + number_text(value) + ")";
+  });
+}
+
+CLI::Validator between(double low, double high, bool low_open) {
+  const std::string range = (low_open ? "(" : "[") + number_text(low) + ", " + number_text(high) + "]";
+  return number_check("in " + range, [=](double value) {
+    const bool inside = (low_open ? value > low : value >= low) && value <= high;
+    return inside ? "" : "must be in " + range + " (got " + number_text(value) + ")";
+  });
+}
+
+CLI::Validator finite_number() {
+  return number_check("", [](double) { return std::string(); });
+}
 
 void add_model_options(CLI::App* command, ModelArgs& args) {
   command->add_option("-m,--model", args.model_dir, "Hugging Face model folder (config.json, *.safetensors)")
@@ -25,14 +95,14 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
       ->capture_default_str();
   command->add_option("--threads", args.threads, "CPU threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   command->add_option("--max-context", args.max_context,
                       "tokens per sequence the KV cache is planned for (0: the model's maximum, capped at 32768)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   command->add_option("--kv-cache-gb", args.kv_cache_gb,
                       "KV cache size in GiB (0: enough for one --max-context sequence)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(between(0, 1 << 20));
   command->add_flag("--memory-report", args.memory_report,
                     "print where the memory goes: weights, KV cache, workspace, runtime, measured peak");
 }
@@ -43,19 +113,24 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
                                        "settings when it sets do_sample)"
                                      : "sampling temperature; 0 = greedy (default: greedy; generation_config.json is "
                                        "not read, so runs compare like with like)")
-      ->check(CLI::NonNegativeNumber);
-  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
+  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")->check(at_least(0));
   command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")
-      ->check(CLI::Range(0.0, 1.0) & !CLI::IsMember({0.0f}));
+      ->check(between(0, 1, true));
   command->add_option("--min-p", args.min_p, "drop tokens below min_p × the top probability, in [0, 1]")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(between(0, 1));
   command->add_option("--repetition-penalty", args.repetition_penalty,
                       "penalise tokens already in the context (1: off)")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--presence-penalty", args.presence_penalty, "subtract this from tokens already present (0: off)");
+      ->check(more_than(0));
+  command->add_option("--presence-penalty", args.presence_penalty, "subtract this from tokens already present (0: off)")
+      ->check(finite_number());
   command->add_option("--frequency-penalty", args.frequency_penalty,
-                      "subtract this × count for tokens already present (0: off)");
-  command->add_option("--seed", args.seed, "random seed; same seed and settings give the same output");
+                      "subtract this × count for tokens already present (0: off)")
+      ->check(finite_number());
+  command->add_option("--seed", args.seed,
+                      "random seed, 0 to 2^64-1 (default 0: the same settings give the same output run after run; "
+                      "pass another seed for other draws)")
+      ->check(at_least(0));
 }
 
 SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config) {

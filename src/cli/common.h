@@ -32,6 +32,13 @@ struct SamplingArgs {
   uint64_t seed = 0;
 };
 
+// Checks of a numeric option with messages a user reads at a glance ("must be at least 1
+// (got 0)"); each refuses what is not a number, and NaN and infinities.
+CLI::Validator at_least(double low);                                  // >= low
+CLI::Validator more_than(double low);                                 // > low
+CLI::Validator between(double low, double high, bool low_open = false);  // [low, high] or (low, high]
+CLI::Validator finite_number();                                       // any finite number
+
 // Adds --temperature, --top-k, --top-p, --min-p, the penalties and --seed, validated.
 // model_defaults: the command starts from generation_config.json's sampling (generate,
 // chat); bench does not.
@@ -55,6 +62,11 @@ std::vector<int32_t> parse_ids(const std::string& text);
 // markers) added to `options`; for the original Qwen, a note on stderr when the folder is a
 // base model (chat_format "raw").
 void prepare_chat(const ModelConfig& config, const Tokenizer& tokenizer, GenerateOptions& options);
+
+// A stop string as typed on a command line: \n, \t, \r and \\ become a line break, a tab,
+// a carriage return and a backslash (a shell passes "\n" as two characters); any other
+// backslash stays as it is.
+std::string unescape_stop(const std::string& text);
 
 // "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
 std::string format_bytes(double bytes);

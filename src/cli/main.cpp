@@ -1,4 +1,6 @@
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -22,6 +24,9 @@ int main(int argc, char** argv) {
   CLI::App app{"qwenrt: fast, correct inference for Qwen models (Qwen2, Qwen2.5, Qwen3)"};
   app.footer(kFooter);
   app.require_subcommand(1);
+  // An option given twice takes its last value (a command line extended by a script or an
+  // alias), not an error; options that take several values keep them all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string("qwenrt ") + QWENRT_VERSION);
   int exit_code = cli::kExitOk;
   cli::add_generate_command(app, exit_code);
@@ -59,6 +64,15 @@ int main(int argc, char** argv) {
     return e.category() == ErrorCategory::kInvalidArgument ? cli::kExitUsage : cli::kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwenrt: error: %s\n", e.what());
+    return cli::kExitError;
+  }
+  // Output that did not reach its file (a full disk; a closed pipe where SIGPIPE is
+  // ignored) is a failed run, not a success with nothing said.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (!flushed || std::ferror(stdout)) {
+    std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", errno != 0 ? ": " : "",
+                 errno != 0 ? std::strerror(errno) : "");
     return cli::kExitError;
   }
   return exit_code;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
 read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
-Ctrl-C during an answer (the answer stops, the program stays), then /exit. Also checks
+Ctrl-C during an answer (the answer stops, the program stays), Ctrl-C at the prompt (the
+line is dropped, the conversation stays), then /exit. Also checks
 piped stdin, a long conversation in a small context (the oldest turns are dropped) and a
 message too long for the context. The model is a 1-layer Qwen3 with Qwen's vocabulary and
 random weights, written here, next to Qwen's real tokenizer.
@@ -140,6 +141,14 @@ def main():
         term.send(b"\x03")
         stopped = term.read_until(b"> ", timeout=30)
         assert b"stopped" in stopped, stopped
+        # 4b. Ctrl-C at the prompt drops the line typed so far, not the conversation.
+        term.send(b"half a line")
+        term.read_until(b"half a line")
+        term.send(b"\x03")
+        hint = term.read_until(b"> ", timeout=30)
+        assert b"/exit" in hint, hint
+        term.send(b"/stats\r")
+        assert b"tokens/s" in term.read_until(b"> ")
         term.send(b"/exit\r")
         assert term.wait() == 0
         # 5. Piped stdin: answers only, one per line of input.
@@ -161,8 +170,9 @@ def main():
         huge = b"word " * 200 + b"\nshort\n/stats\n"
         refused = subprocess.run([binary, "chat", "-m", folder, "--device", "cpu", "-n", "8",
                                   "--max-context", "96"], input=huge, capture_output=True, timeout=120)
-        assert refused.returncode == 0, refused.stderr
+        assert refused.returncode == 1, refused.stderr  # a script sees the unanswered message
         assert b"does not fit" in refused.stderr, refused.stderr
+        assert b"1 message was not answered" in refused.stderr, refused.stderr
         assert re.search(rb"last answer: [1-8] tokens", refused.stderr), refused.stderr
         print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
               "piped stdin, oldest turns dropped, an oversized message refused: ok")

@@ -142,8 +142,29 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --repetition-penalty 0", 2, "--repetition-penalty"},
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb"},
                       BadArgs{"generate -m MODEL -p hi", 1, "tokenizer.json"},
-                      BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"}),
+                      BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"},
+                      // Not a number, NaN and infinities: refused by name, readably.
+                      BadArgs{"generate -m MODEL --ids 1 --temperature nan", 2, "--temperature: must be a finite number (got nan)"},
+                      BadArgs{"generate -m MODEL --ids 1 --top-p nan", 2, "--top-p: must be a finite number"},
+                      BadArgs{"generate -m MODEL --ids 1 --presence-penalty inf", 2, "--presence-penalty: must be a finite"},
+                      BadArgs{"generate -m MODEL --ids 1 --frequency-penalty -inf", 2, "--frequency-penalty: must be a finite"},
+                      BadArgs{"generate -m MODEL --ids 1 --repetition-penalty nan", 2, "--repetition-penalty"},
+                      BadArgs{"generate -m MODEL --ids 1 -n -1", 2, "--max-new-tokens: must be at least 0 (got -1)"},
+                      BadArgs{"generate -m MODEL --ids 1 -n abc", 2, "--max-new-tokens: 'abc' is not a number"},
+                      BadArgs{"generate -m MODEL --ids 1 --top-p 2", 2, "--top-p: must be in (0, 1] (got 2)"},
+                      BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 1e30", 2, "--kv-cache-gb: must be in [0, 1048576]"},
+                      BadArgs{"generate -m MODEL --ids 1 --seed -1", 2, "--seed: must be at least 0"},
+                      BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
+
+// An option given twice takes its last value, as most command lines do.
+TEST(Cli, ARepeatedOptionTakesItsLastValue) {
+  RunResult twice = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 9 -n 3 --ignore-eos");
+  ASSERT_EQ(twice.exit_code, 0) << twice.err;
+  RunResult once = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 3 --ignore-eos");
+  EXPECT_EQ(twice.out, once.out);
+  EXPECT_EQ(std::count(once.out.begin(), once.out.end(), ' '), 2) << once.out;  // three ids
+}
 
 TEST(Cli, MissingConfigNamesTheFile) {
   fs::path dir = fs::temp_directory_path() / ("qwenrt_empty_model_" + std::to_string(::getpid()));

@@ -191,11 +191,12 @@ TEST(ConnectionStream, HeaderLineVerdictsDoNotDependOnHowTheHeadArrives) {
 
 TEST(ConnectionStream, AMethodHttplibDoesNotKnowIsAnswered501) {
   // RFC 9110 15.6.2: a method the server does not recognise is a 501 (httplib: 400).
-  // Methods are case-sensitive; a request line that is no request line stays httplib's.
+  // Methods are case-sensitive; a request line that is no request line stays httplib's. A
+  // version past 1.x (an HTTP/2 preface) is a 505 (RFC 9110 15.6.6).
   const std::pair<std::string, int> lines[] = {
       {"BREW /pot HTTP/1.1", 501}, {"get / HTTP/1.1", 501}, {"M-SEARCH * HTTP/1.1", 501},
       {"GET / HTTP/1.1", 0},       {"PATCH /v1/models HTTP/1.1", 0}, {"TRACE / HTTP/1.1", 0},
-      {"PRI * HTTP/2.0", 0},       {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
+      {"PRI * HTTP/2.0", 505},     {"GET / HTTP/3.0", 505},    {"GET / HTTP/1.2", 0},  {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
   };
   for (const auto& [line, status] : lines) {
     for (const bool bytewise : {false, true}) {
@@ -213,7 +214,10 @@ TEST(ConnectionStream, AMethodHttplibDoesNotKnowIsAnswered501) {
       EXPECT_EQ(read_head(stream, got), status == 0) << line;
       EXPECT_EQ(stream.refused(), status != 0) << line;
       const std::string answer = pair.received();
-      if (status != 0) {
+      if (status == 505) {
+        EXPECT_EQ(answer.rfind("HTTP/1.1 505 HTTP Version Not Supported\r\n", 0), 0u) << line;
+        EXPECT_NE(answer.find("\"code\":\"http_version_not_supported\""), std::string::npos) << answer;
+      } else if (status != 0) {
         EXPECT_EQ(answer.rfind("HTTP/1.1 501 Not Implemented\r\n", 0), 0u) << line;
         EXPECT_NE(answer.find("\"code\":\"method_not_implemented\""), std::string::npos) << answer;
         EXPECT_NE(answer.find("method " + line.substr(0, line.find(' ')) + " is not implemented"), std::string::npos)

@@ -394,7 +394,12 @@ class CpuBackend final : public Backend {
     std::vector<float> row(logits.as<float>() + r * vocab, logits.as<float>() + (r + 1) * vocab);
     for (float value : row) {
       if (!std::isfinite(value)) {
-        throw Error(ErrorCategory::kInternal, "non-finite logits in row " + std::to_string(r));
+        // In f32 this comes from the model, not the arithmetic: NaN or infinite weights, or a
+        // config that makes them (a damaged or wrongly converted checkpoint).
+        throw Error(ErrorCategory::kInvalidModel,
+                    "non-finite logits (NaN or infinity) in row " + std::to_string(r) +
+                        ": the model's weights produce NaN/inf activations; check the checkpoint (a damaged or "
+                        "wrongly converted file)");
       }
     }
     if (history != nullptr) apply_penalties(row.data(), vocab, key.params, history, history_len);

@@ -656,7 +656,8 @@ class CudaBackend final : public Backend {
                       " of " + std::to_string(record.rows) +
                       (dtype_ == DType::kF16
                            ? ": fp16 activations overflowed; run this model in bf16"
-                           : ": the model produced NaN/inf activations"));
+                           : ": the model produced NaN/inf activations; check the checkpoint (a damaged or "
+                             "wrongly converted file)"));
     }
     if (host_ids != nullptr) std::memcpy(host_ids, record.host + 1, static_cast<size_t>(record.rows) * sizeof(int32_t));
   }
