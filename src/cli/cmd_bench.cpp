@@ -179,7 +179,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
     out["prefill_chunk"] = result.prefill_chunk;
-    out["decode_graphs"] = options.record_decode;
+    out["decode_graphs"] = options.record_decode && engine->backend().name() != "cpu";  // recorded on GPUs only
     out["sampling"] = bench.sampling.temperature > 0 ? "sampled" : "greedy";
     out["prompt_tokens_per_s"] = result.prompt_tokens_per_s;
     out["prompt_ms"] = result.prompt_seconds * 1e3;
@@ -251,7 +251,8 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
       ->check(at_least(0));
   cmd->add_option("--prefill-chunk,--max-batch-tokens", args->prefill_chunk,
-                  "prompt tokens per forward pass (default 512, at least --batch)")
+                  "prompt tokens per forward pass (default 512; at least --batch, at most the KV cache's tokens: "
+                  "the context times the sequences; the report gives the one used)")
       ->check(at_least(0));
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
   add_sampling_options(cmd, args->sampling, /*model_defaults=*/false);

@@ -39,9 +39,12 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   if (sources != 1) {
     throw Error(ErrorCategory::kInvalidArgument, "give exactly one of --ids, -p/--prompt or --chat");
   }
-  if (cmd.count("--chat-template") > 0 && cmd.count("--chat") == 0) {
-    throw Error(ErrorCategory::kInvalidArgument, "--chat-template applies to --chat only");
+  for (const char* chat_only : {"--chat-template", "--system", "--think", "--no-think"}) {
+    if (cmd.count(chat_only) > 0 && cmd.count("--chat") == 0) {
+      throw Error(ErrorCategory::kInvalidArgument, std::string(chat_only) + " applies to --chat only");
+    }
   }
+  if (args.think && args.no_think) throw Error(ErrorCategory::kInvalidArgument, "give --think or --no-think, not both");
   // Text in and out needs the model folder's tokenizer.
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> prompt;

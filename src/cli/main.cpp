@@ -21,7 +21,7 @@ const char* kFooter = R"(Exit codes:
 int main(int argc, char** argv) {
   using namespace qwenrt;
   (void)cli::seconds_since_process_start();  // the clock for "started → first token"
-  CLI::App app{"qwenrt: fast, correct inference for Qwen models (Qwen2, Qwen2.5, Qwen3)"};
+  CLI::App app{"qwenrt: fast, correct inference for Qwen models (the original Qwen, Qwen1.5, Qwen2, Qwen2.5, Qwen3)"};
   app.footer(kFooter);
   app.require_subcommand(1);
   // An option given twice takes its last value (a command line extended by a script or an
