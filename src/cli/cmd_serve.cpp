@@ -341,9 +341,10 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--allowed-host", args->allowed_hosts,
                   "on a loopback --host (the default), a host name requests may name besides localhost, "
-                  "127.0.0.1 and [::1] (e.g. one mapped to 127.0.0.1 in /etc/hosts); repeat for several. Others "
-                  "get 421: a web page can reach a loopback server by another name only by pointing its own "
-                  "name's DNS at it (DNS rebinding). Not checked on other addresses");
+                  "127.0.0.1 and [::1] (e.g. one mapped to 127.0.0.1 in /etc/hosts, or a tunnel's public name that "
+                  "reaches the server unchanged); repeat for several; '*' for any. Others get 421: a web page can "
+                  "reach a loopback server by another name only by pointing its own name's DNS at it (DNS "
+                  "rebinding). Not checked on other addresses");
   cmd->add_option("--cors-origin", args->cors_origins,
                   "a web page's origin (e.g. http://localhost:3000) whose scripts may call the API from a browser; "
                   "repeat for several, '*' for any page. Default: none (browsers refuse cross-origin calls). "

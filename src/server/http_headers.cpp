@@ -117,7 +117,8 @@ bool loopback_address(const std::string& address) {
 
 bool loopback_host_allowed(const std::string& host, const std::vector<std::string>& allowed) {
   if (host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host)) return true;
-  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& name) { return lower(name) == host; });
+  return std::any_of(allowed.begin(), allowed.end(),
+                     [&](const std::string& name) { return name == "*" || lower(name) == host; });
 }
 
 std::string http_date(std::chrono::system_clock::time_point when) {

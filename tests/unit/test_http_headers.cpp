@@ -60,6 +60,8 @@ TEST(HttpHeaders, HostNamesOfALoopbackServer) {
     EXPECT_FALSE(loopback_host_allowed(host, none)) << host;
   }
   EXPECT_TRUE(loopback_host_allowed("devbox", {"DevBox"}));
+  EXPECT_FALSE(loopback_host_allowed("devbox", {"devbox.lan"}));
+  EXPECT_TRUE(loopback_host_allowed("tunnel.example", {"*"}));
 }
 
 TEST(HttpHeaders, DateInTheFormatOfRfc9110) {
