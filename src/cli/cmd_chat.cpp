@@ -81,16 +81,11 @@ class ChatSession {
           continue;
         }
         if (interactive_) std::printf("\n");
-        if (unanswered_ > 0) {
-          std::fprintf(stderr, "qwenrt: chat: %d message%s not answered (see the notes above)\n", unanswered_,
-                       unanswered_ == 1 ? " was" : "s were");
-          return kExitError;
-        }
-        return kExitOk;  // Ctrl-D or the end of piped input
+        return finish();  // Ctrl-D or the end of piped input
       }
       if (line.empty()) continue;
       if (line[0] == '/') {
-        if (!command(line)) return kExitOk;
+        if (!command(line)) return finish();
         continue;
       }
       answer(line);
@@ -99,6 +94,14 @@ class ChatSession {
   }
 
  private:
+  // The exit code at the end: for piped input (a script), 1 when a message was not answered.
+  int finish() const {
+    if (interactive_ || unanswered_ == 0) return kExitOk;
+    std::fprintf(stderr, "qwenrt: chat: %d message%s not answered (see the notes above)\n", unanswered_,
+                 unanswered_ == 1 ? " was" : "s were");
+    return kExitError;
+  }
+
   // Returns false to leave the chat.
   bool command(const std::string& line) {
     std::string name = line.substr(0, line.find(' '));
@@ -224,6 +227,7 @@ class ChatSession {
 };
 
 int run_chat(const ChatArgs& args, const CLI::App& cmd) {
+  if (args.think && args.no_think) throw Error(ErrorCategory::kInvalidArgument, "give --think or --no-think, not both");
   struct sigaction action {};
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);

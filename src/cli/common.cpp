@@ -35,8 +35,12 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        if (!std::isfinite(value)) return "must be a finite number (got " + text + ")";
-        return wrong(value);
+        // Sampling options are floats: checked as the float they become (1e39 is infinite
+        // there, 1e-50 is 0).
+        if (!std::isfinite(value) || std::fabs(value) > std::numeric_limits<float>::max()) {
+          return "must be a finite number (got " + text + ")";
+        }
+        return wrong(static_cast<double>(static_cast<float>(value)));
       },
       std::move(description));
 }

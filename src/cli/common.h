@@ -33,7 +33,8 @@ struct SamplingArgs {
 };
 
 // Checks of a numeric option with messages a user reads at a glance ("must be at least 1
-// (got 0)"); each refuses what is not a number, and NaN and infinities.
+// (got 0)"); each refuses what is not a number, NaN and infinities, and checks the value as
+// the float it becomes (a sampling option: 1e39 is infinite, 1e-50 is 0).
 CLI::Validator at_least(double low);                                  // >= low
 CLI::Validator more_than(double low);                                 // > low
 CLI::Validator between(double low, double high, bool low_open = false);  // [low, high] or (low, high]

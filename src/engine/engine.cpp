@@ -286,10 +286,12 @@ void Engine::check_prompt(const std::vector<int32_t>& ids, const char* what) con
   if (static_cast<int>(ids.size()) > plan_.max_context) {
     const int trained = model_->config().max_position_embeddings;
     // Raising --max-context helps only below what the model was trained for.
-    const std::string advice = plan_.max_context < trained
-                                   ? " (raise --max-context; the model supports " + std::to_string(trained) + ")"
-                                   : " (the model's trained length: shorten the input, or raise --max-context past "
-                                     "it, which the model may not handle well)";
+    const std::string advice =
+        plan_.max_context < trained   ? " (raise --max-context; the model supports " + std::to_string(trained) + ")"
+        : plan_.max_context == trained ? " (the model's trained length: shorten the input, or raise --max-context "
+                                         "past it, which the model may not handle well)"
+                                       : " (--max-context, already past the model's trained length of " +
+                                             std::to_string(trained) + ": shorten the input)";
     throw Error(ErrorCategory::kInvalidArgument, std::string(what) + " has " + std::to_string(ids.size()) +
                                                      " tokens but the context limit is " +
                                                      std::to_string(plan_.max_context) + advice);

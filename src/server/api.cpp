@@ -116,8 +116,8 @@ std::optional<std::string> lone_surrogates_replaced(std::string_view text) {
 
 json parse_json_body(std::string_view body) {
   if (tok::utf8_valid_prefix(body) != body.size()) throw invalid_request("the request body is not valid UTF-8");
-  // Half of a surrogate pair escaped alone ("\ud83d"), as Python's json.dumps writes a string
-  // cut inside an emoji: U+FFFD, as a JavaScript client's own UTF-8 encoder would make it.
+  // Half of a surrogate pair escaped alone ("\ud83d"), as JavaScript's JSON.stringify writes a
+  // string cut inside an emoji (its strings are UTF-16): U+FFFD, as its UTF-8 encoder makes it.
   const std::optional<std::string> mended = lone_surrogates_replaced(body);
   if (mended) body = *mended;
   json parsed;
@@ -690,7 +690,7 @@ nlohmann::ordered_json parse_conversation(const json& body) {
     const std::string role_name = role->get<std::string>();
     if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "tool" &&
         role_name != "developer" && role_name != "function") {
-      throw invalid_request("'" + where + ".role' must be system, developer, user, assistant or tool (got '" +
+      throw invalid_request("'" + where + ".role' must be system, developer, user, assistant, tool or function (got '" +
                                 role_name + "')",
                             where + ".role");
     }
@@ -703,7 +703,15 @@ nlohmann::ordered_json parse_conversation(const json& body) {
     // history) is a tool's answer to the template; "developer" is the system's turn.
     item["role"] = role_name == "developer" ? "system" : role_name == "function" ? "tool" : role_name;
     item["content"] = message_text(message, i);
-    if (const json* calls = field(message, "tool_calls")) {
+    // The deprecated assistant's "function_call" (the call a "function" message answers) is
+    // its one tool call to the template.
+    if (const json* call = field(message, "function_call"); call != nullptr && role_name == "assistant" &&
+                                                            field(message, "tool_calls") == nullptr) {
+      if (!call->is_object()) throw invalid_request("'" + where + ".function_call' must be an object", where + ".function_call");
+      item.erase("function_call");
+      item["tool_calls"] = nlohmann::ordered_json::array({{{"type", "function"}, {"function", *call}}});
+    }
+    if (const json* calls = item.contains("tool_calls") && !item["tool_calls"].is_null() ? &item["tool_calls"] : nullptr) {
       // Templates expect arguments as objects; the API carries them as JSON text.
       if (!calls->is_array()) throw invalid_request("'" + where + ".tool_calls' must be an array", where + ".tool_calls");
       for (auto& call : item["tool_calls"]) {

@@ -117,8 +117,18 @@ bool loopback_address(const std::string& address) {
 
 bool loopback_host_allowed(const std::string& host, const std::vector<std::string>& allowed) {
   if (host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host)) return true;
+  // Names a public DNS record cannot give: the LAN's (mDNS) and a container runtime's
+  // (host.docker.internal).
+  if (host.ends_with(".local") || host.ends_with(".internal")) return true;
   return std::any_of(allowed.begin(), allowed.end(),
                      [&](const std::string& name) { return name == "*" || lower(name) == host; });
+}
+
+bool loopback_origin(const std::string& origin) {
+  const size_t scheme = origin.find("://");
+  if (scheme == std::string::npos) return false;
+  const std::string host = host_name(origin.substr(scheme + 3));
+  return host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host);
 }
 
 std::string http_date(std::chrono::system_clock::time_point when) {

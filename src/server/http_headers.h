@@ -29,9 +29,14 @@ std::string host_name(const std::string& field);
 bool loopback_address(const std::string& address);
 // True when a request naming `host` (host_name's result) may be served by a server on a
 // loopback address: localhost (or a name under .localhost), an address in 127.0.0.0/8, [::1],
-// or one of `allowed` (names in any case; "*": any name). A web page reaches a loopback
-// server by another name only by rebinding that name's DNS record to it.
+// a name under .local or .internal, or one of `allowed` (as host_name gives them; "*": any
+// name). A web page reaches a loopback server by another name only by rebinding that name's
+// DNS record to it.
 bool loopback_host_allowed(const std::string& host, const std::vector<std::string>& allowed);
+
+// True for an Origin ("http://localhost:3000") of a page this machine serves itself:
+// localhost, a name under .localhost, 127.0.0.0/8 or [::1], any scheme and port.
+bool loopback_origin(const std::string& origin);
 
 // The Date field's value for `when` (RFC 9110 5.6.7: "Sun, 06 Dec 2026 12:00:00 GMT").
 std::string http_date(std::chrono::system_clock::time_point when);

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -317,6 +318,14 @@ std::string access_log_line(std::chrono::system_clock::time_point when, const st
 HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOptions options, Metrics& metrics)
     : service_(service), model_(model), options_(std::move(options)), metrics_(metrics),
       http_(std::make_unique<BoundedServer>()), created_(unix_time()), loopback_(loopback_address(options_.host)) {
+  // The names a request may give a keyless loopback server besides the loopback ones: this
+  // machine's own, and those of --allowed-host as Host fields name them (no port, lower case).
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) machine_name_ = host_name(name);
+  if (!machine_name_.empty()) allowed_hosts_.push_back(machine_name_);
+  for (const std::string& allowed : options_.allowed_hosts) {
+    allowed_hosts_.push_back(allowed == "*" ? allowed : host_name(allowed));
+  }
   // A request a connection answers itself (408, 431) never reaches a route: "other".
   http_->on_refused([this](int status, const std::string& request_line, const std::string& id) {
     metrics_.count_request("other", status);
@@ -402,6 +411,11 @@ std::string HttpServer::allowed_origin(const std::string& origin) const {
 
 void HttpServer::add_routes() {
   const auto pre_route = [this](const httplib::Request& req, httplib::Response& res) {
+    auto& request = const_cast<httplib::Request&>(req);  // httplib's Request is no const object
+    // Range is for parts of a stored representation (RFC 9110 14.2; on a POST it must be
+    // ignored): these answers are computed whole, never 206, whichever answer this is. (A
+    // Range httplib cannot read is its own 416, before any handler.)
+    request.ranges.clear();
     // A request names its host once, and an HTTP/1.1 one must (RFC 9112 3.2): a proxy
     // before this server may have routed by another.
     if (const size_t hosts = req.get_header_value_count("Host");
@@ -411,21 +425,35 @@ void HttpServer::add_routes() {
                                                 "(an HTTP/1.1 request must carry it)"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (loopback_ && req.has_header("Host")) {
-      const std::string host = host_name(req.get_header_value("Host"));
-      if (!loopback_host_allowed(host, options_.allowed_hosts)) {
-        send_error_and_close(res, ApiError(421, "invalid_request_error",
-                                           "this server listens on " + options_.host + " and answers requests for "
-                                           "localhost, 127.0.0.1 or [::1], not for '" + host.substr(0, 100) +
-                                           "' (a web page whose name resolves here); name another with --allowed-host",
-                                           "", "host_not_allowed"));
+    // A keyless server on a loopback address is open to any web page the machine's browser
+    // shows: a page whose name's DNS it points here (DNS rebinding) names itself in Host, and
+    // a page that posts here names itself in Origin (which browsers send with every POST).
+    // Neither can send an API key, so with one these checks are not needed.
+    if (loopback_ && options_.api_key.empty()) {
+      if (req.has_header("Host")) {
+        const std::string host = host_name(req.get_header_value("Host"));
+        if (!loopback_host_allowed(host, allowed_hosts_)) {
+          send_error_and_close(res, ApiError(421, "invalid_request_error",
+                                             "this server listens on " + options_.host +
+                                                 " without an API key and answers requests for this machine's "
+                                                 "names (localhost, 127.0.0.1, [::1], " + machine_name_ +
+                                                 ", *.local, *.internal), not for '" + host.substr(0, 100) +
+                                                 "': a proxy that passes its own Host on, or a web page whose name "
+                                                 "resolves here; name it with --allowed-host, or set an API key",
+                                             "", "host_not_allowed"));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (const std::string origin = req.get_header_value("Origin");
+          req.method == "POST" && !origin.empty() && allowed_origin(origin).empty() && !loopback_origin(origin)) {
+        send_error_and_close(res, ApiError(403, "invalid_request_error",
+                                           "a web page at '" + origin.substr(0, 100) +
+                                               "' may not use this server: allow it with --cors-origin, or set an "
+                                               "API key",
+                                           "", "origin_not_allowed"));
         return httplib::Server::HandlerResponse::Handled;
       }
     }
-    auto& request = const_cast<httplib::Request&>(req);  // httplib's Request is no const object
-    // Range is for parts of a stored representation (RFC 9110 14.2; on a POST it must be
-    // ignored): these answers are computed whole, never 206.
-    request.ranges.clear();
     // httplib finds a coding by its name anywhere in the field: it is given only those
     // accepted, in lower case (a coding weighted q=0 is refused, RFC 9110 12.5.3).
     if (req.has_header("Accept-Encoding")) {

@@ -39,9 +39,10 @@ struct ServerOptions {
   bool access_log = true;
   // Seconds an idle kept-alive connection stays open for its next request.
   int keep_alive_s = 5;
-  // Listening on a loopback address, requests must name it by a loopback name (localhost,
-  // 127.0.0.1, [::1]) or one of these (a name mapped to it in /etc/hosts, say): a web page
-  // that rebinds its own name's DNS record to 127.0.0.1 gets 421 (loopback_host_allowed).
+  // Listening on a loopback address without an API key, requests must name it by a name of
+  // this machine (localhost, 127.0.0.1, [::1], its host name, *.local, *.internal) or one of
+  // these: a web page that rebinds its own name's DNS record to 127.0.0.1 gets 421
+  // (loopback_host_allowed).
   std::vector<std::string> allowed_hosts;
   RequestLimits limits;
 };
@@ -84,7 +85,9 @@ class HttpServer {
   std::atomic<bool> ready_{false}, draining_{false};
   int port_ = 0;
   int64_t created_ = 0;
-  bool loopback_ = false;  // listening on a loopback address: Host names are checked
+  bool loopback_ = false;  // listening on a loopback address: Host names and Origins are checked
+  std::string machine_name_;                // gethostname's, as a Host names it
+  std::vector<std::string> allowed_hosts_;  // it and --allowed-host's, as Host fields name them
   std::string model_json_;  // the served model's /v1/models entry
   std::function<void()> accepting_;
 };

@@ -147,8 +147,12 @@ def main():
         term.send(b"\x03")
         hint = term.read_until(b"> ", timeout=30)
         assert b"/exit" in hint, hint
+        term.send(b"And then?\r")
+        term.read_until(b"\r\n> ", timeout=120)
         term.send(b"/stats\r")
-        assert b"tokens/s" in term.read_until(b"> ")
+        kept = term.read_until(b"> ")
+        found = re.search(rb"prompt (\d+) tokens, (\d+) of them cached", kept)
+        assert found and int(found.group(2)) > 0, kept  # the turns before the Ctrl-C are still there
         term.send(b"/exit\r")
         assert term.wait() == 0
         # 5. Piped stdin: answers only, one per line of input.

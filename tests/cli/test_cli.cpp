@@ -154,6 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --top-p 2", 2, "--top-p: must be in (0, 1] (got 2)"},
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 1e30", 2, "--kv-cache-gb: must be in [0, 1048576]"},
                       BadArgs{"generate -m MODEL --ids 1 --seed -1", 2, "--seed: must be at least 0"},
+                      // Checked as the float each becomes.
+                      BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be a finite"},
+                      BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 0)"},
                       BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 

@@ -53,7 +53,8 @@ TEST(HttpHeaders, HostNamesOfALoopbackServer) {
   EXPECT_FALSE(loopback_address("192.168.1.5"));
   EXPECT_FALSE(loopback_address("127.example.com"));
   const std::vector<std::string> none;
-  for (const char* host : {"localhost", "app.localhost", "127.0.0.1", "127.9.9.9", "[::1]"}) {
+  for (const char* host : {"localhost", "app.localhost", "127.0.0.1", "127.9.9.9", "[::1]", "printer.local",
+                           "host.docker.internal"}) {
     EXPECT_TRUE(loopback_host_allowed(host, none)) << host;
   }
   for (const char* host : {"evil.example", "localhost.evil.example", "127.0.0.1.evil.example", "0.0.0.0", ""}) {
@@ -62,6 +63,19 @@ TEST(HttpHeaders, HostNamesOfALoopbackServer) {
   EXPECT_TRUE(loopback_host_allowed("devbox", {"DevBox"}));
   EXPECT_FALSE(loopback_host_allowed("devbox", {"devbox.lan"}));
   EXPECT_TRUE(loopback_host_allowed("tunnel.example", {"*"}));
+  EXPECT_FALSE(loopback_host_allowed("evil.localhost.example", none));
+  EXPECT_FALSE(loopback_host_allowed("internal", none));
+}
+
+TEST(HttpHeaders, OriginsOfPagesThisMachineServes) {
+  for (const char* origin : {"http://localhost:3000", "https://localhost", "http://127.0.0.1:8080", "http://[::1]:5173",
+                             "http://app.localhost", "tauri://localhost"}) {
+    EXPECT_TRUE(loopback_origin(origin)) << origin;
+  }
+  for (const char* origin : {"http://evil.example", "null", "", "http://localhost.evil.example", "http://127.0.0.1.nip.io",
+                             "file://"}) {
+    EXPECT_FALSE(loopback_origin(origin)) << origin;
+  }
 }
 
 TEST(HttpHeaders, DateInTheFormatOfRfc9110) {

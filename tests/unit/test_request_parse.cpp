@@ -387,6 +387,28 @@ TEST(RequestParse, AFunctionMessageIsAToolsAnswer) {
       R"({"messages":[{"role":"user","content":"weather?"},{"role":"tool","name":"get_weather","content":"sunny"}]})");
   EXPECT_EQ(function, tool);
   EXPECT_NE(function.find("<|im_start|>tool\nsunny<|im_end|>"), std::string::npos) << function;
+  // The assistant's function_call before it: its one tool call, as tool_calls would give it.
+  const std::string called = R"({"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}})";
+  const std::string as_tool_call = R"({"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]})";
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
+  // Qwen2.5's own template, which writes each call as <tool_call>{...}</tool_call>.
+  static const Fixture fixture;
+  const ChatTemplate qwen25 = ChatTemplate::load(QWENRT_TEST_DATA "/serve", QWENRT_TEST_DATA "/templates/qwen2.5-instruct.jinja");
+  RequestLimits limits = test_limits(fixture);
+  limits.served_model_name.clear();
+  const ModelText text{&fixture.tokenizer, &qwen25, &fixture.config};
+  const auto render = [&](const std::string& body) {
+    return fixture.tokenizer.decode(parse_chat_request(parse_json_body(body), text, limits).prompt);
+  };
+  const std::string legacy = render(R"({"messages":[{"role":"user","content":"weather?"},)" + called +
+                                    R"(,{"role":"function","name":"get_weather","content":"sunny"}],)" + tools + "}");
+  EXPECT_EQ(legacy, render(R"({"messages":[{"role":"user","content":"weather?"},)" + as_tool_call +
+                           R"(,{"role":"tool","name":"get_weather","content":"sunny"}],)" + tools + "}"));
+  EXPECT_NE(legacy.find(R"(<tool_call>
+{"name": "get_weather", "arguments": {"city": "Paris"}}
+</tool_call>)"), std::string::npos) << legacy;
+  EXPECT_NE(legacy.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << legacy;
+  EXPECT_NO_THROW(rendered_chat(R"({"messages":[{"role":"assistant","content":"x","tool_calls":null},{"role":"user","content":"y"}]})"));
   try {
     rendered_chat(R"({"messages":[{"role":"robot","content":"x"}]})");
     ADD_FAILURE() << "role robot";
