@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -72,13 +73,18 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
   std::ifstream file;
   std::istream* input = &std::cin;
   if (options.jsonl != "-") {
+    std::error_code ignored;
+    if (std::filesystem::is_directory(options.jsonl, ignored)) {
+      throw Error(ErrorCategory::kIo, options.jsonl + ": is a folder, not a file");
+    }
     file.open(options.jsonl, std::ios::binary);
     if (!file) throw Error(ErrorCategory::kIo, options.jsonl + ": cannot open");
     input = &file;
   }
   std::string line;
   std::string output;
-  for (size_t number = 1; std::getline(*input, line); ++number) {
+  size_t number = 1;
+  for (; std::getline(*input, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = options.jsonl + ":" + std::to_string(number);
     JsonParseOptions parse_options;
@@ -91,6 +97,8 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
     output.push_back('\n');
     std::fwrite(output.data(), 1, output.size(), stdout);
   }
+  // A read that failed (not the end of the input) loses lines: said, not taken for the end.
+  if (input->bad()) throw Error(ErrorCategory::kIo, options.jsonl + ": read failed at line " + std::to_string(number));
 }
 
 void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {

@@ -1,5 +1,7 @@
 #include "core/mapped_file.h"
 
+#include <filesystem>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -57,6 +59,11 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_text_file(const std::filesystem::path& path) {
+  // A folder opens as a stream that reads nothing: said as such, not as an empty file.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw Error(ErrorCategory::kIo, path.string() + ": is a folder, not a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(ErrorCategory::kIo, path.string() + ": cannot open: " + std::strerror(errno));
