@@ -35,8 +35,8 @@ int run_score(const ScoreArgs& args) {
   for (size_t i = 0; i < result.logprobs.size(); ++i) {
     std::printf("%8zu %6d %9.5f\n", i + 1, ids[i + 1], result.logprobs[i]);
   }
-  std::printf("mean NLL %.6f  perplexity %.4f  (%zu tokens, %.3f s)\n", result.nll_mean,
-              result.perplexity, ids.size(), result.seconds);
+  std::printf("mean NLL %.6f  perplexity %.4f  (%zu tokens, %zu of them scored: each after the first, %.3f s)\n",
+              result.nll_mean, result.perplexity, ids.size(), result.logprobs.size(), result.seconds);
   return kExitOk;
 }
 
