@@ -195,8 +195,12 @@ class ChatSession {
         if (dim && !args_.hide_thinking) std::printf("\x1b[0m");
       }
       std::fflush(stdout);
-      return !std::ferror(stdout);  // nobody takes the output: stop
+      return !std::ferror(stdout);  // nobody takes the output (or Ctrl-C cut a write): stop
     });
+    // Ctrl-C may have cut a write to the terminal short (EINTR: the handler does not restart
+    // calls, so that it also ends a read at the prompt): that is the stop asked for, not an
+    // output that failed.
+    if (g_interrupted.load()) std::clearerr(stdout);
     std::string rest = decoder.flush();
     reply += rest;
     std::fwrite(rest.data(), 1, rest.size(), stdout);
