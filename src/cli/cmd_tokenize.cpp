@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -73,10 +72,7 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
   std::ifstream file;
   std::istream* input = &std::cin;
   if (options.jsonl != "-") {
-    std::error_code ignored;
-    if (std::filesystem::is_directory(options.jsonl, ignored)) {
-      throw Error(ErrorCategory::kIo, options.jsonl + ": is a folder, not a file");
-    }
+    refuse_folder(options.jsonl);
     file.open(options.jsonl, std::ios::binary);
     if (!file) throw Error(ErrorCategory::kIo, options.jsonl + ": cannot open");
     input = &file;

@@ -58,12 +58,15 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
-  // A folder opens as a stream that reads nothing: said as such, not as an empty file.
+void refuse_folder(const std::filesystem::path& path) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     throw Error(ErrorCategory::kIo, path.string() + ": is a folder, not a file");
   }
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  refuse_folder(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(ErrorCategory::kIo, path.string() + ": cannot open: " + std::strerror(errno));

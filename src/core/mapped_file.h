@@ -31,5 +31,8 @@ class MappedFile {
 
 // Reads a whole (small) text file; throws Error(kIo) naming the path.
 std::string read_text_file(const std::filesystem::path& path);
+// Throws Error(kIo) naming the path when it is a folder (which opens as a stream that reads
+// nothing, as if it were an empty file).
+void refuse_folder(const std::filesystem::path& path);
 
 }  // namespace qwenrt

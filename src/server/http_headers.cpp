@@ -68,6 +68,12 @@ bool ipv4_loopback(const std::string& host) {
   return dots == 3;
 }
 
+// A name (as host_name gives it) that only ever means this machine: localhost and the names
+// under it, 127.0.0.0/8, [::1].
+bool loopback_name(const std::string& host) {
+  return host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host);
+}
+
 }  // namespace
 
 bool has_connection_option(const std::string& field, const std::string& option) {
@@ -116,7 +122,7 @@ bool loopback_address(const std::string& address) {
 }
 
 bool loopback_host_allowed(const std::string& host, const std::vector<std::string>& allowed) {
-  if (host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host)) return true;
+  if (loopback_name(host)) return true;
   // Names a public DNS record cannot give: the LAN's (mDNS) and a container runtime's
   // (host.docker.internal).
   if (host.ends_with(".local") || host.ends_with(".internal")) return true;
@@ -127,8 +133,7 @@ bool loopback_host_allowed(const std::string& host, const std::vector<std::strin
 bool loopback_origin(const std::string& origin) {
   const size_t scheme = origin.find("://");
   if (scheme == std::string::npos) return false;
-  const std::string host = host_name(origin.substr(scheme + 3));
-  return host == "localhost" || host.ends_with(".localhost") || host == "[::1]" || ipv4_loopback(host);
+  return loopback_name(host_name(origin.substr(scheme + 3)));
 }
 
 std::string http_date(std::chrono::system_clock::time_point when) {

@@ -173,9 +173,14 @@ ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
   return event.finish_reason.empty() ? choice.parser.push(event.text) : choice.parser.flush(event.text);
 }
 
-void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
+ResponseBuilder::Choice& ResponseBuilder::choice_of(const ChoiceEvent& event) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
   if (event.cached_prompt_tokens >= 0) choice.cached_prompt_tokens = event.cached_prompt_tokens;
+  return choice;
+}
+
+void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
+  Choice& choice = choice_of(event);
   const bool logprobs = request_.top_logprobs >= 0;
   if (event.finish_reason == "error") {
     choice.completion_tokens += event.tokens;
@@ -264,8 +269,7 @@ std::string ResponseBuilder::stream_end() {
 }
 
 void ResponseBuilder::collect(const ChoiceEvent& event) {
-  Choice& choice = choices_[static_cast<size_t>(event.choice)];
-  if (event.cached_prompt_tokens >= 0) choice.cached_prompt_tokens = event.cached_prompt_tokens;
+  Choice& choice = choice_of(event);
   choice.completion_tokens += event.tokens;
   if (event.finish_reason == "error") {
     if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);

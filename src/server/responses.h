@@ -54,6 +54,8 @@ class ResponseBuilder {
     std::string unfinished;
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
+  // The choice an event is for, with what the event tells of its prompt recorded.
+  Choice& choice_of(const ChoiceEvent& event);
   static void add_tool_call(Choice& choice, const ToolCallDelta& delta);
   // A chunk of `choices`; `choice`: the choice it carries, whose usage so far it shows where asked.
   nlohmann::json chunk(nlohmann::json choices, int choice = -1) const;
