@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -15,6 +17,92 @@ const char* kFooter = R"(Exit codes:
   1    runtime error (model folder, device, file I/O); the message names what failed
   2    bad command-line arguments
   130  interrupted (serve: SIGINT and SIGTERM drain the running requests, then exit 0))";
+
+// Edits (insertions, deletions, substitutions, swaps of neighbours) between two names.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The known name a mistyped one most likely meant: the only one it begins, else the nearest
+// within a few edits; empty where none is near.
+std::string nearest_name(const std::string& given, const std::vector<std::string>& known) {
+  std::string begun;
+  int begun_count = 0;
+  for (const std::string& name : known) {
+    if (name.size() > given.size() && name.starts_with(given)) {
+      begun = name;
+      ++begun_count;
+    }
+  }
+  if (begun_count == 1) return begun;
+  std::string best;
+  size_t best_distance = given.size() > 10 ? 3 : 2;
+  for (const std::string& name : known) {
+    const size_t distance = edit_distance(given, name);
+    if (distance <= best_distance && (best.empty() || distance < best_distance)) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  if (!best.empty()) return best;
+  // Else the only name that has each of the given words, begun ("--max-token" for
+  // "--max-new-tokens").
+  const auto words = [](const std::string& name) {
+    std::vector<std::string> parts;
+    for (size_t start = 0; start <= name.size();) {
+      const size_t end = std::min(name.find('-', start), name.size());
+      if (end > start) parts.push_back(name.substr(start, end - start));
+      start = end + 1;
+    }
+    return parts;
+  };
+  const std::vector<std::string> given_words = words(given);
+  int holding_count = 0;
+  for (const std::string& name : known) {
+    const std::vector<std::string> name_words = words(name);
+    const bool holds = !given_words.empty() && std::all_of(given_words.begin(), given_words.end(), [&](const std::string& w) {
+      return std::any_of(name_words.begin(), name_words.end(), [&](const std::string& n) { return n.starts_with(w); });
+    });
+    if (holds) {
+      best = name;
+      ++holding_count;
+    }
+  }
+  return holding_count == 1 ? best : "";
+}
+
+std::string did_you_mean(const std::string& nearest) {
+  return nearest.empty() ? "" : "; did you mean '" + nearest + "'?";
+}
+
+// The first long option on the command line that the command does not have, named with the
+// one it most likely meant. The parser's own message for such a line can mislead: it lists
+// the option's value as unexpected too, or asks for --model first.
+std::string unknown_option_message(const CLI::App& command, int argc, char** argv) {
+  std::vector<std::string> known;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (!word.starts_with("--") || word.size() == 2) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    return "unknown option '" + name + "' for '" + command.get_name() + "'" + did_you_mean(nearest_name(name, known)) +
+           " (see qwenrt " + command.get_name() + " --help)";
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -38,13 +126,16 @@ int main(int argc, char** argv) {
   cli::add_chat_command(app, exit_code);
   cli::add_serve_command(app, exit_code);
   std::string known;
-  bool is_known = false;
+  std::vector<std::string> names;
+  const CLI::App* chosen = nullptr;
   for (const CLI::App* command : app.get_subcommands({})) {
     known += (known.empty() ? "" : ", ") + command->get_name();
-    is_known = is_known || (argc > 1 && command->get_name() == argv[1]);
+    names.push_back(command->get_name());
+    if (argc > 1 && command->get_name() == argv[1]) chosen = command;
   }
-  if (argc > 1 && argv[1][0] != '-' && !is_known) {
-    std::fprintf(stderr, "qwenrt: unknown command '%s' (commands: %s; see --help)\n", argv[1], known.c_str());
+  if (argc > 1 && argv[1][0] != '-' && chosen == nullptr) {
+    std::fprintf(stderr, "qwenrt: unknown command '%s'%s (commands: %s; see --help)\n", argv[1],
+                 did_you_mean(nearest_name(argv[1], names)).c_str(), known.c_str());
     return cli::kExitUsage;
   }
   try {
@@ -56,6 +147,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    const std::string unknown = chosen != nullptr ? unknown_option_message(*chosen, argc, argv) : "";
+    if (!unknown.empty()) {
+      std::fprintf(stderr, "qwenrt: %s\n", unknown.c_str());
+      return cli::kExitUsage;
+    }
     std::string message = e.what();
     std::fprintf(stderr, "qwenrt: %s (see --help)\n", message.c_str());
     return cli::kExitUsage;

@@ -157,7 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // Checked as the float each becomes.
                       BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be a finite"},
                       BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 0)"},
-                      BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"}),
+                      BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"},
+                      // A mistyped command or option: named, with the one it most likely meant.
+                      BadArgs{"generat -m MODEL", 2, "unknown command 'generat'; did you mean 'generate'?"},
+                      BadArgs{"serve --max-seq 5", 2, "unknown option '--max-seq' for 'serve'; did you mean '--max-seqs'?"},
+                      BadArgs{"generate -m MODEL --ids 1 --max-tokens 3", 2, "did you mean '--max-new-tokens'?"},
+                      BadArgs{"generate -m MODEL --ids 1 --tempreature=1", 2, "'--tempreature' for 'generate'; did you mean '--temperature'?"},
+                      BadArgs{"generate -m MODEL --ids 1 --zzzz", 2, "unknown option '--zzzz' for 'generate' (see qwenrt generate --help)"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 
 // An option given twice takes its last value, as most command lines do.
