@@ -143,6 +143,10 @@ struct SamplingParams {
   float repetition_penalty = 1.f;
   float presence_penalty = 0.f;
   float frequency_penalty = 0.f;
+  // How many of the penalty history's first ids are the prompt: presence and frequency count
+  // only the ids after them, the generated ones (OpenAI's definition, as vLLM); repetition
+  // counts them all (as transformers). Set by the engine, not by a request.
+  int32_t prompt_tokens = 0;
   uint64_t seed = 0;
 
   bool has_penalties() const {

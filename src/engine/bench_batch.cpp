@@ -63,6 +63,7 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
   std::vector<SampleRow> rows(static_cast<size_t>(options.batch));
   for (int i = 0; i < options.batch; ++i) {
     rows[static_cast<size_t>(i)].params = options.sampling;
+    rows[static_cast<size_t>(i)].params.prompt_tokens = options.prompt_tokens;
     rows[static_cast<size_t>(i)].stream = static_cast<uint64_t>(i);
   }
   const bool penalised = options.sampling.has_penalties();

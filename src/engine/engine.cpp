@@ -418,7 +418,8 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
   if (n_rows > 0) {
     backend_->copy_to_device(step_rows_, step_rows_host_.data(), n_rows * sizeof(SampleRow));
     if (penalties) {
-      // Penalties look at the whole context (prompt and generated), as transformers does.
+      // Penalties look at the whole context (prompt and generated): repetition at all of it,
+      // as transformers does; presence and frequency at the ids past params.prompt_tokens.
       // The rows' histories go up in one copy, each row as wide as the longest of them.
       step_lens_host_.assign(n_rows, 0);
       size_t row = 0;
@@ -624,7 +625,10 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   if (!sequence.reserve(static_cast<int>(prompt.size() - reused))) {
     throw Error(ErrorCategory::kOutOfMemory, "the KV cache cannot hold the prompt: raise --kv-cache-gb");
   }
-  const SampleRow sampling{options.sampling, 0, 0};
+  // Presence and frequency count only what this call generates: the prompt is the history's start.
+  SamplingParams drawing = options.sampling;
+  drawing.prompt_tokens = static_cast<int32_t>(prompt.size());
+  const SampleRow sampling{drawing, 0, 0};
   std::vector<int32_t> sampled;
   auto start = std::chrono::steady_clock::now();
   // The prompt in chunks of the batch limit; the last chunk samples the first new token.
@@ -671,7 +675,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
       const int32_t length = sequence.length();
       backend_->copy_to_device(history_len, &length, sizeof(length));
     }
-    return backend_->begin_sample(logits, options.sampling, static_cast<uint64_t>(sequence.length()),
+    return backend_->begin_sample(logits, drawing, static_cast<uint64_t>(sequence.length()),
                                   penalties ? history : nullptr, penalties ? history_len : nullptr,
                                   plan_.max_context, model_->fed_token(), &drawn[slot]);
   };

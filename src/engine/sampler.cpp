@@ -22,16 +22,17 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,
                      const int32_t* history, int history_len) {
   if (!params.has_penalties() || history == nullptr || history_len <= 0) return;
-  std::unordered_map<int32_t, int> counts;
+  // Each distinct id: how often it was generated (after the prompt); seen in the prompt only: 0.
+  std::unordered_map<int32_t, int> generated;
   for (int i = 0; i < history_len; ++i) {
-    if (history[i] >= 0 && history[i] < vocab) ++counts[history[i]];
+    if (history[i] >= 0 && history[i] < vocab) generated[history[i]] += i >= params.prompt_tokens ? 1 : 0;
   }
-  for (const auto& [token, count] : counts) {
+  for (const auto& [token, count] : generated) {
     float& logit = logits[token];
     if (params.repetition_penalty != 1.f) {
       logit = logit > 0 ? logit / params.repetition_penalty : logit * params.repetition_penalty;
     }
-    logit -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
+    if (count > 0) logit -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
   }
 }
 

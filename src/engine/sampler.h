@@ -1,7 +1,9 @@
 // The reference token sampler. Backends implement the same function on the device; this
 // one runs on the host and defines the semantics:
-//   1. penalties over the row's previous tokens (distinct token t seen c times):
-//      repetition (logit > 0 ? logit / r : logit * r), then logit -= presence + frequency · c;
+//   1. penalties over the row's previous tokens: repetition (logit > 0 ? logit / r : logit * r)
+//      once for each distinct token of the prompt and the generated ones; then, for a
+//      distinct token generated c > 0 times, logit -= presence + frequency · c (the
+//      history's first params.prompt_tokens ids are the prompt);
 //   2. temperature <= 0: argmax (lowest index on ties);
 //   3. else logits / temperature, candidates sorted by logit descending (ties: lower index),
 //      top-k, softmax, top-p (smallest prefix with cumulative >= top_p), min-p (p >= min_p ·

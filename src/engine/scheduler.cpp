@@ -84,8 +84,9 @@ uint64_t Scheduler::submit(SequenceRequest request) {
   }
   auto sequence = std::make_unique<Sequence>();
   if (request.min_tokens > 0) {
-    // As vLLM's min_tokens: until then the ids that would end the sequence are not drawn.
-    if (!request.ignore_eos) sequence->held_ids = eos_ids_;
+    // As vLLM's min_tokens: until then the end-of-sequence and stop ids are not drawn (the
+    // former also with ignore_eos, where they would not end it).
+    sequence->held_ids = eos_ids_;
     sequence->held_ids.insert(sequence->held_ids.end(), request.stop_ids.begin(), request.stop_ids.end());
     std::sort(sequence->held_ids.begin(), sequence->held_ids.end());
     sequence->held_ids.erase(std::unique(sequence->held_ids.begin(), sequence->held_ids.end()), sequence->held_ids.end());
@@ -290,6 +291,7 @@ void Scheduler::launch() {
     }
     SampleRow sampling;
     sampling.params = sequence->request.sampling;
+    sampling.params.prompt_tokens = static_cast<int32_t>(sequence->request.prompt.size());
     sampling.stream = sequence->request.stream;
     inputs_.push_back(StepInput{sequence->blocks.get(),
                                 std::span<const int32_t>(sequence->tokens).subspan(static_cast<size_t>(start),

@@ -34,11 +34,13 @@ TEST_F(CudaBatchedSampling, PerRowParametersAndKeysMatchTheCpuRule) {
   rows[2].params.top_k = 50;
   rows[2].params.repetition_penalty = 1.3f;
   rows[2].params.presence_penalty = 0.5f;
+  rows[2].params.prompt_tokens = 12;  // presence counts the last 20 of the history only
   rows[3].params.temperature = 0.9f;
   rows[3].params.top_p = 0.9f;  // the full-vocabulary path: float sums
   rows[4].params.temperature = 1.2f;
   rows[4].params.top_k = 8;
   rows[4].params.frequency_penalty = 0.3f;
+  rows[4].params.prompt_tokens = 20;
   rows[5] = rows[1];  // the same parameters, another stream: must draw independently
   for (size_t r = 0; r < rows.size(); ++r) {
     rows[r].params.seed = 1000 + r % 2;

@@ -252,20 +252,25 @@ TEST(Sampler, TopPKeepsAtLeastOneToken) {
     EXPECT_EQ(sample_row(kLogits.data(), 8, params, step, 0), 0);
 }
 
-// Penalties computed independently: distinct token t seen c times in the history;
-// repetition divides positive logits and multiplies negative ones; presence subtracts once,
-// frequency c times.
-std::vector<float> penalised(const std::vector<float>& logits, const std::vector<int32_t>& history,
+// Penalties computed independently: repetition divides the positive logits and multiplies
+// the negative ones of every distinct token in the history; a distinct token generated c > 0
+// times after the first `prompt` ids loses presence once and frequency c times (OpenAI's
+// definition, which vLLM follows: the prompt's tokens count for repetition only).
+std::vector<float> penalised(const std::vector<float>& logits, const std::vector<int32_t>& history, int prompt,
                              float repetition, float presence, float frequency) {
-  std::map<int32_t, int> counts;
-  for (int32_t token : history) {
-    if (token >= 0 && token < static_cast<int32_t>(logits.size())) ++counts[token];
+  std::set<int32_t> seen;
+  std::map<int32_t, int> generated;
+  for (size_t i = 0; i < history.size(); ++i) {
+    const int32_t token = history[i];
+    if (token < 0 || token >= static_cast<int32_t>(logits.size())) continue;
+    seen.insert(token);
+    if (static_cast<int>(i) >= prompt) ++generated[token];
   }
   std::vector<float> out = logits;
-  for (const auto& [token, count] : counts) {
+  for (int32_t token : seen) {
     double value = out[token];
     value = value > 0 ? value / repetition : value * repetition;
-    value -= presence + frequency * count;
+    if (generated.count(token) != 0) value -= presence + frequency * generated[token];
     out[token] = static_cast<float>(value);
   }
   return out;
@@ -273,6 +278,7 @@ std::vector<float> penalised(const std::vector<float>& logits, const std::vector
 
 struct PenaltyCase {
   float repetition, presence, frequency;
+  int prompt;
 };
 
 TEST(Sampler, Penalties) {
@@ -280,15 +286,19 @@ TEST(Sampler, Penalties) {
   // vocabulary (padding, corrupt history) are ignored.
   const std::vector<int32_t> history = {0, 4, 0, 7, 4, 0, 99, -1};
   auto backend = make_cpu_backend(1);
-  for (const auto& c : {PenaltyCase{1.3f, 0.f, 0.f}, PenaltyCase{1.f, 0.8f, 0.f},
-                        PenaltyCase{1.f, 0.f, 0.5f}, PenaltyCase{1.2f, 0.4f, 0.3f}}) {
-    SCOPED_TRACE("repetition " + std::to_string(c.repetition) + " presence " +
-                 std::to_string(c.presence) + " frequency " + std::to_string(c.frequency));
+  // With a prompt of 4 (0, 4, 0, 7), 7 is in the prompt only: repetition, no presence.
+  for (const auto& c : {PenaltyCase{1.3f, 0.f, 0.f, 0}, PenaltyCase{1.f, 0.8f, 0.f, 0},
+                        PenaltyCase{1.f, 0.f, 0.5f, 0}, PenaltyCase{1.2f, 0.4f, 0.3f, 0},
+                        PenaltyCase{1.2f, 0.4f, 0.3f, 4}, PenaltyCase{1.f, 0.8f, 0.5f, 4},
+                        PenaltyCase{1.f, 0.8f, 0.5f, 8}}) {
+    SCOPED_TRACE("repetition " + std::to_string(c.repetition) + " presence " + std::to_string(c.presence) +
+                 " frequency " + std::to_string(c.frequency) + " prompt " + std::to_string(c.prompt));
     SamplingParams params = sampling(1.0f);
     params.repetition_penalty = c.repetition;
     params.presence_penalty = c.presence;
     params.frequency_penalty = c.frequency;
-    auto expected = penalised(kLogits, history, c.repetition, c.presence, c.frequency);
+    params.prompt_tokens = c.prompt;
+    auto expected = penalised(kLogits, history, c.prompt, c.repetition, c.presence, c.frequency);
     std::vector<float> actual = kLogits;
     apply_penalties(actual.data(), 8, params, history.data(), static_cast<int>(history.size()));
     for (int i = 0; i < 8; ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6) << "token " << i;
@@ -316,6 +326,23 @@ TEST(Sampler, PenaltiesChangeGreedyChoice) {
   std::vector<float> row = kLogits;
   apply_penalties(row.data(), 8, params, history.data(), 3);
   EXPECT_EQ(sample_row(row.data(), 8, params, 0, 0), 1);
+}
+
+TEST(Sampler, PresenceAndFrequencyCountGeneratedTokensOnly) {
+  // Token 0 fills the prompt three times: with frequency 0.5 and a prompt of 3 it keeps its
+  // lead; generated once after it, it loses 0.5 and ties token 1 (the lower id wins).
+  SamplingParams params;
+  params.frequency_penalty = 0.5f;
+  params.presence_penalty = 0.25f;
+  params.prompt_tokens = 3;
+  std::vector<int32_t> history = {0, 0, 0};
+  std::vector<float> row = kLogits;
+  apply_penalties(row.data(), 8, params, history.data(), 3);
+  EXPECT_EQ(row, kLogits);
+  history.push_back(0);
+  apply_penalties(row.data(), 8, params, history.data(), 4);
+  EXPECT_FLOAT_EQ(row[0], kLogits[0] - 0.75f);
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(row[i], kLogits[i]);
 }
 
 TEST(Sampler, NoPenaltyWithoutHistory) {

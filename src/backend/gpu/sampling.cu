@@ -271,8 +271,10 @@ __device__ bool select_crossing(const RowView& row, bool by_mass, bool strict, f
   return true;
 }
 
-// Penalties on a copy of the row: repetition (divide positive / multiply negative),
-// presence and frequency, once per distinct history token with its count.
+// Penalties on a copy of the row: repetition (divide positive / multiply negative) once per
+// distinct history token; presence and frequency once per distinct generated token (past the
+// history's first params.prompt_tokens) with its count. A token's counter holds its generated
+// count, and a high bit where the prompt has it.
 __global__ void penalty_kernel(const float* __restrict__ logits, float* __restrict__ penalised,
                                int32_t* __restrict__ counts, int vocab,
                                const int32_t* __restrict__ history,
@@ -289,23 +291,32 @@ __global__ void penalty_kernel(const float* __restrict__ logits, float* __restri
   if (history == nullptr || history_lens == nullptr || !has_penalties) return;
   const int n = history_lens[row];
   const int32_t* hist = history + static_cast<int64_t>(row) * history_stride;
+  constexpr int32_t kInPrompt = 0x40000000;  // above any generated count (a context < 2^30)
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int t = hist[i];
-    if (t >= 0 && t < vocab) atomicAdd(&row_counts[t], 1);
+    if (t < 0 || t >= vocab) continue;
+    if (i >= params.prompt_tokens) {
+      atomicAdd(&row_counts[t], 1);
+    } else {
+      atomicOr(&row_counts[t], kInPrompt);
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int t = hist[i];
     if (t < 0 || t >= vocab) continue;
     // The first thread to take the count applies the penalty; counts return to zero.
-    const int c = atomicExch(&row_counts[t], 0);
-    if (c <= 0) continue;
+    const int word = atomicExch(&row_counts[t], 0);
+    if (word == 0) continue;
+    const int c = word & (kInPrompt - 1);
     // Explicit roundings (no fused multiply-add), as the host computes it.
     float v = dst[t];
     if (params.repetition_penalty != 1.f)
       v = v > 0.f ? __fdiv_rn(v, params.repetition_penalty) : __fmul_rn(v, params.repetition_penalty);
-    v = __fsub_rn(v, __fadd_rn(params.presence_penalty,
-                               __fmul_rn(params.frequency_penalty, static_cast<float>(c))));
+    if (c > 0) {
+      v = __fsub_rn(v, __fadd_rn(params.presence_penalty,
+                                 __fmul_rn(params.frequency_penalty, static_cast<float>(c))));
+    }
     dst[t] = v;
   }
 }
