@@ -352,9 +352,18 @@ void Scheduler::complete() {
   }
   ++steps_;
 
+  // A sequence cancelled while this step ran (its caller found a stop string in the token
+  // before, or its client went) takes nothing from it: the token it drew is neither counted
+  // nor reported; take_submissions ends it.
+  std::vector<uint64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled = cancelled_;
+  }
   std::vector<Sequence*> finished;
   for (size_t k = 0; k < batch_.size(); ++k) {
     Sequence& sequence = *batch_[k];
+    if (sampled_[k] >= 0 && std::find(cancelled.begin(), cancelled.end(), sequence.id) != cancelled.end()) continue;
     if (sampled_[k] < 0) {
       if (shares_prefix(sequence)) sequence.blocks->publish_full_blocks(sequence.tokens);
       continue;

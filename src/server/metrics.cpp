@@ -94,9 +94,9 @@ std::string Metrics::render(const SchedulerStats& s, int active_requests) const 
   metric(out, "qwenrt_prompt_tokens_total", "counter", "prompt tokens of started sequences",
          static_cast<double>(s.prompt_tokens));
   metric(out, "qwenrt_prompt_tokens_computed_total", "counter",
-         "prompt tokens prefilled (the rest came from the prefix cache or were recomputed)",
+         "prompt tokens prefilled, again after a preemption (fewer than the prompt tokens where the prefix cache held some)",
          static_cast<double>(s.computed_prompt_tokens));
-  metric(out, "qwenrt_generation_tokens_total", "counter", "generated tokens", static_cast<double>(s.generated_tokens));
+  metric(out, "qwenrt_generation_tokens_total", "counter", "generated tokens (as usage counts them)", static_cast<double>(s.generated_tokens));
   metric(out, "qwenrt_sequences_running", "gauge", "sequences in the running batch", s.running);
   metric(out, "qwenrt_sequences_waiting", "gauge", "sequences waiting to be admitted", s.waiting);
   metric(out, "qwenrt_requests_active", "gauge", "requests started and not finished", active_requests);

@@ -314,6 +314,42 @@ TEST_F(SchedulerTest, CancelEndsTheSequenceAtTheNextStepAndFreesItsBlocks) {
   EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
 }
 
+// A cancel that comes while a step runs (the server found a stop string in the token before
+// it) takes the token that step drew for the sequence: not reported, not counted.
+TEST_F(SchedulerTest, ACancelDuringAStepTakesItsToken) {
+  Engine engine(model_dir(), engine_options());
+  Scheduler scheduler(engine);
+  SequenceRequest request;
+  request.prompt = random_ids(3, 20, vocab());
+  request.max_new_tokens = 100;
+  const uint64_t cancelled = scheduler.submit(request);
+  const uint64_t kept = scheduler.submit(request);
+  for (int i = 0; i < 3; ++i) scheduler.step();
+  const int64_t before = scheduler.stats().generated_tokens;
+  std::vector<SequenceEvent> events;
+  scheduler.take_events(events);  // those of the steps before
+  scheduler.launch();
+  scheduler.cancel(cancelled);
+  scheduler.complete();
+  int kept_tokens = 0;
+  scheduler.take_events(events);
+  for (const SequenceEvent& event : events) {
+    EXPECT_FALSE(event.id == cancelled && event.token >= 0) << "a token after the cancel";
+    kept_tokens += event.id == kept && event.token >= 0;
+  }
+  EXPECT_EQ(kept_tokens, 1);
+  EXPECT_EQ(scheduler.stats().generated_tokens - before, 1);
+  bool saw_cancel = false;
+  for (const SequenceEvent& event : scheduler.step()) {
+    saw_cancel = saw_cancel || (event.id == cancelled && event.finish == FinishReason::kCancelled && event.token == -1);
+  }
+  EXPECT_TRUE(saw_cancel);
+  scheduler.cancel(kept);
+  scheduler.step();
+  EXPECT_TRUE(scheduler.idle());
+  EXPECT_EQ(engine.block_allocator().held_blocks(), 0);
+}
+
 // The first event of one request run alone through a scheduler.
 SequenceEvent first_event(Engine& engine, const SequenceRequest& request) {
   Scheduler scheduler(engine);
