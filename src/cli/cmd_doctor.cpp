@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/qwen.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -58,6 +59,8 @@ double weight_bytes(const ModelFiles& files, size_t element_size) {
 void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   ModelConfig config = load_model_config(args.model_dir);
   ModelFiles files(args.model_dir);
+  // A checkpoint generate would refuse (a tensor missing, of another shape or dtype) fits nowhere.
+  validate_weights(config, files);
   const size_t element = 2;  // bf16 or fp16 on the GPU
   double weights = weight_bytes(files, element);
   double kv_per_token = static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kBF16));

@@ -120,14 +120,15 @@ int run_serve(const ServeArgs& args) {
   const std::string tokenizer_dir = args.tokenizer.empty() ? args.model.model_dir : args.tokenizer;
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
   std::unique_ptr<ChatTemplate> chat_template;
+  std::string chat_template_error;
   if (!args.chat_template.empty()) {
     chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir, args.chat_template));
   } else {
     try {
       chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir));
     } catch (const Error& error) {
-      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused (--chat-template FILE gives one)\n",
-                   error.what());
+      chat_template_error = error.what();
+      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n", error.what());
     }
   }
   std::fprintf(stderr, "loading %s on %s...\n", args.model.model_dir.c_str(), model_args.device.c_str());
@@ -172,7 +173,8 @@ int run_serve(const ServeArgs& args) {
                                  ? std::filesystem::path(args.model.model_dir).lexically_normal().filename().string()
                                  : args.served_model_name;
   if (limits.served_model_name.empty()) limits.served_model_name = args.model.model_dir;
-  server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config(), default_template_kwargs};
+  server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config(), default_template_kwargs,
+                               chat_template_error};
   server::HttpServer http(service, model_text, server_options, metrics);
   if (!http.bind()) {
     throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) +

@@ -98,7 +98,7 @@ void encode_jsonl(const Tokenizer& tokenizer, const TokenizeOptions& options) {
 }
 
 void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {
-  const std::string text = read_text_file(options.bench);
+  const std::string text = read_text_file(options.bench, size_t{4} << 30);
   using Clock = std::chrono::steady_clock;
   auto timed_encode = [&](size_t& tokens) {
     const auto start = Clock::now();

@@ -47,6 +47,39 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
 
 }  // namespace
 
+std::string printable_line(const std::string& text, size_t max_bytes) {
+  std::string out;
+  size_t i = 0;
+  for (; i < text.size() && out.size() < max_bytes; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const bool c1 = byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    char escape[8];
+    if (byte == '\n') {
+      out += "\\n";
+    } else if (byte == '\t') {
+      out += "\\t";
+    } else if (byte == '\r') {
+      out += "\\r";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      std::snprintf(escape, sizeof(escape), "\\x%02x", byte);
+      out += escape;
+    } else if (c1) {
+      std::snprintf(escape, sizeof(escape), "\\u%04x", static_cast<unsigned char>(text[++i]));
+      out += escape;
+    } else {
+      out += text[i];
+    }
+  }
+  // Not inside a character: back to the start of the one cut.
+  while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xc0) == 0x80 && !out.empty()) {
+    out.pop_back();
+    --i;
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size() - i) + " more bytes)";
+  return out;
+}
+
 std::string unescape_stop(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {

@@ -69,6 +69,11 @@ void prepare_chat(const ModelConfig& config, const Tokenizer& tokenizer, Generat
 // backslash stays as it is.
 std::string unescape_stop(const std::string& text);
 
+// A message fit for one terminal line: control characters (C0, DEL and C1, which a file's
+// names or a model's strings may carry into an error) written as escapes, and text past
+// `max_bytes` cut at a character's start with the count of what was left out.
+std::string printable_line(const std::string& text, size_t max_bytes = 2000);
+
 // "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
 std::string format_bytes(double bytes);
 // Prints the memory plan, the measured peak and (when given) one request's KV use to stderr.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -134,8 +135,9 @@ int main(int argc, char** argv) {
     if (argc > 1 && command->get_name() == argv[1]) chosen = command;
   }
   if (argc > 1 && argv[1][0] != '-' && chosen == nullptr) {
-    std::fprintf(stderr, "qwenrt: unknown command '%s'%s (commands: %s; see --help)\n", argv[1],
-                 did_you_mean(nearest_name(argv[1], names)).c_str(), known.c_str());
+    std::fprintf(stderr, "qwenrt: unknown command '%s'%s (commands: %s; see --help)\n",
+                 cli::printable_line(argv[1], 200).c_str(), did_you_mean(nearest_name(argv[1], names)).c_str(),
+                 known.c_str());
     return cli::kExitUsage;
   }
   try {
@@ -149,17 +151,22 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const std::string unknown = chosen != nullptr ? unknown_option_message(*chosen, argc, argv) : "";
     if (!unknown.empty()) {
-      std::fprintf(stderr, "qwenrt: %s\n", unknown.c_str());
+      std::fprintf(stderr, "qwenrt: %s\n", cli::printable_line(unknown).c_str());
       return cli::kExitUsage;
     }
-    std::string message = e.what();
-    std::fprintf(stderr, "qwenrt: %s (see --help)\n", message.c_str());
+    std::fprintf(stderr, "qwenrt: %s (see --help)\n", cli::printable_line(e.what()).c_str());
     return cli::kExitUsage;
   } catch (const Error& e) {
-    std::fprintf(stderr, "qwenrt: %s: %s\n", error_category_name(e.category()), e.what());
+    // Messages may quote a file's names and strings: one line, escaped, of bounded length.
+    std::fprintf(stderr, "qwenrt: %s: %s\n", error_category_name(e.category()), cli::printable_line(e.what()).c_str());
     return e.category() == ErrorCategory::kInvalidArgument ? cli::kExitUsage : cli::kExitError;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the process may not look at (permissions, a loop of links): the path and why.
+    std::fprintf(stderr, "qwenrt: %s: %s: %s\n", error_category_name(ErrorCategory::kIo),
+                 cli::printable_line(e.path1().string()).c_str(), e.code().message().c_str());
+    return cli::kExitError;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "qwenrt: error: %s\n", e.what());
+    std::fprintf(stderr, "qwenrt: error: %s\n", cli::printable_line(e.what()).c_str());
     return cli::kExitError;
   }
   // Output that did not reach its file (a full disk; a closed pipe where SIGPIPE is

@@ -175,6 +175,10 @@ bool TreeBuilder<Json>::key(typename Base::string_t& k) {
 template <typename Json>
 Json parse_with(std::string_view text, const std::string& name, const JsonParseOptions& options,
                 JsonParseStats* stats) {
+  // The parser takes a NUL byte for the end of the text; JSON has none outside an escape.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw Error(options.category, name + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   JsonParseStats local;
   TreeBuilder<Json> builder(options, stats ? *stats : local);
   bool ok = false;

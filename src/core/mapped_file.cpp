@@ -8,9 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "core/error.h"
@@ -65,16 +64,36 @@ void refuse_folder(const std::filesystem::path& path) {
   }
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
+std::string read_text_file(const std::filesystem::path& path, size_t max_bytes) {
   refuse_folder(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     throw Error(ErrorCategory::kIo, path.string() + ": cannot open: " + std::strerror(errno));
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCategory::kIo, path.string() + ": read failed");
-  return buffer.str();
+  const auto fail = [&](const std::string& why) {
+    ::close(fd);
+    throw Error(ErrorCategory::kIo, path.string() + ": " + why);
+  };
+  const auto too_long = [&] {
+    fail("longer than " + std::to_string(max_bytes >> 20) + " MiB: not a file this reads");
+  };
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail(std::string("cannot read: ") + std::strerror(errno));
+  if (S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)) fail("a device, not a file");
+  if (S_ISREG(info.st_mode) && static_cast<uint64_t>(info.st_size) > max_bytes) too_long();
+  std::string text;
+  if (S_ISREG(info.st_mode)) text.reserve(static_cast<size_t>(info.st_size));
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(std::string("read failed: ") + std::strerror(errno));
+    if (got == 0) break;
+    if (text.size() + static_cast<size_t>(got) > max_bytes) too_long();
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace qwenrt

@@ -29,8 +29,13 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Reads a whole (small) text file; throws Error(kIo) naming the path.
-std::string read_text_file(const std::filesystem::path& path);
+// The most read_text_file reads by default: far past any config, tokenizer or template, and
+// short of what would exhaust a machine (a file that is /dev/zero, or a huge sparse one).
+constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
+
+// Reads a whole text file (a pipe too) of at most `max_bytes`; throws Error(kIo) naming the
+// path where it cannot be read, is a device or is longer.
+std::string read_text_file(const std::filesystem::path& path, size_t max_bytes = kMaxTextFileBytes);
 // Throws Error(kIo) naming the path when it is a folder (which opens as a stream that reads
 // nothing, as if it were an empty file).
 void refuse_folder(const std::filesystem::path& path);

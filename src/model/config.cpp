@@ -323,6 +323,29 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   if (model.head_dim <= 0 || model.head_dim % 2 != 0) {
     fail(source, "head_dim must be positive and even, got " + std::to_string(model.head_dim));
   }
+  // Far past any released model, and small enough that no product of them overflows.
+  const auto at_most = [&](const char* what, int value, int limit) {
+    if (value > limit) {
+      fail(source, std::string(what) + " is " + std::to_string(value) + ": more than a model this runs has (at most " +
+                       std::to_string(limit) + ")");
+    }
+  };
+  at_most("hidden_size", model.hidden_size, 1 << 20);
+  at_most("intermediate_size", model.intermediate_size, 1 << 22);
+  at_most("vocab_size", model.vocab_size, 1 << 24);
+  at_most("num_hidden_layers", model.num_layers, 1 << 12);
+  at_most("num_attention_heads", model.num_heads, 1 << 12);
+  at_most("head_dim", model.head_dim, 1 << 12);
+  if (has_value(config, "quantization_config")) {
+    const json& quantization = config["quantization_config"];
+    const std::string method = quantization.is_object() && quantization.contains("quant_method") &&
+                                       quantization["quant_method"].is_string()
+                                   ? quantization["quant_method"].get<std::string>()
+                                   : std::string("unknown");
+    throw Error(ErrorCategory::kUnsupported,
+                source + ": a quantized checkpoint (quantization_config, quant_method '" + method +
+                    "') is not supported; qwenrt runs the unquantized release (bf16, fp16 or fp32 weights)");
+  }
 
   model.rms_norm_eps = get_number(config, "rms_norm_eps", source).value_or(1e-6);
   if (!(model.rms_norm_eps > 0)) fail(source, "'rms_norm_eps' must be positive");
@@ -374,6 +397,19 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       model.default_repetition_penalty = *value;
     }
     if (model.architecture == Architecture::kQwenV1) parse_qwen_v1_generation(gen, gen_source, model);
+    // The values sampling starts from: in the ranges the command line and the server accept.
+    const auto in_range = [&](const char* key, bool ok, const char* range) {
+      if (!ok) fail(gen_source, std::string("'") + key + "' must be " + range);
+    };
+    if (model.default_do_sample) {
+      in_range("temperature", model.default_temperature.value_or(1.f) >= 0.f, "at least 0");
+      const float top_p = model.default_top_p.value_or(1.f);
+      in_range("top_p", top_p > 0.f && top_p <= 1.f, "in (0, 1]");
+      in_range("top_k", model.default_top_k.value_or(0) >= 0, "at least 0");
+      const float min_p = model.default_min_p.value_or(0.f);
+      in_range("min_p", min_p >= 0.f && min_p <= 1.f, "in [0, 1]");
+      in_range("repetition_penalty", model.default_repetition_penalty.value_or(1.f) > 0.f, "more than 0");
+    }
   }
   for (int id : model.eos_token_ids) {
     if (id >= model.vocab_size) {

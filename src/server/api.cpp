@@ -61,6 +61,15 @@ ApiError model_not_found(const std::string& asked, const RequestLimits& limits) 
 
 namespace {
 
+// A chat request where the server has no template: why (none in the folder, or the folder's
+// failed to load), what gives one, and what to do instead.
+ApiError no_chat_template(const ModelText& model, const std::string& instead = "use /v1/completions") {
+  const std::string why = model.chat_template_error.empty()
+                              ? "this model has no chat template"
+                              : "this model's chat template could not be loaded (" + model.chat_template_error + ")";
+  return invalid_request(why + "; the server takes one with --chat-template FILE: " + instead, "messages");
+}
+
 // The value of the four hex digits at text[at], or -1.
 int hex4(std::string_view text, size_t at) {
   if (at + 4 > text.size()) return -1;
@@ -765,11 +774,7 @@ nlohmann::ordered_json template_kwargs(const json& body, const ModelText& model)
 }  // namespace
 
 GenerationRequest parse_chat_request(const json& body, const ModelText& model, const RequestLimits& limits) {
-  if (model.chat_template == nullptr) {
-    throw invalid_request(
-        "this model has no chat template (the server takes one with --chat-template FILE): use /v1/completions",
-        "messages");
-  }
+  if (model.chat_template == nullptr) throw no_chat_template(model);
   GenerationRequest out;
   out.chat = true;
   if (bool_field(body, "echo", false)) {
@@ -941,7 +946,7 @@ TokenizeRequest parse_tokenize_request(const json& body, const ModelText& model,
     out.ids = model.tokenizer->encode(prompt->get<std::string>(), true);
     return out;
   }
-  if (model.chat_template == nullptr) throw invalid_request("this model has no chat template: give 'prompt'", "messages");
+  if (model.chat_template == nullptr) throw no_chat_template(model, "give 'prompt'");
   const nlohmann::ordered_json conversation = parse_conversation(body);
   const nlohmann::ordered_json tools = parse_tools(body);
   const nlohmann::ordered_json extra = template_kwargs(body, model);

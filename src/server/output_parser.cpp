@@ -33,6 +33,7 @@ std::string new_call_id() {
 bool parse_tool_call(std::string_view body, ToolCall& call) {
   // Ordered: the arguments keep the model's key order (sent back in a later turn, they
   // render to the tokens the model wrote).
+  if (body.find('\0') != std::string_view::npos) return false;  // the parser would stop there
   nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object() || !parsed.contains("name") || !parsed["name"].is_string()) return false;
   call.id = new_call_id();

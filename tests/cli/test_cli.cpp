@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -184,6 +185,40 @@ TEST(Cli, MissingConfigNamesTheFile) {
   fs::remove_all(dir);
 }
 
+// Names and strings a model's files carry into an error (an architecture, a tensor's name)
+// reach the terminal as one escaped line of bounded length: no forged second line, no
+// escape sequence run.
+TEST(Cli, ErrorsQuotingAFileAreOneEscapedLine) {
+  fs::path dir = fs::temp_directory_path() / ("qwenrt_evil_model_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  nlohmann::json config = nlohmann::json::parse(slurp(fs::path(fixture("qwen2_gqa")) / "config.json"));
+  config["architectures"] = {"Foo\nqwenrt: everything is fine\x1b[2J" + std::string(5000, 'A')};
+  std::ofstream(dir / "config.json") << config.dump();
+  RunResult result = run_qwenrt("generate --device cpu -m '" + dir.string() + "' --ids 1");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_EQ(result.err.find('\x1b'), std::string::npos);
+  EXPECT_NE(result.err.find("'Foo\\nqwenrt: everything is fine\\x1b[2J"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(" more bytes)"), std::string::npos);
+  EXPECT_LT(result.err.size(), 2200u);
+  fs::remove_all(dir);
+}
+
+// doctor checks the checkpoint as generate would: a tensor of the wrong shape fits nowhere.
+TEST(Cli, DoctorRefusesACheckpointGenerateRefuses) {
+  fs::path dir = fs::temp_directory_path() / ("qwenrt_mixed_model_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(fixture("qwen3_qknorm")) / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(fs::path(fixture("qwen2_tied")) / "model.safetensors", dir / "model.safetensors",
+                fs::copy_options::overwrite_existing);
+  RunResult generate = run_qwenrt("generate --device cpu -m '" + dir.string() + "' --ids 1");
+  RunResult doctor = run_qwenrt("doctor -m '" + dir.string() + "'");
+  EXPECT_EQ(generate.exit_code, 1);
+  EXPECT_EQ(doctor.exit_code, 1) << doctor.out;
+  EXPECT_NE(doctor.err.find("model.safetensors"), std::string::npos) << doctor.err;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, PartialModelFolderNamesTheMissingShard) {
   fs::path dir = fs::temp_directory_path() / ("qwenrt_partial_model_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -222,6 +257,22 @@ TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
 namespace {
 
 // --chat-template: another template for the folder's tokens, checked before the weights load.
+// A folder's template that does not compile: the error names the file and the way round it.
+TEST(CliChatTemplate, ABrokenTemplateNamesItsFile) {
+  const fs::path dir = fs::temp_directory_path() / ("qwenrt_cli_broken_template_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path serve_dir = fs::path(QWENRT_TEST_DATA) / "serve";
+  fs::copy_file(serve_dir / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "{{ messages"})";
+  std::ofstream(dir / "m.json") << R"([{"role":"user","content":"Hi"}])";
+  RunResult result = run_qwenrt("template -m '" + dir.string() + "' --messages '" + (dir / "m.json").string() + "'");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find((dir / "tokenizer_config.json").string() + ": chat template syntax error"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("--chat-template FILE"), std::string::npos) << result.err;
+  fs::remove_all(dir);
+}
+
 TEST(CliChatTemplate, ReplacesTheFoldersTemplate) {
   const fs::path dir = fs::temp_directory_path() / ("qwenrt_cli_template_" + std::to_string(::getpid()));
   fs::create_directories(dir);

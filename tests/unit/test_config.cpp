@@ -332,6 +332,50 @@ TEST(Config, RejectsUnsupportedArchitectures) {
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"architectures"});
 }
 
+TEST(Config, RejectsSizesPastAnyModel) {
+  // 89478486 heads of 24 would overflow an int's product; each size has a bound.
+  json raw = qwen2_config();
+  raw["num_attention_heads"] = 89478486;
+  raw["num_key_value_heads"] = 89478486;
+  raw["head_dim"] = 24;
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"num_attention_heads is 89478486", "at most 4096"});
+  raw = qwen2_config();
+  raw["head_dim"] = 1 << 30;
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"head_dim is 1073741824"});
+  raw = qwen2_config();
+  raw["num_hidden_layers"] = 1000000;
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"num_hidden_layers"});
+}
+
+TEST(Config, RejectsQuantizedCheckpoints) {
+  for (const char* method : {"gptq", "awq", "fp8"}) {
+    json raw = qwen2_config();
+    raw["quantization_config"] = {{"quant_method", method}, {"bits", 4}};
+    expect_config_error(raw, ErrorCategory::kUnsupported, {"quantized", method, "unquantized"});
+  }
+  json raw = qwen2_config();
+  raw["quantization_config"] = nullptr;  // written as null by some exporters: not quantized
+  EXPECT_NO_THROW(parse(raw));
+}
+
+TEST(Config, GenerationConfigSamplingValuesAreChecked) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{{"temperature", -1.0},
+                                                                           {"top_p", 7.0},
+                                                                           {"top_p", 0.0},
+                                                                           {"top_k", -2},
+                                                                           {"min_p", 1.5},
+                                                                           {"repetition_penalty", 0.0}}) {
+    json gen = {{"do_sample", true}, {key, value}};
+    const std::string text = gen.dump();
+    expect_error([&] { parse_model_config(qwen2_config().dump(), kSource, &text); }, ErrorCategory::kInvalidModel,
+                 {"generation_config.json", "'" + key + "'"});
+    // Without do_sample they are not used, and not checked (as transformers warns only).
+    json unused = {{"do_sample", false}, {key, value}};
+    const std::string unused_text = unused.dump();
+    EXPECT_NO_THROW(parse_model_config(qwen2_config().dump(), kSource, &unused_text)) << key;
+  }
+}
+
 TEST(Config, RejectsUnsupportedActivationAndDtype) {
   json raw = qwen2_config();
   raw["hidden_act"] = "gelu";

@@ -49,6 +49,15 @@ TEST(Json, ErrorsAreOneShortLine) {
   EXPECT_NE(bad_utf8.find("u.json: not valid JSON"), std::string::npos) << bad_utf8;
 }
 
+TEST(Json, ANulByteIsNoEndOfTheText) {
+  // The library stops at a NUL: what follows it would be ignored, garbage included.
+  const std::string text = std::string("{\"a\": 1}") + '\0' + "{{{ not json";
+  const std::string message = error_message([&] { parse_json(text, "n.json"); });
+  EXPECT_NE(message.find("n.json: not valid JSON: a NUL byte at offset 8"), std::string::npos) << message;
+  EXPECT_NE(error_message([&] { parse_ordered_json(text, "body"); }).find("NUL"), std::string::npos);
+  EXPECT_EQ(parse_json("{\"a\": \"\\u0000\"}", "escaped.json")["a"].get<std::string>(), std::string(1, '\0'));
+}
+
 TEST(Json, CategoryAndDepthAreOptions) {
   JsonParseOptions options;
   options.category = ErrorCategory::kInvalidArgument;

@@ -3,6 +3,9 @@
 // the problem; well-formed files must expose the bytes that were written.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "core/mapped_file.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 
@@ -352,6 +355,18 @@ TEST(ModelFiles, BadShardIsNamed) {
   write_file(dir / "model-00002-of-00002.safetensors", "xx");
   expect_error([&] { ModelFiles files(dir.path()); }, ErrorCategory::kInvalidModel,
                {"model-00002-of-00002.safetensors", "truncated"});
+}
+
+// The model's text files (config, tokenizer, index) are read whole: a device (a link to
+// /dev/zero) or a file past the bound is refused by name, not read until memory runs out.
+TEST(TextFiles, DevicesAndOverlongFilesAreRefused) {
+  TempDir dir;
+  std::filesystem::create_symlink("/dev/zero", dir / "config.json");
+  expect_error([&] { read_text_file(dir / "config.json"); }, ErrorCategory::kIo, {"config.json", "a device"});
+  write_file(dir / "small.json", std::string(20, ' '));
+  EXPECT_EQ(read_text_file(dir / "small.json", 20).size(), 20u);
+  expect_error([&] { read_text_file(dir / "small.json", 19); }, ErrorCategory::kIo, {"small.json", "longer than"});
+  expect_error([&] { read_text_file(dir.path()); }, ErrorCategory::kIo, {"a folder"});
 }
 
 }  // namespace

@@ -165,7 +165,13 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
         "{%- endfor %}"
         "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   }
-  return from_tokenizer_config(config);
+  // Its errors name the file the template came from, and how to give another.
+  const std::filesystem::path source = std::filesystem::exists(jinja_path) ? jinja_path : config_path;
+  try {
+    return from_tokenizer_config(config);
+  } catch (const Error& e) {
+    throw Error(e.category(), source.string() + ": " + e.what() + " (--chat-template FILE gives another)");
+  }
 }
 
 std::vector<std::string> ChatTemplate::names() const {
