@@ -159,7 +159,9 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
   command->add_option("--repetition-penalty", args.repetition_penalty,
                       "penalise tokens already in the context (1: off)")
       ->check(more_than(0));
-  command->add_option("--presence-penalty", args.presence_penalty, "subtract this from tokens already generated (0: off; the prompt's do not count, as in OpenAI's API)")
+  command->add_option("--presence-penalty", args.presence_penalty,
+                      "subtract this from tokens already generated (0: off; the prompt's do not count, as in "
+                      "OpenAI's API)")
       ->check(finite_number());
   command->add_option("--frequency-penalty", args.frequency_penalty,
                       "subtract this × count for tokens already generated (0: off)")
