@@ -151,7 +151,11 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
   auto single_path = model_dir / "model.safetensors";
   std::vector<std::string> shard_names;
   std::map<std::string, std::string> weight_map;
-  if (std::filesystem::exists(index_path)) {
+  // As transformers: a whole model.safetensors first, where a folder holds both it and an index.
+  if (std::filesystem::exists(single_path)) {
+    listing_path_ = single_path;
+    shard_names.push_back("model.safetensors");
+  } else if (std::filesystem::exists(index_path)) {
     listing_path_ = index_path;
     std::string text = read_text_file(index_path);
     json index = parse_json(text, index_path.string());
@@ -183,9 +187,6 @@ ModelFiles::ModelFiles(const std::filesystem::path& model_dir) {
                       (missing.size() == 1 ? ", which is" : ", which are") +
                       " missing from the model folder (incomplete download?)");
     }
-  } else if (std::filesystem::exists(single_path)) {
-    listing_path_ = single_path;
-    shard_names.push_back("model.safetensors");
   } else {
     throw Error(ErrorCategory::kIo, model_dir.string() +
                                         ": no model.safetensors or model.safetensors.index.json "

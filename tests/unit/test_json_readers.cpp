@@ -4,6 +4,8 @@
 // file is at fault, in a qwenrt::Error.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -35,6 +37,7 @@ TEST(JsonReaders, SafetensorsHeaderAndIndexWithHugeNumberNameTheFile) {
              safetensors_bytes("{\"w\":{\"dtype\":\"F32\",\"shape\":[1e400],\"data_offsets\":[0,4]}}", "abcd"));
   expect_error([&] { SafetensorsFile file(dir / "model.safetensors"); }, ErrorCategory::kInvalidModel,
                {"model.safetensors: header: ", "number overflow"});
+  std::filesystem::remove(dir / "model.safetensors");  // a whole file would be read before an index
   write_file(dir / "model.safetensors.index.json", "{\"metadata\":{\"total_size\":1e400},\"weight_map\":{}}");
   expect_error([&] { ModelFiles files(dir.path()); }, ErrorCategory::kInvalidModel,
                {"model.safetensors.index.json: ", "number overflow"});

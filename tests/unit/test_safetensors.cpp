@@ -298,6 +298,18 @@ TEST(ModelFiles, RejectsIndexNamingMissingShard) {
                {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "missing"});
 }
 
+// A folder with both a whole model.safetensors and an index (a re-save over a sharded one):
+// the whole file, as transformers loads it.
+TEST(ModelFiles, AWholeFileBeforeAnIndex) {
+  TempDir dir;
+  test::write_model(dir.path(), test::tiny_qwen2_config(), three_tensors(), 2);
+  write_file(dir / "model.safetensors", test::safetensors_file({{"w", "F32", {1}, test::float_bytes({7.f})}}));
+  ModelFiles files(dir.path());
+  EXPECT_EQ(files.tensor_count(), 1u);
+  EXPECT_NE(files.find("w"), nullptr);
+  EXPECT_EQ(files.find("a"), nullptr);
+}
+
 TEST(ModelFiles, RejectsIndexPointingToWrongShard) {
   TempDir dir;
   test::write_model(dir.path(), test::tiny_qwen2_config(), three_tensors(), 2);
