@@ -20,11 +20,15 @@ namespace qwenrt {
 class QwenModel;
 
 // Runtime choices, kept apart from the model's own config.
+// The longest context a sequence may be given: far past any Qwen's, and short of sizes whose
+// block counts and byte counts would overflow.
+constexpr int kMaxContextTokens = 1 << 24;
+
 struct EngineOptions {
   std::string device = "auto";     // "auto" (a usable GPU, else the CPU), "cpu", "gpu", "gpu:N" (or "cuda", "cuda:N")
   DType dtype = DType::kBF16;      // GPU weights/activations; the CPU computes in fp32
   int threads = 0;                 // CPU threads; 0 = all cores
-  int max_context = 0;             // tokens per sequence; 0 = min(model max, 32768)
+  int max_context = 0;             // tokens per sequence; 0 = min(model max, 32768); at most kMaxContextTokens
   double kv_cache_gb = 0;          // KV pool size; 0 = kv_cache_tokens
   int64_t kv_cache_tokens = 0;     // KV pool size in tokens when kv_cache_gb is 0; 0 = one max_context sequence
   // On a GPU, when neither size is given: the KV pool takes this fraction of the free device

@@ -29,7 +29,8 @@ struct BenchArgs {
 void print_memory(const MemoryPlan& plan, size_t peak_used) {
   std::printf("memory\n");
   std::printf("  %-20s %s\n", "weights", format_bytes(static_cast<double>(plan.weights ? plan.weights : plan.mapped_weights)).c_str());
-  std::printf("  %-20s %s (%d tokens, %s/token)\n", "KV cache", format_bytes(static_cast<double>(plan.kv_pool)).c_str(),
+  std::printf("  %-20s %s (%d tokens and a scratch block, %s/token)\n", "KV cache",
+              format_bytes(static_cast<double>(plan.kv_pool)).c_str(),
               plan.kv_blocks * plan.kv_block_size, format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str());
   std::printf("  %-20s %s\n", "workspace", format_bytes(static_cast<double>(plan.workspace)).c_str());
   if (plan.device_total > 0) {
@@ -144,6 +145,12 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     }
   }
   EngineOptions options = engine_options(args.model);
+  if (static_cast<int64_t>(args.prompt) + args.gen > kMaxContextTokens) {
+    throw Error(ErrorCategory::kInvalidArgument, "--prompt + --gen is " +
+                                                     std::to_string(static_cast<int64_t>(args.prompt) + args.gen) +
+                                                     " tokens, more than the longest context qwenrt plans for (" +
+                                                     std::to_string(kMaxContextTokens) + ")");
+  }
   if (args.model.max_context == 0) options.max_context = args.prompt + args.gen;
   options.record_decode = !args.no_graphs;
   if (args.batch > 0) {
@@ -243,7 +250,7 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--dtype", args->model.dtype, "GPU weight/activation type: bf16 or f16")
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
       ->capture_default_str();
-  cmd->add_option("--threads", args->model.threads, "CPU threads (0: all cores)")->check(at_least(0));
+  cmd->add_option("--threads", args->model.threads, "CPU threads (0: all cores)")->check(between(0, kMaxThreads, false));
   cmd->add_option("--prompt", args->prompt, "prompt tokens")->check(more_than(0))->capture_default_str();
   cmd->add_option("--gen", args->gen, "generated tokens")->check(more_than(0))->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "timed runs (medians are reported)")->check(more_than(0))->capture_default_str();

@@ -31,6 +31,7 @@ struct ChatArgs {
   bool think = false;
   bool no_think = false;
   bool hide_thinking = false;
+  bool verbose = false;
   int max_new_tokens = 2048;
   std::string chat_template;  // a file replacing the folder's template
 };
@@ -56,6 +57,10 @@ class ChatSession {
     options_.max_new_tokens = args.max_new_tokens;
     options_.sampling = effective_sampling(args.sampling, cmd, engine_.config());
     prepare_chat(engine_.config(), tokenizer_, options_);
+    if (args.verbose) {
+      print_sampling(options_.sampling, engine_.config());
+      print_memory_report(engine_);
+    }
     think_open_ = tokenizer_.token_to_id("<think>").value_or(-1);
     think_close_ = tokenizer_.token_to_id("</think>").value_or(-1);
   }
@@ -260,6 +265,7 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "tokens per answer at most")
       ->check(more_than(0))
       ->capture_default_str();
+  cmd->add_flag("-v,--verbose", args->verbose, "print the sampling settings in effect and the memory plan (stderr)");
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_chat(*args, *cmd); });
 }
 

@@ -1,5 +1,6 @@
 // qwenrt generate: continue a prompt given as token ids, as text, or as a chat message
 // rendered with the model's own chat template.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -133,6 +134,14 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     emit(stops.flush());
   }
   if (stops.stopped()) result.finish_reason = "stop";
+  if (result.finish_reason == "length" && static_cast<int>(result.ids.size()) < args.max_new_tokens) {
+    // Cut short of -n: said, not left for the user to count.
+    const int pool = engine.memory_plan().kv_blocks * engine.memory_plan().kv_block_size;
+    std::fprintf(stderr,
+                 "note: stopped after %zu of the %d tokens asked for: the sequence filled its room (%d prompt "
+                 "tokens; context limit %d tokens, KV cache %d); raise --max-context or --kv-cache-gb\n",
+                 result.ids.size(), args.max_new_tokens, result.prompt_tokens, engine.max_context(), pool);
+  }
   if (args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   if (text) std::printf("\n");
   std::fflush(stdout);  // the text before the statistics on stderr
@@ -145,8 +154,14 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     const StartupTimes& startup = engine.startup_times();
     std::fprintf(stderr, "startup load %.2f s, warm-up %.2f s; process start to first token %.2f s\n",
                  startup.load_seconds, startup.warmup_seconds, first_token_since_start);
-    std::fprintf(stderr, "decode  %zu tokens, %.1f tokens/s (%s)\n", result.ids.size(),
-                 result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0, result.finish_reason.c_str());
+    if (decoded > 0 && result.decode_seconds > 0) {
+      std::fprintf(stderr, "decode  %zu tokens, %.1f tokens/s (%s)\n", result.ids.size(), decoded / result.decode_seconds,
+                   result.finish_reason.c_str());
+    } else {
+      // The first token comes with the prompt: a decode rate needs a second one.
+      std::fprintf(stderr, "decode  %zu token%s, no rate (%s)\n", result.ids.size(), result.ids.size() == 1 ? "" : "s",
+                   result.finish_reason.c_str());
+    }
     if (!args.model.memory_report) print_memory_report(engine, result.kv_bytes_used);
   }
   if (text) return kExitOk;
@@ -157,14 +172,22 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   out["finish_reason"] = result.finish_reason;
   out["prompt_tokens"] = result.prompt_tokens;
   out["generated_tokens"] = result.ids.size();
-  out["prompt_ms"] = result.prompt_seconds * 1e3;
-  out["time_to_first_token_ms"] = result.time_to_first_token * 1e3;
-  out["load_ms"] = engine.startup_times().load_seconds * 1e3;
-  out["warmup_ms"] = engine.startup_times().warmup_seconds * 1e3;
-  out["process_start_to_first_token_ms"] = first_token_since_start * 1e3;
-  out["prompt_tokens_per_s"] = result.prompt_seconds > 0 ? result.prompt_tokens / result.prompt_seconds : 0.0;
+  // Times to the microsecond and rates to a hundredth; null where there is nothing to time.
+  const auto ms = [](double seconds) { return std::round(seconds * 1e6) / 1e3; };
+  const auto rate = [](double count, double seconds) {
+    return count > 0 && seconds > 0 ? nlohmann::ordered_json(std::round(count / seconds * 100) / 100)
+                                    : nlohmann::ordered_json(nullptr);
+  };
+  out["prompt_ms"] = ms(result.prompt_seconds);
+  out["time_to_first_token_ms"] =
+      result.ids.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(ms(result.time_to_first_token));
+  out["load_ms"] = ms(engine.startup_times().load_seconds);
+  out["warmup_ms"] = ms(engine.startup_times().warmup_seconds);
+  out["process_start_to_first_token_ms"] =
+      result.ids.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(ms(first_token_since_start));
+  out["prompt_tokens_per_s"] = rate(result.prompt_tokens, result.prompt_seconds);
   double decoded = result.ids.size() > 1 ? static_cast<double>(result.ids.size() - 1) : 0.0;
-  out["decode_tokens_per_s"] = result.decode_seconds > 0 ? decoded / result.decode_seconds : 0.0;
+  out["decode_tokens_per_s"] = rate(decoded, result.decode_seconds);
   out["device"] = engine.backend().name();
   // Invalid UTF-8 cannot occur in decoded text, but ids-only prompts may still decode into
   // replacement characters; never let the report fail on encoding.
@@ -208,7 +231,8 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--stats", args->stats, "print prompt and decode speed, time to first token and memory (stderr)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--format", args->format,
-                  "text: the generated text as it is produced (ids for --ids); json: ids, text and timings")
+                  "text: the generated text as it is produced (ids for --ids); json: ids, text (not with --ids, "
+                  "unless --stop loads the tokenizer) and timings (null where nothing was timed)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_generate(*args, *cmd); });

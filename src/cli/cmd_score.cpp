@@ -20,6 +20,7 @@ int run_score(const ScoreArgs& args) {
   if (ids.size() < 2) throw Error(ErrorCategory::kInvalidArgument, "--ids: scoring needs at least two token ids");
   Engine engine(args.model.model_dir, engine_options(args.model));
   ScoreResult result = engine.score(ids);
+  if (args.model.memory_report) print_memory_report(engine);  // stderr: the JSON stays clean
   if (args.format == "json") {
     nlohmann::ordered_json out;
     out["logprobs"] = result.logprobs;

@@ -16,6 +16,7 @@
 #include "core/json.h"
 #include "core/mapped_file.h"
 #include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
@@ -92,8 +93,9 @@ void run_template(const TemplateOptions& opt) {
                               ? std::filesystem::path(opt.tokenizer_config).parent_path().string()
                               : opt.model_dir;
   const auto tokenizer = Tokenizer::load(dir.empty() ? "." : dir);
-  // allow_special: the template's own <|im_start|>/<|im_end|> scaffolding must become control tokens.
-  const auto ids = tokenizer.encode(prompt, /*allow_special=*/true);
+  // As generate --chat, chat and serve feed the model: the template's scaffolding becomes
+  // control tokens, the messages' text stays plain text.
+  const auto ids = encode_chat_prompt(tokenizer, tmpl, messages, tools, opt.add_generation_prompt, vars);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
   line += "\n";
@@ -127,7 +129,9 @@ void add_template_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--var", opt->vars,
                   "Extra template variable NAME=VALUE, repeatable; VALUE is JSON if it parses (true, 3, [..]), "
                   "else a string. Example: --var enable_thinking=false");
-  cmd->add_flag("--ids", opt->ids, "Print the prompt's token ids (space-separated) instead of its text");
+  cmd->add_flag("--ids", opt->ids,
+                "Print the prompt's token ids (space-separated) instead of its text: those generate --chat, chat "
+                "and serve feed the model (a message's text never becomes a control token)");
   cmd->callback([opt, &exit_code]() {
     run_template(*opt);
     exit_code = kExitOk;

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <system_error>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -43,6 +46,19 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
         return wrong(static_cast<double>(static_cast<float>(value)));
       },
       std::move(description));
+}
+
+// A seed's text past 2^64-1, which the parser would clamp to it: refused, as a negative one is.
+CLI::Validator seed_range() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc::result_out_of_range) return "must be at most 18446744073709551615 (got " + text + ")";
+        (void)end;
+        return "";
+      },
+      "");
 }
 
 }  // namespace
@@ -132,7 +148,7 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))
       ->capture_default_str();
   command->add_option("--threads", args.threads, "CPU threads (0: all cores)")
-      ->check(at_least(0))
+      ->check(between(0, kMaxThreads, false))
       ->capture_default_str();
   command->add_option("--max-context", args.max_context,
                       "tokens per sequence the KV cache is planned for (0: the model's maximum, capped at 32768)")
@@ -169,7 +185,8 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
   command->add_option("--seed", args.seed,
                       "random seed, 0 to 2^64-1 (default 0: the same settings give the same output run after run; "
                       "pass another seed for other draws)")
-      ->check(at_least(0));
+      ->check(at_least(0))
+      ->check(seed_range());
 }
 
 SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& command, const ModelConfig& config) {
@@ -217,7 +234,7 @@ void print_memory_report(Engine& engine, size_t request_kv_bytes) {
     std::fprintf(stderr, "  mapped weights %s (used in place from the checkpoint files)\n",
                  format_bytes(static_cast<double>(plan.mapped_weights)).c_str());
   }
-  std::fprintf(stderr, "  KV cache       %s (%d blocks of %d tokens, %s per token, %d-token context)\n",
+  std::fprintf(stderr, "  KV cache       %s (%d blocks of %d tokens and a scratch one, %s per token, %d-token context)\n",
                format_bytes(static_cast<double>(plan.kv_pool)).c_str(), plan.kv_blocks, plan.kv_block_size,
                format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str(), plan.max_context);
   std::fprintf(stderr, "  workspace      %s\n", format_bytes(static_cast<double>(plan.workspace)).c_str());

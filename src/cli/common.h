@@ -40,6 +40,10 @@ CLI::Validator more_than(double low);                                 // > low
 CLI::Validator between(double low, double high, bool low_open = false);  // [low, high] or (low, high]
 CLI::Validator finite_number();                                       // any finite number
 
+// --threads at most: far past any machine's cores, short of what makes a pool of threads
+// the work itself (100,000 took minutes to start).
+constexpr int kMaxThreads = 1024;
+
 // Adds --temperature, --top-k, --top-p, --min-p, the penalties and --seed, validated.
 // model_defaults: the command starts from generation_config.json's sampling (generate,
 // chat); bench does not.

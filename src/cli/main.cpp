@@ -88,11 +88,19 @@ std::string did_you_mean(const std::string& nearest) {
 // The first long option on the command line that the command does not have, named with the
 // one it most likely meant. The parser's own message for such a line can mislead: it lists
 // the option's value as unexpected too, or asks for --model first.
-std::string unknown_option_message(const CLI::App& command, int argc, char** argv) {
-  std::vector<std::string> known;
+// The long names of a command's options, those of its option groups (unnamed subcommands) too.
+void long_names(const CLI::App& command, std::vector<std::string>& known) {
   for (const CLI::Option* option : command.get_options()) {
     for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
   }
+  for (const CLI::App* group : command.get_subcommands({})) {
+    if (group->get_name().empty()) long_names(*group, known);
+  }
+}
+
+std::string unknown_option_message(const CLI::App& command, int argc, char** argv) {
+  std::vector<std::string> known;
+  long_names(command, known);
   for (int i = 2; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--") break;

@@ -93,6 +93,11 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   if (options.max_context < 0) {
     throw Error(ErrorCategory::kInvalidArgument, "--max-context must be positive");
   }
+  if (options.max_context > kMaxContextTokens) {
+    throw Error(ErrorCategory::kInvalidArgument, "--max-context " + std::to_string(options.max_context) +
+                                                     " is more than the longest context qwenrt plans for (" +
+                                                     std::to_string(kMaxContextTokens) + " tokens)");
+  }
   ForwardLimits limits;
   limits.block_size = 16;
   int max_context = options.max_context > 0 ? options.max_context
@@ -116,7 +121,9 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   const size_t kv_bytes_per_token = QwenModel::kv_bytes_per_token(config, dtype);
   const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
   if (options.kv_cache_gb > 0) {
-    limits.num_blocks = static_cast<int>(options.kv_cache_gb * (1ull << 30) / kv_bytes_per_block);
+    limits.num_blocks = static_cast<int>(
+        std::min(options.kv_cache_gb * static_cast<double>(1ull << 30) / static_cast<double>(kv_bytes_per_block),
+                 static_cast<double>(1 << 30)));
     if (limits.num_blocks < 1) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "--kv-cache-gb " + std::to_string(options.kv_cache_gb) +

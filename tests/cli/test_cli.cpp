@@ -164,7 +164,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"serve --max-seq 5", 2, "unknown option '--max-seq' for 'serve'; did you mean '--max-seqs'?"},
                       BadArgs{"generate -m MODEL --ids 1 --max-tokens 3", 2, "did you mean '--max-new-tokens'?"},
                       BadArgs{"generate -m MODEL --ids 1 --tempreature=1", 2, "'--tempreature' for 'generate'; did you mean '--temperature'?"},
-                      BadArgs{"generate -m MODEL --ids 1 --zzzz", 2, "unknown option '--zzzz' for 'generate' (see qwenrt generate --help)"}),
+                      BadArgs{"generate -m MODEL --ids 1 --zzzz", 2, "unknown option '--zzzz' for 'generate' (see qwenrt generate --help)"},
+                      // An option in a group (tokenize's tokenizer source) is known: the error is the real one.
+                      BadArgs{"tokenize -m MODEL --tokenizer MODEL abc", 2, "Exactly 1 option from [-m,--model,--tokenizer]"},
+                      // Bounds past which a value would hang, clamp or overflow.
+                      BadArgs{"generate -m MODEL --ids 1 --threads 100000", 2, "--threads: must be in [0, 1024] (got 100000)"},
+                      BadArgs{"generate -m MODEL --ids 1 --temperature 1 --seed 18446744073709551616", 2,
+                              "--seed: must be at most 18446744073709551615"},
+                      BadArgs{"bench -m MODEL --prompt 2147483647 --gen 1", 2, "--prompt + --gen is 2147483648 tokens"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 
 // An option given twice takes its last value, as most command lines do.
@@ -202,6 +209,32 @@ TEST(Cli, ErrorsQuotingAFileAreOneEscapedLine) {
   EXPECT_NE(result.err.find(" more bytes)"), std::string::npos);
   EXPECT_LT(result.err.size(), 2200u);
   fs::remove_all(dir);
+}
+
+// JSON timings are null where nothing was timed (one token has no decode rate, none no first
+// token); a generation cut short of -n by the context says so on stderr.
+TEST(Cli, JsonTimingsAndACutShortGeneration) {
+  RunResult one = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 1 --format json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const nlohmann::json report = nlohmann::json::parse(one.out);
+  EXPECT_TRUE(report["decode_tokens_per_s"].is_null()) << one.out;
+  EXPECT_TRUE(report["prompt_tokens_per_s"].is_number()) << one.out;
+  EXPECT_EQ(one.out.find("e-0"), std::string::npos) << one.out;  // times to the microsecond, no float noise
+  RunResult none = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 0 --format json");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_TRUE(nlohmann::json::parse(none.out)["time_to_first_token_ms"].is_null()) << none.out;
+  RunResult cut = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 40 --max-context 16 --ignore-eos");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_NE(cut.err.find("note: stopped after 14 of the 40 tokens asked for"), std::string::npos) << cut.err;
+  RunResult full = run_qwenrt("generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 5 --ignore-eos");
+  EXPECT_EQ(full.err.find("note: stopped"), std::string::npos) << full.err;
+}
+
+TEST(Cli, ScoreReportsMemoryWhenAsked) {
+  RunResult result = run_qwenrt("score -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' --memory-report --format json");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("KV cache"), std::string::npos) << result.err;
+  EXPECT_TRUE(nlohmann::json::parse(result.out).contains("ppl"));  // the report stays on stderr
 }
 
 // doctor checks the checkpoint as generate would: a tensor of the wrong shape fits nowhere.
@@ -257,6 +290,27 @@ TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
 namespace {
 
 // --chat-template: another template for the folder's tokens, checked before the weights load.
+// template --ids gives the ids generate --chat and serve feed the model: a message's text that
+// spells a control token stays text.
+TEST(CliChatTemplate, IdsKeepMessageTextPlain) {
+  const fs::path dir = fs::temp_directory_path() / ("qwenrt_cli_template_ids_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "m.json") << R"([{"role":"user","content":"<|im_end|>"}])";
+  const std::string serve_dir = (fs::path(QWENRT_TEST_DATA) / "serve").string();
+  RunResult result = run_qwenrt("template -m '" + serve_dir + "' --messages '" + (dir / "m.json").string() +
+                                "' --add-generation-prompt --ids");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  // <|im_end|>'s id: once, where the template closes the user's turn.
+  RunResult end = run_qwenrt("tokenize -m '" + serve_dir + "' '<|im_end|>'");
+  ASSERT_EQ(end.exit_code, 0) << end.err;
+  const int end_id = nlohmann::json::parse(end.out).at(0).get<int>();
+  std::istringstream ids(result.out);
+  int count = 0;
+  for (int id = 0; ids >> id;) count += id == end_id;
+  EXPECT_EQ(count, 1) << result.out;
+  fs::remove_all(dir);
+}
+
 // A folder's template that does not compile: the error names the file and the way round it.
 TEST(CliChatTemplate, ABrokenTemplateNamesItsFile) {
   const fs::path dir = fs::temp_directory_path() / ("qwenrt_cli_broken_template_" + std::to_string(::getpid()));

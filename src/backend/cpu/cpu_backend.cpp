@@ -2,9 +2,12 @@
 // and attention spread over a thread pool. Weight matrices may be bf16/fp16/f32 (used in
 // place from the mapped checkpoint); each thread converts a tile of weight rows to fp32
 // once and reuses it for every input row, so the conversion costs O(m·k), not O(n·m·k).
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -61,8 +64,18 @@ class CpuBackend final : public Backend {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
     void* data = std::aligned_alloc(64, rounded);
     if (data == nullptr) {
-      throw Error(ErrorCategory::kOutOfMemory,
-                  std::string("cannot allocate ") + std::to_string(bytes) + " bytes of host memory for " + what);
+      // How much was asked and how much the machine has, in GiB, and what to lower.
+      const auto gib = [](double b) {
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.2f GiB", b / static_cast<double>(1ull << 30));
+        return std::string(text);
+      };
+      const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      const std::string free_text =
+          pages > 0 && page > 0 ? ", " + gib(static_cast<double>(pages) * static_cast<double>(page)) + " free" : "";
+      throw Error(ErrorCategory::kOutOfMemory, "cannot allocate " + gib(static_cast<double>(bytes)) +
+                                                   " of host memory for " + what + free_text +
+                                                   ": use a smaller model, or lower --kv-cache-gb or --max-context");
     }
     return DeviceBuffer(data, bytes, &release_host);
   }
