@@ -112,9 +112,11 @@ void add_template_command(CLI::App& root, int& exit_code) {
       "Render a model's chat template for a conversation, byte-identical to transformers' "
       "apply_chat_template(..., tokenize=False). The prompt is printed exactly, with no newline added.");
   cmd->add_option("-m,--model", opt->model_dir,
-                  "Model folder: its tokenizer_config.json (and chat_template.jinja, which takes precedence)");
+                  "Model folder: its tokenizer_config.json (and chat_template.jinja, which takes precedence)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--tokenizer-config", opt->tokenizer_config,
-                  "A tokenizer_config.json file holding chat_template and the special tokens");
+                  "A tokenizer_config.json file holding chat_template and the special tokens")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--chat-template", opt->chat_template,
                   "With -m: a file whose template replaces the folder's (a Jinja template, or a "
                   "tokenizer_config.json whose chat_template is taken); the special tokens stay the folder's")

@@ -164,7 +164,9 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       "  qwenrt tokenize -m Qwen2.5-7B-Instruct 'Hello world'        -> [9707,1879]\n"
       "  qwenrt tokenize -m DIR --jsonl prompts.jsonl              one array per {\"text\"} line\n"
       "  qwenrt tokenize -m DIR --decode '9707 1879'               -> Hello world\n"
-      "  qwenrt tokenize -m DIR --bench corpus.txt                 MB/s and tokens/s");
+      "  qwenrt tokenize -m DIR --bench corpus.txt                 MB/s and tokens/s\n"
+      "Exit codes: 0 success; 1 a tokenizer or input file that cannot be read; 2 bad arguments\n"
+      "(a path that does not exist included); 130 interrupted");
 
   CLI::Option_group* source =
       cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
@@ -172,9 +174,11 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       ->add_option("-m,--model", options->model_dir,
                    "model folder holding tokenizer.json (and tokenizer_config.json), or the "
                    "original Qwen's qwen.tiktoken")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(CLI::ExistingPath);
   source->add_option("--tokenizer", options->tokenizer_file, "a tokenizer.json or qwen.tiktoken file")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(CLI::ExistingPath);
   source->require_option(1);
 
   // The text is a positional of the command itself (so that `--` before a text starting

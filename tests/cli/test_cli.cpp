@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --tempreature=1", 2, "'--tempreature' for 'generate'; did you mean '--temperature'?"},
                       BadArgs{"generate -m MODEL --ids 1 --zzzz", 2, "unknown option '--zzzz' for 'generate' (see qwenrt generate --help)"},
                       // An option in a group (tokenize's tokenizer source) is known: the error is the real one.
-                      BadArgs{"tokenize -m MODEL --tokenizer MODEL abc", 2, "Exactly 1 option from [-m,--model,--tokenizer]"},
+                      BadArgs{"tokenize -m MODEL --tokenizer / abc", 2, "Exactly 1 option from [-m,--model,--tokenizer]"},
                       // Bounds past which a value would hang, clamp or overflow.
                       BadArgs{"generate -m MODEL --ids 1 --threads 100000", 2, "--threads: must be in [0, 1024] (got 100000)"},
                       BadArgs{"generate -m MODEL --ids 1 --temperature 1 --seed 18446744073709551616", 2,

@@ -94,7 +94,7 @@ TEST(CliTokenize, BadArguments) {
   EXPECT_EQ(tokenize(model_arg() + " --decode 'a b'").exit_code, 2);
   EXPECT_EQ(tokenize(model_arg() + " --bench x --passes 0").exit_code, 2);
   EXPECT_EQ(tokenize(model_arg() + " \"$(printf 'a\\377')\"").exit_code, 2);  // invalid UTF-8
-  EXPECT_EQ(tokenize("-m /nonexistent/model text").exit_code, 1);
+  EXPECT_EQ(tokenize("-m /nonexistent/model text").exit_code, 2);  // as generate: a path that is not there is a bad argument
 }
 
 TEST(CliTokenize, HelpExplainsOptions) {
