@@ -258,8 +258,8 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
       ->check(at_least(0));
   cmd->add_option("--prefill-chunk,--max-batch-tokens", args->prefill_chunk,
-                  "prompt tokens per forward pass (default 512; at least --batch, at most the KV cache's tokens: "
-                  "the context times the sequences; the report gives the one used)")
+                  "prompt tokens per forward pass (default 512; at least --batch, at most the context times the "
+                  "sequences a pass may hold; the report gives the limit used, which a shorter prompt does not reach)")
       ->check(at_least(0));
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
   add_sampling_options(cmd, args->sampling, /*model_defaults=*/false);
