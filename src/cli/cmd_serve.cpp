@@ -120,15 +120,25 @@ int run_serve(const ServeArgs& args) {
   const std::string tokenizer_dir = args.tokenizer.empty() ? args.model.model_dir : args.tokenizer;
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
   std::unique_ptr<ChatTemplate> chat_template;
-  std::string chat_template_error;
+  bool chat_template_failed = false;
   if (!args.chat_template.empty()) {
     chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir, args.chat_template));
   } else {
     try {
       chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir));
     } catch (const Error& error) {
-      chat_template_error = error.what();
-      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n", error.what());
+      // None at all, or one that failed (a template the folder has: its text or its file).
+      const std::filesystem::path dir(tokenizer_dir);
+      std::error_code ignored;
+      chat_template_failed = std::filesystem::exists(dir / "chat_template.jinja", ignored);
+      try {
+        chat_template_failed =
+            chat_template_failed || read_json_file(dir / "tokenizer_config.json").contains("chat_template");
+      } catch (const Error&) {
+        chat_template_failed = std::filesystem::exists(dir / "tokenizer_config.json", ignored);
+      }
+      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n",
+                   printable_line(error.what()).c_str());
     }
   }
   std::fprintf(stderr, "loading %s on %s...\n", args.model.model_dir.c_str(), model_args.device.c_str());
@@ -174,7 +184,7 @@ int run_serve(const ServeArgs& args) {
                                  : args.served_model_name;
   if (limits.served_model_name.empty()) limits.served_model_name = args.model.model_dir;
   server::ModelText model_text{&tokenizer, chat_template.get(), &engine.config(), default_template_kwargs,
-                               chat_template_error};
+                               chat_template_failed};
   server::HttpServer http(service, model_text, server_options, metrics);
   if (!http.bind()) {
     throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) +

@@ -35,8 +35,8 @@ struct TemplateOptions {
 };
 
 std::string read_input(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  return read_text_file(path);
+  // stdin as a file of its own: read to the same bound as any other.
+  return read_text_file(path == "-" ? "/dev/stdin" : path);
 }
 
 nlohmann::ordered_json read_json(const std::string& path, const char* what) {

@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
+#include <cerrno>
 #include <cstdint>
 #include <chrono>
 #include <cmath>
@@ -12,7 +12,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <system_error>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -52,10 +51,10 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
 CLI::Validator seed_range() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        uint64_t value = 0;
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error == std::errc::result_out_of_range) return "must be at most 18446744073709551615 (got " + text + ")";
-        (void)end;
+        // Read as the parser reads an integer (decimal, +, 0x): past 2^64-1 it would clamp.
+        errno = 0;
+        (void)std::strtoull(text.c_str(), nullptr, 0);
+        if (errno == ERANGE) return "must be at most 18446744073709551615 (got " + text + ")";
         return "";
       },
       "");

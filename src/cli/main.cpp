@@ -88,26 +88,39 @@ std::string did_you_mean(const std::string& nearest) {
 // The first long option on the command line that the command does not have, named with the
 // one it most likely meant. The parser's own message for such a line can mislead: it lists
 // the option's value as unexpected too, or asks for --model first.
-// The long names of a command's options, those of its option groups (unnamed subcommands) too.
-void long_names(const CLI::App& command, std::vector<std::string>& known) {
+// The names of a command's options ("--long", "-s"), those of its option groups (unnamed
+// subcommands) too; `valued`: those that take a value.
+void option_names(const CLI::App& command, std::vector<std::string>& known, std::vector<std::string>& valued) {
   for (const CLI::Option* option : command.get_options()) {
-    for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+    std::vector<std::string> names;
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) names.push_back("-" + name);
+    known.insert(known.end(), names.begin(), names.end());
+    if (option->get_type_size_min() > 0) valued.insert(valued.end(), names.begin(), names.end());
   }
   for (const CLI::App* group : command.get_subcommands({})) {
-    if (group->get_name().empty()) long_names(*group, known);
+    if (group->get_name().empty()) option_names(*group, known, valued);
   }
 }
 
 std::string unknown_option_message(const CLI::App& command, int argc, char** argv) {
-  std::vector<std::string> known;
-  long_names(command, known);
+  std::vector<std::string> known, valued, long_known;
+  option_names(command, known, valued);
+  for (const std::string& name : known) {
+    if (name.starts_with("--")) long_known.push_back(name);
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--") break;
+    // A known option's value is no option, whatever it looks like (--stop '-->').
+    if (word.find('=') == std::string::npos && std::find(valued.begin(), valued.end(), word) != valued.end()) {
+      ++i;
+      continue;
+    }
     if (!word.starts_with("--") || word.size() == 2) continue;
     const std::string name = word.substr(0, word.find('='));
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
-    return "unknown option '" + name + "' for '" + command.get_name() + "'" + did_you_mean(nearest_name(name, known)) +
+    return "unknown option '" + name + "' for '" + command.get_name() + "'" + did_you_mean(nearest_name(name, long_known)) +
            " (see qwenrt " + command.get_name() + " --help)";
   }
   return "";

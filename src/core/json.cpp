@@ -175,10 +175,7 @@ bool TreeBuilder<Json>::key(typename Base::string_t& k) {
 template <typename Json>
 Json parse_with(std::string_view text, const std::string& name, const JsonParseOptions& options,
                 JsonParseStats* stats) {
-  // The parser takes a NUL byte for the end of the text; JSON has none outside an escape.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    throw Error(options.category, name + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
-  }
+  refuse_nul_bytes(text, name, options.category);
   JsonParseStats local;
   TreeBuilder<Json> builder(options, stats ? *stats : local);
   bool ok = false;
@@ -196,6 +193,12 @@ Json parse_with(std::string_view text, const std::string& name, const JsonParseO
 }
 
 }  // namespace
+
+void refuse_nul_bytes(std::string_view text, const std::string& name, ErrorCategory category) {
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw Error(category, name + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  }
+}
 
 nlohmann::json parse_json(std::string_view text, const std::string& name, const JsonParseOptions& options,
                           JsonParseStats* stats) {

@@ -49,6 +49,11 @@ nlohmann::json parse_json(std::string_view text, const std::string& name,
 nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& name,
                                           const JsonParseOptions& options = {},
                                           JsonParseStats* stats = nullptr);
+// Throws Error(category) naming `name` and the offset where `text` holds a NUL byte: the JSON
+// library takes one for the end of the text (what follows would be ignored), and JSON has
+// none outside an escape.
+void refuse_nul_bytes(std::string_view text, const std::string& name, ErrorCategory category);
+
 // Reads and parses a file; messages name the file's path.
 nlohmann::json read_json_file(const std::filesystem::path& path, const JsonParseOptions& options = {});
 nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path,

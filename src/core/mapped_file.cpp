@@ -75,11 +75,14 @@ std::string read_text_file(const std::filesystem::path& path, size_t max_bytes) 
     throw Error(ErrorCategory::kIo, path.string() + ": " + why);
   };
   const auto too_long = [&] {
-    fail("longer than " + std::to_string(max_bytes >> 20) + " MiB: not a file this reads");
+    fail("longer than " +
+         (max_bytes >= (size_t{1} << 20) ? std::to_string(max_bytes >> 20) + " MiB" : std::to_string(max_bytes) + " bytes") +
+         ": not a file this reads");
   };
   struct stat info {};
   if (::fstat(fd, &info) != 0) fail(std::string("cannot read: ") + std::strerror(errno));
-  if (S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)) fail("a device, not a file");
+  // A terminal is read to its end of input (/dev/stdin typed into); another device is no file.
+  if ((S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)) && ::isatty(fd) == 0) fail("a device, not a file");
   if (S_ISREG(info.st_mode) && static_cast<uint64_t>(info.st_size) > max_bytes) too_long();
   std::string text;
   if (S_ISREG(info.st_mode)) text.reserve(static_cast<size_t>(info.st_size));

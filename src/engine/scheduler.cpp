@@ -390,6 +390,7 @@ void Scheduler::complete() {
       // drawn is no part of the text.
       events_.back().token = -1;
       events_.back().logprobs = StepLogprobs{};
+      --generated_tokens_;  // not a token of the answer (usage does not count it)
       reason = request.constraint->cut() ? FinishReason::kLength : FinishReason::kStop;
     } else if (constraint_ended || (may_stop && (is_eos || is_stop))) {
       reason = FinishReason::kStop;

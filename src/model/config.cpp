@@ -402,13 +402,16 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       if (!ok) fail(gen_source, std::string("'") + key + "' must be " + range);
     };
     if (model.default_do_sample) {
-      in_range("temperature", model.default_temperature.value_or(1.f) >= 0.f, "at least 0");
+      // As the floats the sampler takes (1e39 is infinite there).
+      const float temperature = model.default_temperature.value_or(1.f);
+      in_range("temperature", std::isfinite(temperature) && temperature >= 0.f, "a finite number of at least 0");
       const float top_p = model.default_top_p.value_or(1.f);
       in_range("top_p", top_p > 0.f && top_p <= 1.f, "in (0, 1]");
       in_range("top_k", model.default_top_k.value_or(0) >= 0, "at least 0");
       const float min_p = model.default_min_p.value_or(0.f);
       in_range("min_p", min_p >= 0.f && min_p <= 1.f, "in [0, 1]");
-      in_range("repetition_penalty", model.default_repetition_penalty.value_or(1.f) > 0.f, "more than 0");
+      const float repetition = model.default_repetition_penalty.value_or(1.f);
+      in_range("repetition_penalty", std::isfinite(repetition) && repetition > 0.f, "a finite number more than 0");
     }
   }
   for (int id : model.eos_token_ids) {

@@ -64,9 +64,10 @@ namespace {
 // A chat request where the server has no template: why (none in the folder, or the folder's
 // failed to load), what gives one, and what to do instead.
 ApiError no_chat_template(const ModelText& model, const std::string& instead = "use /v1/completions") {
-  const std::string why = model.chat_template_error.empty()
-                              ? "this model has no chat template"
-                              : "this model's chat template could not be loaded (" + model.chat_template_error + ")";
+  // The loader's message stays in the server's log: it names the server's files.
+  const std::string why = model.chat_template_failed
+                              ? "this model's chat template failed to load (the server's log says why)"
+                              : "this model has no chat template";
   return invalid_request(why + "; the server takes one with --chat-template FILE: " + instead, "messages");
 }
 

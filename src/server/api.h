@@ -72,7 +72,7 @@ struct ModelText {
   // Template variables every chat request starts from (serve's --default-chat-template-kwargs),
   // its chat_template_kwargs over them key by key.
   nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
-  std::string chat_template_error;  // why there is no template, where the folder's failed to load
+  bool chat_template_failed = false;  // the folder has a template that failed to load (the log says why)
 };
 
 struct GenerationRequest {

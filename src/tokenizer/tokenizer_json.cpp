@@ -172,10 +172,7 @@ TokenizerJson parse_tokenizer_json(const std::string& text, const std::string& w
   TokenizerJson out;
   out.vocab.reserve(1 << 17);
   out.merges.reserve(1 << 17);
-  // The parser takes a NUL byte for the end of the text; JSON has none outside an escape.
-  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
-    throw Error(ErrorCategory::kInvalidModel, what + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
-  }
+  refuse_nul_bytes(text, what, ErrorCategory::kInvalidModel);
   Reader reader(out);
   const bool ok = json::sax_parse(text, &reader, json::input_format_t::json, /*strict=*/true);
   if (!ok || !reader.error.empty()) {

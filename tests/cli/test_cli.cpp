@@ -171,6 +171,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --threads 100000", 2, "--threads: must be in [0, 1024] (got 100000)"},
                       BadArgs{"generate -m MODEL --ids 1 --temperature 1 --seed 18446744073709551616", 2,
                               "--seed: must be at most 18446744073709551615"},
+                      BadArgs{"generate -m MODEL --ids 1 --seed +18446744073709551616", 2, "--seed: must be at most"},
+                      BadArgs{"generate -m MODEL --ids 1 --seed 0x1ffffffffffffffff", 2, "--seed: must be at most"},
+                      // A known option's value that looks like an option is no unknown option.
+                      BadArgs{"generate --ids 1 --stop '-->'", 2, "--model is required"},
                       BadArgs{"bench -m MODEL --prompt 2147483647 --gen 1", 2, "--prompt + --gen is 2147483648 tokens"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 
@@ -324,6 +328,13 @@ TEST(CliChatTemplate, ABrokenTemplateNamesItsFile) {
   EXPECT_NE(result.err.find((dir / "tokenizer_config.json").string() + ": chat template syntax error"), std::string::npos)
       << result.err;
   EXPECT_NE(result.err.find("--chat-template FILE"), std::string::npos) << result.err;
+  // No template at all: the file named once, with its folder.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  RunResult none = run_qwenrt("template -m '" + dir.string() + "' --messages '" + (dir / "m.json").string() + "'");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find((dir / "tokenizer_config.json").string() + " has no chat_template (--chat-template FILE"),
+            std::string::npos)
+      << none.err;
   fs::remove_all(dir);
 }
 

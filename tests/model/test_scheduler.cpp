@@ -457,9 +457,11 @@ TEST_F(SchedulerTest, AConstraintThatEndsWithoutAnEndIdStopsWhereTheTextEnded) {
     request.prompt = random_ids(3, 9, vocab());
     request.max_new_tokens = 20;
     request.constraint = std::make_shared<ScriptedConstraint>(std::vector<int32_t>{5, 6, 7}, cut);
-    const Outcome outcome = run_batched(engine, {request}, false)[0];
+    SchedulerStats stats;
+    const Outcome outcome = run_batched(engine, {request}, false, 0, &stats)[0];
     EXPECT_EQ(outcome.tokens, (std::vector<int32_t>{5, 6, 7})) << "the draw after the end is no part of the text";
     EXPECT_EQ(outcome.finish, cut ? "length" : "stop");
+    EXPECT_EQ(stats.generated_tokens, 3) << "the counter counts what the answer holds";
   }
 }
 

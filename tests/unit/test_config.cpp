@@ -364,7 +364,9 @@ TEST(Config, GenerationConfigSamplingValuesAreChecked) {
                                                                            {"top_p", 0.0},
                                                                            {"top_k", -2},
                                                                            {"min_p", 1.5},
-                                                                           {"repetition_penalty", 0.0}}) {
+                                                                           {"repetition_penalty", 0.0},
+                                                                           {"temperature", 1e39},  // inf as a float
+                                                                           {"repetition_penalty", 1e39}}) {
     json gen = {{"do_sample", true}, {key, value}};
     const std::string text = gen.dump();
     expect_error([&] { parse_model_config(qwen2_config().dump(), kSource, &text); }, ErrorCategory::kInvalidModel,

@@ -329,8 +329,8 @@ TEST(Sampler, PenaltiesChangeGreedyChoice) {
 }
 
 TEST(Sampler, PresenceAndFrequencyCountGeneratedTokensOnly) {
-  // Token 0 fills the prompt three times: with frequency 0.5 and a prompt of 3 it keeps its
-  // lead; generated once after it, it loses 0.5 and ties token 1 (the lower id wins).
+  // Token 0 fills the prompt three times: with a prompt of 3 it keeps its logit; generated
+  // once after it, it loses presence 0.25 + frequency 0.5 × 1 (2.0 → 1.25, below token 1).
   SamplingParams params;
   params.frequency_penalty = 0.5f;
   params.presence_penalty = 0.25f;

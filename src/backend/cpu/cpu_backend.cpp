@@ -2,8 +2,6 @@
 // and attention spread over a thread pool. Weight matrices may be bf16/fp16/f32 (used in
 // place from the mapped checkpoint); each thread converts a tile of weight rows to fp32
 // once and reuses it for every input row, so the conversion costs O(m·k), not O(n·m·k).
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -51,6 +49,24 @@ void rmsnorm_row(const float* x, const float* weight, float eps, int64_t n, floa
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
+// What the machine could still give (MemAvailable: free memory and the page cache it can drop),
+// or 0 where /proc/meminfo does not say.
+double available_host_bytes() {
+  FILE* meminfo = std::fopen("/proc/meminfo", "r");
+  if (meminfo == nullptr) return 0;
+  char line[256];
+  double bytes = 0;
+  while (std::fgets(line, sizeof(line), meminfo) != nullptr) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = static_cast<double>(kib) * 1024.0;
+      break;
+    }
+  }
+  std::fclose(meminfo);
+  return bytes;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
@@ -70,9 +86,8 @@ class CpuBackend final : public Backend {
         std::snprintf(text, sizeof(text), "%.2f GiB", b / static_cast<double>(1ull << 30));
         return std::string(text);
       };
-      const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-      const std::string free_text =
-          pages > 0 && page > 0 ? ", " + gib(static_cast<double>(pages) * static_cast<double>(page)) + " free" : "";
+      const double available = available_host_bytes();
+      const std::string free_text = available > 0 ? ", " + gib(available) + " available" : "";
       throw Error(ErrorCategory::kOutOfMemory, "cannot allocate " + gib(static_cast<double>(bytes)) +
                                                    " of host memory for " + what + free_text +
                                                    ": use a smaller model, or lower --kv-cache-gb or --max-context");

@@ -165,12 +165,19 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
         "{%- endfor %}"
         "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   }
-  // Its errors name the file the template came from, and how to give another.
-  const std::filesystem::path source = std::filesystem::exists(jinja_path) ? jinja_path : config_path;
+  // Its errors name the file, with its folder, and how to give another template: one about
+  // tokenizer_config.json's fields names that file; one in the template's text names the file
+  // the text came from.
   try {
     return from_tokenizer_config(config);
   } catch (const Error& e) {
-    throw Error(e.category(), source.string() + ": " + e.what() + " (--chat-template FILE gives another)");
+    const std::string what = e.what();
+    const std::string config_name = "tokenizer_config.json";
+    const std::string located =
+        what.starts_with(config_name)
+            ? config_path.string() + what.substr(config_name.size())
+            : (std::filesystem::exists(jinja_path) ? jinja_path : config_path).string() + ": " + what;
+    throw Error(e.category(), located + " (--chat-template FILE gives another)");
   }
 }
 
