@@ -31,6 +31,8 @@ struct TokenizeOptions {
   bool no_special = false;
   bool skip_special = false;
   int passes = 5;
+  // Which input was given (an empty value is given too: --decode "" decodes no ids).
+  enum class Mode { kEncode, kDecode, kJsonl, kBench } mode = Mode::kEncode;
 };
 
 std::string ids_json(const std::vector<int32_t>& ids) {
@@ -124,7 +126,8 @@ void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {
 void run_tokenize(const TokenizeOptions& options) {
   const Tokenizer tokenizer =
       Tokenizer::load(options.model_dir.empty() ? options.tokenizer_file : options.model_dir);
-  if (!options.decode.empty()) {
+  using Mode = TokenizeOptions::Mode;
+  if (options.mode == Mode::kDecode) {
     const std::vector<int32_t> ids = parse_ids(options.decode);
     // As Hugging Face's tokenizers decode them, ids that name no token add no text: said.
     std::string unknown;
@@ -141,9 +144,9 @@ void run_tokenize(const TokenizeOptions& options) {
     std::string text = tokenizer.decode(ids, options.skip_special);
     text.push_back('\n');
     std::fwrite(text.data(), 1, text.size(), stdout);
-  } else if (!options.jsonl.empty()) {
+  } else if (options.mode == Mode::kJsonl) {
     encode_jsonl(tokenizer, options);
-  } else if (!options.bench.empty()) {
+  } else if (options.mode == Mode::kBench) {
     bench(tokenizer, options);
   } else {
     const std::string out = ids_json(tokenizer.encode(options.text, !options.no_special)) + "\n";
@@ -214,9 +217,25 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--passes", options->passes, "with --bench: number of timed passes (default 5)")
       ->check(between(1, 1000));
 
-  cmd->callback([options, text, jsonl, decode, bench, &exit_code]() {
+  cmd->callback([options, text, jsonl, decode, bench, cmd, &exit_code]() {
     if (text->count() + jsonl->count() + decode->count() + bench->count() != 1) {
       throw CLI::ValidationError("tokenize", "give one of: TEXT, --jsonl, --decode, --bench");
+    }
+    using Mode = TokenizeOptions::Mode;
+    options->mode = decode->count() ? Mode::kDecode : jsonl->count() ? Mode::kJsonl : bench->count() ? Mode::kBench
+                                                                                                     : Mode::kEncode;
+    if ((options->mode == Mode::kJsonl && options->jsonl.empty()) || (options->mode == Mode::kBench && options->bench.empty())) {
+      throw CLI::ValidationError(options->mode == Mode::kJsonl ? "--jsonl" : "--bench", "needs a file name");
+    }
+    // Options that would do nothing where they were given: said, not ignored.
+    if (cmd->count("--skip-special") && options->mode != Mode::kDecode) {
+      throw CLI::ValidationError("--skip-special", "applies to --decode only");
+    }
+    if (cmd->count("--passes") && options->mode != Mode::kBench) {
+      throw CLI::ValidationError("--passes", "applies to --bench only");
+    }
+    if (cmd->count("--no-special") && options->mode == Mode::kDecode) {
+      throw CLI::ValidationError("--no-special", "applies to encoding (--decode takes --skip-special)");
     }
     run_tokenize(*options);
     exit_code = kExitOk;

@@ -93,6 +93,16 @@ TEST(CliTokenize, BadArguments) {
   EXPECT_EQ(tokenize(model_arg() + " --frobnicate text").exit_code, 2);
   EXPECT_EQ(tokenize(model_arg() + " --decode 'a b'").exit_code, 2);
   EXPECT_EQ(tokenize(model_arg() + " --bench x --passes 0").exit_code, 2);
+  // An empty value is a value: no ids decode to an empty line; a file needs a name.
+  const CommandResult no_ids = tokenize(model_arg() + " --decode ''");
+  EXPECT_EQ(no_ids.exit_code, 0);
+  EXPECT_EQ(no_ids.out, "\n");
+  EXPECT_EQ(tokenize(model_arg() + " --jsonl ''").exit_code, 2);
+  EXPECT_EQ(tokenize(model_arg() + " --bench ''").exit_code, 2);
+  // Options that would do nothing with the input given.
+  EXPECT_EQ(tokenize(model_arg() + " --skip-special text").exit_code, 2);
+  EXPECT_EQ(tokenize(model_arg() + " --passes 3 text").exit_code, 2);
+  EXPECT_EQ(tokenize(model_arg() + " --no-special --decode '1 2'").exit_code, 2);
   EXPECT_EQ(tokenize(model_arg() + " \"$(printf 'a\\377')\"").exit_code, 2);  // invalid UTF-8
   EXPECT_EQ(tokenize("-m /nonexistent/model text").exit_code, 2);  // as generate: a path that is not there is a bad argument
 }
