@@ -85,9 +85,6 @@ std::string did_you_mean(const std::string& nearest) {
   return nearest.empty() ? "" : "; did you mean '" + nearest + "'?";
 }
 
-// The first long option on the command line that the command does not have, named with the
-// one it most likely meant. The parser's own message for such a line can mislead: it lists
-// the option's value as unexpected too, or asks for --model first.
 // The names of a command's options ("--long", "-s"), those of its option groups (unnamed
 // subcommands) too; `valued`: those that take a value.
 void option_names(const CLI::App& command, std::vector<std::string>& known, std::vector<std::string>& valued) {
@@ -103,6 +100,9 @@ void option_names(const CLI::App& command, std::vector<std::string>& known, std:
   }
 }
 
+// The first long option on the command line that the command does not have, named with the
+// one it most likely meant. The parser's own message for such a line can mislead: it lists
+// the option's value as unexpected too, or asks for --model first.
 std::string unknown_option_message(const CLI::App& command, int argc, char** argv) {
   std::vector<std::string> known, valued, long_known;
   option_names(command, known, valued);
