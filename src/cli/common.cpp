@@ -210,18 +210,6 @@ void print_sampling(const SamplingParams& p, const ModelConfig& config) {
                config.default_do_sample ? " (defaults from generation_config.json)" : "");
 }
 
-std::string format_bytes(double bytes) {
-  char text[32];
-  if (bytes >= (1ull << 30)) {
-    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / (1ull << 30));
-  } else if (bytes >= (1ull << 20)) {
-    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / (1ull << 20));
-  } else {
-    std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024);
-  }
-  return text;
-}
-
 void print_memory_report(Engine& engine, size_t request_kv_bytes) {
   const MemoryPlan& plan = engine.memory_plan();
   engine.device_used_now();

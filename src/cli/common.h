@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/units.h"  // format_bytes for the reports
 #include "qwenrt/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -78,8 +79,6 @@ std::string unescape_stop(const std::string& text);
 // `max_bytes` cut at a character's start with the count of what was left out.
 std::string printable_line(const std::string& text, size_t max_bytes = 2000);
 
-// "1.23 GiB" / "456.0 MiB" / "12.0 KiB".
-std::string format_bytes(double bytes);
 // Prints the memory plan, the measured peak and (when given) one request's KV use to stderr.
 void print_memory_report(Engine& engine, size_t request_kv_bytes = 0);
 

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "engine/kv_cache.h"
 #include "model/qwen.h"
 #include "model/safetensors.h"
@@ -21,12 +22,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::string gib(size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return text;
 }
 
 }  // namespace
@@ -137,7 +132,7 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
     limits.num_blocks = static_cast<int>(std::min(budget / static_cast<double>(kv_bytes_per_block), double(1 << 30)));
     if (limits.num_blocks < limits.max_blocks_per_seq) {
       throw Error(ErrorCategory::kOutOfMemory,
-                  "after the weights only " + gib(static_cast<size_t>(std::max(budget, 0.0))) +
+                  "after the weights only " + format_gib(std::max(budget, 0.0)) +
                       " is left for the KV cache, less than one " + std::to_string(max_context) +
                       "-token sequence needs: lower --max-context or give --kv-cache-gb");
     }
@@ -166,10 +161,10 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   size_t needed = plan_.weights + plan_.kv_pool + plan_.workspace;
   if (memory.total_bytes > 0 && needed > memory.free_bytes) {
     throw Error(ErrorCategory::kOutOfMemory,
-                "the model needs " + gib(needed) + " on " + backend_->name() + " (weights " +
-                    gib(plan_.weights) + ", KV cache " + gib(plan_.kv_pool) + " for " +
-                    std::to_string(max_context) + " tokens, workspace " + gib(plan_.workspace) +
-                    ") but only " + gib(memory.free_bytes) +
+                "the model needs " + format_gib(needed) + " on " + backend_->name() + " (weights " +
+                    format_gib(plan_.weights) + ", KV cache " + format_gib(plan_.kv_pool) + " for " +
+                    std::to_string(max_context) + " tokens, workspace " + format_gib(plan_.workspace) +
+                    ") but only " + format_gib(memory.free_bytes) +
                     " is free: lower --max-context or --kv-cache-gb, or use a smaller model or dtype");
   }
   const auto load_start = std::chrono::steady_clock::now();

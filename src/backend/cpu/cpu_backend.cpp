@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/units.h"
 #include "engine/sampler.h"
 
 namespace qwenrt {
@@ -81,14 +82,9 @@ class CpuBackend final : public Backend {
     void* data = std::aligned_alloc(64, rounded);
     if (data == nullptr) {
       // How much was asked and how much the machine has, in GiB, and what to lower.
-      const auto gib = [](double b) {
-        char text[32];
-        std::snprintf(text, sizeof(text), "%.2f GiB", b / static_cast<double>(1ull << 30));
-        return std::string(text);
-      };
       const double available = available_host_bytes();
-      const std::string free_text = available > 0 ? ", " + gib(available) + " available" : "";
-      throw Error(ErrorCategory::kOutOfMemory, "cannot allocate " + gib(static_cast<double>(bytes)) +
+      const std::string free_text = available > 0 ? ", " + format_gib(available) + " available" : "";
+      throw Error(ErrorCategory::kOutOfMemory, "cannot allocate " + format_gib(static_cast<double>(bytes)) +
                                                    " of host memory for " + what + free_text +
                                                    ": use a smaller model, or lower --kv-cache-gb or --max-context");
     }
