@@ -125,19 +125,18 @@ int run_serve(const ServeArgs& args) {
     chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir, args.chat_template));
   } else {
     try {
-      chat_template = std::make_unique<ChatTemplate>(ChatTemplate::load(tokenizer_dir));
-    } catch (const Error& error) {
-      // None at all, or one that failed (a template the folder has: its text or its file).
-      const std::filesystem::path dir(tokenizer_dir);
-      std::error_code ignored;
-      chat_template_failed = std::filesystem::exists(dir / "chat_template.jinja", ignored);
-      try {
-        chat_template_failed =
-            chat_template_failed || read_json_file(dir / "tokenizer_config.json").contains("chat_template");
-      } catch (const Error&) {
-        chat_template_failed = std::filesystem::exists(dir / "tokenizer_config.json", ignored);
+      if (auto loaded = ChatTemplate::load_if_present(tokenizer_dir)) {
+        chat_template = std::make_unique<ChatTemplate>(std::move(*loaded));
+      } else {
+        std::fprintf(stderr,
+                     "no chat template in %s (no chat_template.jinja, no chat_template in tokenizer_config.json): "
+                     "/v1/chat/completions is refused; --chat-template FILE gives one\n",
+                     printable_line(tokenizer_dir).c_str());
       }
-      std::fprintf(stderr, "no chat template (%s): /v1/chat/completions is refused\n",
+    } catch (const Error& error) {
+      // The folder has a template (its text or its file) that failed to load.
+      chat_template_failed = true;
+      std::fprintf(stderr, "the chat template failed to load (%s): /v1/chat/completions is refused\n",
                    printable_line(error.what()).c_str());
     }
   }

@@ -243,6 +243,59 @@ TEST(ChatTemplateConfig, ModelFolderPrefersChatTemplateJinja) {
   EXPECT_THROW(ChatTemplate::load(dir), Error);
 }
 
+// serve tells a folder with no template from one whose template is broken: the first is
+// nullopt, the second an error naming the file.
+TEST(ChatTemplateConfig, LoadIfPresentTellsNoneFromBroken) {
+  const auto dir = std::filesystem::temp_directory_path() / "qwenrt_chat_template_present_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto fresh = [&](const std::string& config, const std::string& jinja) {
+    std::filesystem::remove(dir / "tokenizer_config.json");
+    std::filesystem::remove(dir / "chat_template.jinja");
+    if (!config.empty()) std::ofstream(dir / "tokenizer_config.json") << config;
+    if (!jinja.empty()) std::ofstream(dir / "chat_template.jinja") << jinja;
+  };
+  auto error_of = [&]() {
+    try {
+      ChatTemplate::load_if_present(dir);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // None: an empty folder, a config without the field, a config whose field is null.
+  fresh("", "");
+  EXPECT_FALSE(ChatTemplate::load_if_present(dir).has_value());
+  EXPECT_THROW(ChatTemplate::load(dir), Error);  // the commands still need one
+  fresh(R"({"eos_token": "E"})", "");
+  EXPECT_FALSE(ChatTemplate::load_if_present(dir).has_value());
+  fresh(R"({"eos_token": "E", "chat_template": null})", "");
+  EXPECT_FALSE(ChatTemplate::load_if_present(dir).has_value());
+  // Present: from the config, or from the .jinja file (with the config's tokens, or none).
+  fresh(R"({"eos_token": "E", "chat_template": "c{{ eos_token }}"})", "");
+  auto from_config = ChatTemplate::load_if_present(dir);
+  ASSERT_TRUE(from_config.has_value());
+  EXPECT_EQ(from_config->render(user("x"), Json(), false), "cE");
+  fresh(R"({"eos_token": "E"})", "j{{ eos_token }}");
+  auto from_jinja = ChatTemplate::load_if_present(dir);
+  ASSERT_TRUE(from_jinja.has_value());
+  EXPECT_EQ(from_jinja->render(user("x"), Json(), false), "jE");
+  fresh("", "only the file");
+  ASSERT_TRUE(ChatTemplate::load_if_present(dir).has_value());
+  // Broken: each names the file at fault.
+  fresh(R"({"chat_template": "{% for m in messages %}"})", "");
+  EXPECT_NE(error_of().find("tokenizer_config.json"), std::string::npos) << error_of();
+  fresh(R"({"eos_token": "E"})", "{{ unclosed");
+  EXPECT_NE(error_of().find("chat_template.jinja"), std::string::npos) << error_of();
+  fresh(R"({"chat_template": 42})", "");
+  EXPECT_NE(error_of().find("neither a string nor a list"), std::string::npos) << error_of();
+  fresh("{not json", "");
+  EXPECT_NE(error_of().find("tokenizer_config.json"), std::string::npos) << error_of();
+  fresh("[1, 2]", "");
+  EXPECT_NE(error_of().find("not a JSON object"), std::string::npos) << error_of();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ChatTemplateConfig, TemplateFileReplacesTheFoldersAndKeepsItsSpecialTokens) {
   const auto dir = std::filesystem::temp_directory_path() / "qwenrt_chat_template_file_test";
   std::filesystem::remove_all(dir);

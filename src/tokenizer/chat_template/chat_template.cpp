@@ -112,48 +112,57 @@ ChatTemplate ChatTemplate::load_tokenizer_config(const std::filesystem::path& fi
   return from_tokenizer_config(read_json_file(file));
 }
 
-ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) { return load(model_dir, {}); }
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) { return *load_folder(model_dir, true); }
+
+std::optional<ChatTemplate> ChatTemplate::load_if_present(const std::filesystem::path& model_dir) {
+  return load_folder(model_dir, false);
+}
 
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const std::filesystem::path& template_file) {
+  if (template_file.empty()) return *load_folder(model_dir, true);
+  const auto config_path = model_dir / "tokenizer_config.json";
+  nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+  // The caller's template replaces the folder's; the special tokens stay the folder's.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(template_file, error)) {
+    throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist or is not a file");
+  }
+  const std::string text = read_text_file(template_file);
+  // A tokenizer_config.json (another model's) gives its `chat_template`; any other text is
+  // the template itself (a Jinja template is never a JSON object).
+  nlohmann::json parsed;
+  try {
+    parsed = parse_json(text, template_file.string(), {ErrorCategory::kInvalidArgument});
+  } catch (const Error&) {
+    // not JSON: a template
+  }
+  if (parsed.is_object()) {
+    if (!parsed.contains("chat_template")) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "chat template file " + template_file.string() + " is a JSON object without 'chat_template'");
+    }
+    config["chat_template"] = parsed["chat_template"];
+  } else {
+    config["chat_template"] = text;
+  }
+  try {
+    return from_tokenizer_config(config);
+  } catch (const Error& e) {
+    throw Error(e.category(), "chat template file " + template_file.string() + ": " + e.what());
+  }
+}
+
+std::optional<ChatTemplate> ChatTemplate::load_folder(const std::filesystem::path& model_dir, bool required) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
   nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
-  if (!template_file.empty()) {
-    // The caller's template replaces the folder's; the special tokens stay the folder's.
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(template_file, error)) {
-      throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist or is not a file");
-    }
-    const std::string text = read_text_file(template_file);
-    // A tokenizer_config.json (another model's) gives its `chat_template`; any other text is
-    // the template itself (a Jinja template is never a JSON object).
-    nlohmann::json parsed;
-    try {
-      parsed = parse_json(text, template_file.string(), {ErrorCategory::kInvalidArgument});
-    } catch (const Error&) {
-      // not JSON: a template
-    }
-    if (parsed.is_object()) {
-      if (!parsed.contains("chat_template")) {
-        throw Error(ErrorCategory::kInvalidArgument,
-                    "chat template file " + template_file.string() + " is a JSON object without 'chat_template'");
-      }
-      config["chat_template"] = parsed["chat_template"];
-    } else {
-      config["chat_template"] = text;
-    }
-    try {
-      return from_tokenizer_config(config);
-    } catch (const Error& e) {
-      throw Error(e.category(), "chat template file " + template_file.string() + ": " + e.what());
-    }
-  }
   // The original Qwen's folders carry no template: its Chat models build ChatML in code
   // (qwen_generation_utils.make_context), with this default system prompt.
   const bool qwen_v1 = names_qwen_v1_tokenizer(model_dir);
   if (std::filesystem::exists(jinja_path)) {
     config["chat_template"] = read_text_file(jinja_path);
   } else if (!std::filesystem::exists(config_path) && !qwen_v1) {
+    if (!required) return std::nullopt;
     throw Error(ErrorCategory::kIo, "no tokenizer_config.json or chat_template.jinja in " + model_dir.string());
   }
   if (!config.contains("chat_template") && qwen_v1) {
@@ -164,6 +173,10 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
         "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
         "{%- endfor %}"
         "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  }
+  if (!required && config.is_object()) {
+    const auto it = config.find("chat_template");
+    if (it == config.end() || it->is_null()) return std::nullopt;  // null is "none", as transformers reads it
   }
   // Its errors name the file, with its folder, and how to give another template: one about
   // tokenizer_config.json's fields names that file; one in the template's text names the file

@@ -44,6 +44,11 @@ class ChatTemplate {
   // A model folder: tokenizer_config.json, with chat_template.jinja overriding its
   // `chat_template` when present (as transformers loads it).
   static ChatTemplate load(const std::filesystem::path& model_dir);
+  // The same, but a folder without a template (no chat_template.jinja, no `chat_template` in
+  // tokenizer_config.json, not an original Qwen folder) gives nullopt rather than an error.
+  // A template the folder has that fails to load, or an unreadable tokenizer_config.json,
+  // still throws: "none" and "broken" stay apart (serve answers them differently).
+  static std::optional<ChatTemplate> load_if_present(const std::filesystem::path& model_dir);
   // The same folder's special tokens with the template of `template_file` (the commands'
   // --chat-template): a Jinja template, or a tokenizer_config.json whose `chat_template` is
   // taken. Errors name the file.
@@ -66,6 +71,7 @@ class ChatTemplate {
   const SpecialTokens& special_tokens() const { return special_tokens_; }
 
  private:
+  static std::optional<ChatTemplate> load_folder(const std::filesystem::path& model_dir, bool required);
   struct Compiled;
   ChatTemplate() = default;
   const Compiled& select(bool has_tools) const;
