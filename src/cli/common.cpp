@@ -137,6 +137,12 @@ CLI::Validator finite_number() {
   return number_check("", [](double) { return std::string(); });
 }
 
+CLI::Validator in_range(const ValueRange& range) {
+  if (!range.bounded_below() && !range.bounded_above()) return finite_number();
+  if (!range.bounded_above()) return range.low_open ? more_than(range.low) : at_least(range.low);
+  return between(range.low, range.high, range.low_open);
+}
+
 void add_model_options(CLI::App* command, ModelArgs& args) {
   command->add_option("-m,--model", args.model_dir, "Hugging Face model folder (config.json, *.safetensors)")
       ->required()
@@ -165,22 +171,23 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
                                        "settings when it sets do_sample)"
                                      : "sampling temperature; 0 = greedy (default: greedy; generation_config.json is "
                                        "not read, so runs compare like with like)")
-      ->check(at_least(0));
-  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")->check(at_least(0));
+      ->check(in_range(sampling_range::kTemperature));
+  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")
+      ->check(in_range(sampling_range::kTopK));
   command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")
-      ->check(between(0, 1, true));
+      ->check(in_range(sampling_range::kTopP));
   command->add_option("--min-p", args.min_p, "drop tokens below min_p × the top probability, in [0, 1]")
-      ->check(between(0, 1));
+      ->check(in_range(sampling_range::kMinP));
   command->add_option("--repetition-penalty", args.repetition_penalty,
                       "penalise tokens already in the context (1: off)")
-      ->check(more_than(0));
+      ->check(in_range(sampling_range::kRepetitionPenalty));
   command->add_option("--presence-penalty", args.presence_penalty,
                       "subtract this from tokens already generated (0: off; the prompt's do not count, as in "
                       "OpenAI's API)")
-      ->check(finite_number());
+      ->check(in_range(sampling_range::kPresencePenalty));
   command->add_option("--frequency-penalty", args.frequency_penalty,
                       "subtract this × count for tokens already generated (0: off)")
-      ->check(finite_number());
+      ->check(in_range(sampling_range::kFrequencyPenalty));
   command->add_option("--seed", args.seed,
                       "random seed, 0 to 2^64-1 (default 0: the same settings give the same output run after run; "
                       "pass another seed for other draws)")

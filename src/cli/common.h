@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/units.h"  // format_bytes for the reports
+#include "engine/sampling_ranges.h"
 #include "qwenrt/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,6 +41,7 @@ CLI::Validator at_least(double low);                                  // >= low
 CLI::Validator more_than(double low);                                 // > low
 CLI::Validator between(double low, double high, bool low_open = false);  // [low, high] or (low, high]
 CLI::Validator finite_number();                                       // any finite number
+CLI::Validator in_range(const ValueRange& range);                     // a range of engine/sampling_ranges.h
 
 // --threads at most: far past any machine's cores, short of what makes a pool of threads
 // the work itself (100,000 took minutes to start).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/kv_cache.h"
+#include "engine/sampling_ranges.h"
 #include "core/thread_pool.h"
 
 namespace qwenrt {
@@ -61,10 +62,8 @@ uint64_t Scheduler::submit(SequenceRequest request) {
                                                      std::to_string(pool_tokens));
   }
   const SamplingParams& p = request.sampling;
-  if (!std::isfinite(p.temperature) || p.temperature < 0 || !(p.top_p > 0 && p.top_p <= 1) || p.top_k < 0 ||
-      !(p.min_p >= 0 && p.min_p <= 1) || !(p.repetition_penalty > 0) || !std::isfinite(p.presence_penalty) ||
-      !std::isfinite(p.frequency_penalty) || !std::isfinite(p.repetition_penalty)) {
-    throw Error(ErrorCategory::kInvalidArgument, "sampling parameters out of range");
+  if (const auto why = sampling_out_of_range(p)) {
+    throw Error(ErrorCategory::kInvalidArgument, "sampling parameters out of range: " + *why);
   }
   if (request.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasPerRow)) {
     throw Error(ErrorCategory::kInvalidArgument, "logit_bias has " + std::to_string(request.logit_bias.size()) +

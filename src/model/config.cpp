@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
+#include "engine/sampling_ranges.h"
 
 namespace qwenrt {
 namespace {
@@ -397,21 +398,20 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       model.default_repetition_penalty = *value;
     }
     if (model.architecture == Architecture::kQwenV1) parse_qwen_v1_generation(gen, gen_source, model);
-    // The values sampling starts from: in the ranges the command line and the server accept.
-    const auto in_range = [&](const char* key, bool ok, const char* range) {
-      if (!ok) fail(gen_source, std::string("'") + key + "' must be " + range);
-    };
+    // The values sampling starts from: in the ranges the command line and the server accept,
+    // as the floats the sampler takes (1e39 is infinite there).
     if (model.default_do_sample) {
-      // As the floats the sampler takes (1e39 is infinite there).
-      const float temperature = model.default_temperature.value_or(1.f);
-      in_range("temperature", std::isfinite(temperature) && temperature >= 0.f, "a finite number of at least 0");
-      const float top_p = model.default_top_p.value_or(1.f);
-      in_range("top_p", top_p > 0.f && top_p <= 1.f, "in (0, 1]");
-      in_range("top_k", model.default_top_k.value_or(0) >= 0, "at least 0");
-      const float min_p = model.default_min_p.value_or(0.f);
-      in_range("min_p", min_p >= 0.f && min_p <= 1.f, "in [0, 1]");
-      const float repetition = model.default_repetition_penalty.value_or(1.f);
-      in_range("repetition_penalty", std::isfinite(repetition) && repetition > 0.f, "a finite number more than 0");
+      namespace range = sampling_range;
+      const auto check = [&](const char* key, const ValueRange& valid, double value) {
+        if (!valid.contains(value)) {
+          fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + ValueRange::number(value) + ")");
+        }
+      };
+      check("temperature", range::kTemperature, model.default_temperature.value_or(1.f));
+      check("top_p", range::kTopP, model.default_top_p.value_or(1.f));
+      check("top_k", range::kTopK, model.default_top_k.value_or(0));
+      check("min_p", range::kMinP, model.default_min_p.value_or(0.f));
+      check("repetition_penalty", range::kRepetitionPenalty, model.default_repetition_penalty.value_or(1.f));
     }
   }
   for (int id : model.eos_token_ids) {

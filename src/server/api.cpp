@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/random_bits.h"
 #include "engine/sampler.h"
+#include "engine/sampling_ranges.h"
 #include "model/config.h"
 #include "server/output_parser.h"
 #include "structured/grammar_cache.h"
@@ -166,8 +167,8 @@ const json* field(const json& body, const char* name) {
   return &*found;
 }
 
-double number_field(const json& body, const char* name, double fallback, double low, double high, bool low_open,
-                    const char* range_text) {
+// A number field in `range` (engine/sampling_ranges.h); `fallback` when absent or null.
+double number_field(const json& body, const char* name, double fallback, const ValueRange& range) {
   const json* value = field(body, name);
   if (value == nullptr) return fallback;
   if (!value->is_number()) throw invalid_request(std::string("'") + name + "' must be a number", name);
@@ -176,13 +177,12 @@ double number_field(const json& body, const char* name, double fallback, double 
   // open bound at 0) is out of range here, by name, not later.
   const float narrowed = static_cast<float>(number);
   if (std::isfinite(number) && !std::isfinite(narrowed)) {
-    throw invalid_request(std::string("'") + name + "' must be " + range_text + " and within a 32-bit float (got " +
+    throw invalid_request(std::string("'") + name + "' must be " + range.text() + " and within a 32-bit float (got " +
                               value->dump() + ")",
                           name);
   }
-  if (!std::isfinite(number) || number < low ||
-      (low_open && (number == low || narrowed == static_cast<float>(low))) || number > high) {
-    throw invalid_request(std::string("'") + name + "' must be " + range_text + " (got " + value->dump() + ")", name);
+  if (!range.contains(number) || (range.low_open && narrowed == static_cast<float>(range.low))) {
+    throw invalid_request(std::string("'") + name + "' must be " + range.text() + " (got " + value->dump() + ")", name);
   }
   return number;
 }
@@ -484,9 +484,9 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   // Sampling: generation_config.json's recommendation (as the CLI uses it), then the request.
   SamplingParams& s = out.sampling;
   if (model.config != nullptr) s = model_default_sampling(*model.config);
-  const double kBig = std::numeric_limits<double>::max();
-  s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, 0, kBig, false, ">= 0"));
-  s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, 0, 1, true, "in (0, 1]"));
+  namespace range = sampling_range;
+  s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, range::kTemperature));
+  s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, range::kTopP));
   // vLLM spells "off" as -1; 0 means off here.
   int64_t top_k = 0;
   if (const json* k = field(body, "top_k"); k != nullptr && whole_number(*k, top_k) && top_k < 0) {
@@ -497,11 +497,11 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   } else {
     s.top_k = static_cast<int>(integer_field(body, "top_k", s.top_k, 0, INT32_MAX));
   }
-  s.min_p = static_cast<float>(number_field(body, "min_p", s.min_p, 0, 1, false, "in [0, 1]"));
-  s.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", 0, -2, 2, false, "in [-2, 2]"));
-  s.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", 0, -2, 2, false, "in [-2, 2]"));
+  s.min_p = static_cast<float>(number_field(body, "min_p", s.min_p, range::kMinP));
+  s.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", 0, range::kApiPresencePenalty));
+  s.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", 0, range::kApiFrequencyPenalty));
   s.repetition_penalty =
-      static_cast<float>(number_field(body, "repetition_penalty", s.repetition_penalty, 0, 2, true, "in (0, 2]"));
+      static_cast<float>(number_field(body, "repetition_penalty", s.repetition_penalty, range::kApiRepetitionPenalty));
   if (const json* seed = field(body, "seed")) {
     int64_t whole = 0;
     if (!whole_number(*seed, whole)) throw invalid_request("'seed' must be an integer", "seed");

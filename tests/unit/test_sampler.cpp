@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -13,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "engine/sampling_ranges.h"
 
 namespace qwenrt {
 namespace {
@@ -360,6 +362,49 @@ TEST(Sampler, BackendRejectsNonFiniteLogits) {
   Tensor view{logits.data(), DType::kF32, 1, 8};
   int32_t token = -1;
   EXPECT_THROW(backend->sample(view, SamplingParams{}, 0, nullptr, nullptr, 0, &token), Error);
+}
+
+
+// The sampler's ranges, written once (engine/sampling_ranges.h) for the command line,
+// generation_config.json, the server and the scheduler.
+TEST(SamplingRanges, EdgesAndTexts) {
+  namespace range = sampling_range;
+  EXPECT_TRUE(range::kTopP.contains(1));
+  EXPECT_FALSE(range::kTopP.contains(0));
+  EXPECT_FALSE(range::kTopP.contains(1.0000001));
+  EXPECT_TRUE(range::kMinP.contains(0));
+  EXPECT_TRUE(range::kTemperature.contains(0));
+  EXPECT_FALSE(range::kTemperature.contains(std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(range::kTemperature.contains(std::nan("")));
+  EXPECT_FALSE(range::kRepetitionPenalty.contains(0));
+  EXPECT_TRUE(range::kPresencePenalty.contains(-1e30));
+  EXPECT_FALSE(range::kPresencePenalty.contains(-std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(range::kApiPresencePenalty.contains(2.5));
+  EXPECT_TRUE(range::kApiPresencePenalty.contains(-2));
+  EXPECT_FALSE(range::kApiRepetitionPenalty.contains(0));
+  EXPECT_EQ(range::kTopP.text(), "in (0, 1]");
+  EXPECT_EQ(range::kMinP.text(), "in [0, 1]");
+  EXPECT_EQ(range::kTemperature.text(), "at least 0");
+  EXPECT_EQ(range::kRepetitionPenalty.text(), "more than 0");
+  EXPECT_EQ(range::kPresencePenalty.text(), "a finite number");
+  EXPECT_EQ(range::kApiPresencePenalty.text(), "in [-2, 2]");
+}
+
+TEST(SamplingRanges, FirstValueOutOfRangeIsNamed) {
+  SamplingParams params;
+  EXPECT_FALSE(sampling_out_of_range(params).has_value());
+  params.temperature = 0.7f;
+  params.top_k = 20;
+  params.top_p = 0.8f;
+  params.presence_penalty = -5;  // the engine takes any finite penalty; the server narrows it
+  EXPECT_FALSE(sampling_out_of_range(params).has_value());
+  params.min_p = 1.5f;
+  EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'min_p' must be in [0, 1] (got 1.5)");
+  params.top_k = -1;
+  EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'top_k' must be at least 0 (got -1)");
+  params = {};
+  params.frequency_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'frequency_penalty' must be a finite number (got inf)");
 }
 
 }  // namespace
