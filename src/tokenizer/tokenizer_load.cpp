@@ -409,6 +409,13 @@ void Loader::load(Tokenizer::Impl& impl) {
   std::filesystem::path json_path = source_;
   if (std::filesystem::is_directory(source_)) json_path = source_ / "tokenizer.json";
   if (!std::filesystem::exists(json_path)) {
+    if (json_path != source_ && !std::filesystem::exists(source_ / "config.json")) {
+      // Nothing of a model here at all: say so, not only that the first file looked for is missing.
+      throw Error(ErrorCategory::kIo, source_.string() +
+                                          " is not a model folder: it has no config.json and no tokenizer.json "
+                                          "(a Hugging Face model folder holds config.json, tokenizer.json and "
+                                          "*.safetensors)");
+    }
     throw Error(ErrorCategory::kIo,
                 json_path.string() + ": no such file (a model folder needs tokenizer.json)");
   }

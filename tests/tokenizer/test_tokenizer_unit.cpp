@@ -373,7 +373,19 @@ TEST(TokenizerTiny, FileErrors) {
     ADD_FAILURE() << "loaded a folder without tokenizer.json";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kIo);
-    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("is not a model folder: it has no config.json and no tokenizer.json"),
+              std::string::npos)
+        << e.what();
+  }
+  // With a config.json it is a model folder that lacks its tokenizer.
+  std::ofstream(dir / "config.json") << "{}";
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "loaded a folder without tokenizer.json";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kIo);
+    EXPECT_NE(std::string(e.what()).find((dir / "tokenizer.json").string() + ": no such file"), std::string::npos)
+        << e.what();
   }
   std::ofstream(dir / "tokenizer.json") << "{\"model\": ";
   try {
