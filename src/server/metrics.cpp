@@ -100,7 +100,7 @@ std::string Metrics::render(const SchedulerStats& s, int active_requests) const 
   metric(out, "qwenrt_sequences_running", "gauge", "sequences in the running batch", s.running);
   metric(out, "qwenrt_sequences_waiting", "gauge", "sequences waiting to be admitted", s.waiting);
   metric(out, "qwenrt_requests_active", "gauge", "requests started and not finished", active_requests);
-  metric(out, "qwenrt_kv_blocks_total", "gauge", "KV cache blocks in the pool", s.kv_blocks_total);
+  metric(out, "qwenrt_kv_blocks_capacity", "gauge", "KV cache blocks in the pool", s.kv_blocks_total);
   metric(out, "qwenrt_kv_blocks_used", "gauge", "KV blocks held by sequences", s.kv_blocks_held);
   metric(out, "qwenrt_kv_blocks_cached", "gauge", "KV blocks kept only by the prefix cache (reclaimable)",
          s.kv_blocks_cached);
