@@ -3,13 +3,13 @@
 // second signal cuts it short), then end the rest with an error event and close every
 // connection, also one a slow client holds.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/mapped_file.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -57,33 +58,81 @@ struct ServeArgs {
   bool api_key_given = false;
 };
 
-std::string read_key_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorCategory::kIo, "cannot read --api-key-file " + path);
-  std::string key;
-  std::getline(in, key);
-  while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
-  if (key.empty()) throw Error(ErrorCategory::kInvalidArgument, "--api-key-file " + path + " is empty");
+// The key as a client sends it: whitespace around it (a file's or a variable's newline, a
+// secret stored with one) dropped, as every source is read alike. A key that is empty then
+// would serve everyone, and one with a space or control character inside cannot travel in
+// an Authorization header: both are refused at start.
+std::string checked_key(std::string key, const std::string& source, const char* empty_hint = "") {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!key.empty() && blank(key.back())) key.pop_back();
+  size_t start = 0;
+  while (start < key.size() && blank(key[start])) ++start;
+  key.erase(0, start);
+  if (key.empty()) throw Error(ErrorCategory::kInvalidArgument, source + " is empty" + empty_hint);
+  for (const char c : key) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte == 0x7f) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "the API key of " + source + " has a space or a control character inside, which 'Authorization: "
+                  "Bearer KEY' cannot carry");
+    }
+  }
   return key;
 }
+
+std::string read_key_file(const std::string& path) {
+  std::string text;
+  try {
+    text = read_text_file(path, 64 * 1024);
+  } catch (const Error& error) {
+    throw Error(error.category(), std::string("--api-key-file: ") + error.what());
+  }
+  return checked_key(text.substr(0, text.find('\n')), "--api-key-file " + path);
+}
+
+// Stops the process on SIGTERM/SIGINT until stop(): while the server starts, there is
+// nothing to drain and loading is not worth waiting for.
+class StartWatch {
+ public:
+  explicit StartWatch(const sigset_t& signals)
+      : signals_(signals), thread_([this] {
+          const timespec tick{0, 50'000'000};
+          while (starting_.load()) {
+            const int number = sigtimedwait(&signals_, nullptr, &tick);
+            if (number > 0) {
+              std::fprintf(stderr, "signal %d during start-up: stopping, nothing served\n", number);
+              std::fflush(stderr);
+              std::_Exit(kExitOk);
+            }
+          }
+        }) {}
+  ~StartWatch() { stop(); }
+  StartWatch(const StartWatch&) = delete;
+  StartWatch& operator=(const StartWatch&) = delete;
+  void stop() {
+    starting_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  sigset_t signals_;
+  std::atomic<bool> starting_{true};
+  std::thread thread_;
+};
 
 int run_serve(const ServeArgs& args) {
 #ifndef QWENRT_HAVE_HTTP
   (void)args;
   throw Error(ErrorCategory::kUnsupported, "this build has no HTTP server (cpp-httplib was not found at configure time)");
 #else
-  // A key asked for but empty would serve everyone: refused, as an empty key file is.
-  std::string api_key = args.api_key;
-  if (args.api_key_given && api_key.empty()) throw Error(ErrorCategory::kInvalidArgument, "--api-key is empty");
-  if (!args.api_key_file.empty()) api_key = read_key_file(args.api_key_file);
-  if (api_key.empty()) {
-    if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) {
-      api_key = env;
-      if (api_key.empty()) {
-        throw Error(ErrorCategory::kInvalidArgument,
-                    "QWENRT_API_KEY is set but empty (unset it to serve without a key)");
-      }
-    }
+  // The key: --api-key or --api-key-file (one of them), else QWENRT_API_KEY.
+  std::string api_key;
+  if (args.api_key_given) {
+    api_key = checked_key(args.api_key, "--api-key");
+  } else if (!args.api_key_file.empty()) {
+    api_key = read_key_file(args.api_key_file);
+  } else if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) {
+    api_key = checked_key(env, "QWENRT_API_KEY", " (unset it to serve without a key)");
   }
   // Signals go to the waiting thread below only: block them before any thread starts.
   sigset_t signals;
@@ -92,12 +141,21 @@ int run_serve(const ServeArgs& args) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a signal
+  // A signal while starting (loading can take minutes) stops the start at once: nothing is
+  // served yet, so nothing drains. The watch ends once the address is bound.
+  StartWatch start_watch(signals);
 
   ModelArgs model_args = args.model;
   if (model_args.device == "auto") model_args.device = gpu_backend_available() ? "cuda" : "cpu";
   const bool gpu = model_args.device != "cpu";
   EngineOptions options = engine_options(model_args);
   options.max_seqs = args.max_seqs > 0 ? args.max_seqs : (gpu ? 256 : 16);
+  if (args.max_batch_tokens > 0 && args.max_batch_tokens < options.max_seqs) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "--max-batch-tokens " + std::to_string(args.max_batch_tokens) + " is below --max-seqs " +
+                    std::to_string(options.max_seqs) +
+                    " (a pass takes a token of every running sequence): raise it, or lower --max-seqs");
+  }
   options.max_batch_tokens = std::max(args.max_batch_tokens > 0 ? args.max_batch_tokens : (gpu ? 1024 : 512), options.max_seqs);
   if (args.model.kv_cache_gb == 0) {
     if (gpu) {
@@ -116,7 +174,11 @@ int run_serve(const ServeArgs& args) {
                       args.default_template_kwargs + ")");
     }
   }
-  // The tokenizer and template first: a mistake there is told before the weights load.
+  // The address, the tokenizer and the template first: a mistake there is told before the
+  // weights load.
+  if (std::string why; !server::can_listen(args.host, args.port, why)) {
+    throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) + ": " + why);
+  }
   const std::string tokenizer_dir = args.tokenizer.empty() ? args.model.model_dir : args.tokenizer;
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
   std::unique_ptr<ChatTemplate> chat_template;
@@ -189,6 +251,7 @@ int run_serve(const ServeArgs& args) {
     throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) +
                                         " (in use, or not an address of this machine)");
   }
+  start_watch.stop();
   if (args.model.memory_report) print_memory_report(engine);
   http.set_ready(true);
 
@@ -204,10 +267,13 @@ int run_serve(const ServeArgs& args) {
       // A second signal ends the drain at once (an operator's second Ctrl-C); one within a
       // second of the first is taken for the same one, passed on by a wrapper (npm, make)
       // to a process the terminal already signalled.
-      if (sigtimedwait(&signals, nullptr, &tick) > 0 &&
-          std::chrono::steady_clock::now() - first >= std::chrono::seconds(1)) {
-        std::fprintf(stderr, "second signal: ending the running requests now\n");
-        break;
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        if (std::chrono::steady_clock::now() - first >= std::chrono::seconds(1)) {
+          std::fprintf(stderr, "second signal: ending the running requests now\n");
+          break;
+        }
+        std::fprintf(stderr, "signal again within a second of the first: taken for the same one (another, a "
+                             "second or more after the first, ends the running requests now)\n");
       }
     }
     service.shut_down("the server is shutting down");
@@ -237,8 +303,9 @@ int run_serve(const ServeArgs& args) {
   }
   // The line that says the server is up comes once its connection threads exist.
   http.serve([&] {
-    std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequences per step, %d KV blocks of %d tokens)%s\n",
+    std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequence%s per step, %d KV blocks of %d tokens)%s\n",
                  limits.served_model_name.c_str(), args.host.c_str(), http.bound_port(), engine.max_seqs(),
+                 engine.max_seqs() == 1 ? "" : "s",
                  engine.memory_plan().kv_blocks, engine.memory_plan().kv_block_size,
                  api_key.empty() ? "" : ", API key required");
     std::fflush(stderr);
@@ -262,11 +329,15 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   add_model_options(cmd, args->model);
+  // A value given empty is a mistake (an unset shell variable), not a request for the default.
+  const CLI::Validator not_empty(
+      [](std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); }, "", "");
   // The server's pool is shared by every running sequence: its 0 means a large pool, not one sequence's.
   cmd->get_option("--kv-cache-gb")
       ->description("KV cache size in GiB, shared by all sequences (0: on a GPU, --kv-memory-fraction of the free "
                     "memory less weights and workspace; on the CPU, 65,536 tokens)");
-  cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)");
+  cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)")
+      ->check(not_empty);
   cmd->add_option("--chat-template", args->chat_template,
                   "file with the chat template to use instead of the folder's: a Jinja template (e.g. a "
                   "chat_template.jinja) or a tokenizer_config.json whose chat_template is taken; the special "
@@ -275,13 +346,18 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--default-chat-template-kwargs", args->default_template_kwargs,
                   "JSON object of template variables every chat request starts from, e.g. "
                   "'{\"enable_thinking\": false}' to answer without thinking unless a request asks for it (its "
-                  "chat_template_kwargs and reasoning_effort override these key by key)");
-  cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
+                  "chat_template_kwargs and reasoning_effort override these key by key)")
+      ->check(not_empty);
+  cmd->add_option("--host", args->host, "address to listen on")->check(not_empty)->capture_default_str();
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(between(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", args->api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health (visible in ps: prefer "
                   "--api-key-file or QWENRT_API_KEY); an empty key, file or variable is refused");
-  cmd->add_option("--api-key-file", args->api_key_file, "read the API key from the first line of this file");
+  CLI::Option* key_file =
+      cmd->add_option("--api-key-file", args->api_key_file,
+                      "read the API key from the first line of this file (whitespace around it is dropped; "
+                      "--api-key or this file, either one, takes the place of QWENRT_API_KEY)");
+  cmd->get_option("--api-key")->excludes(key_file);
   cmd->add_option("--max-seqs", args->max_seqs, "sequences per forward pass (default: 256 on a GPU, 16 on the CPU)")
       ->check(more_than(0));
   cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
@@ -294,7 +370,8 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--max-queue", args->max_queue, "requests waiting beyond --max-seqs; more get 429")
       ->check(at_least(0))
       ->capture_default_str();
-  cmd->add_option("--served-model-name", args->served_model_name, "the model name clients use (default: the folder's name)");
+  cmd->add_option("--served-model-name", args->served_model_name, "the model name clients use (default: the folder's name)")
+      ->check(not_empty);
   cmd->add_option("--max-n", args->max_n, "largest n (choices) per request")->check(more_than(0))->capture_default_str();
   cmd->add_option("--max-prompts", args->max_prompts,
                   "most prompts in one /v1/completions request (an array of texts or of id arrays; each gets n choices)")
@@ -355,7 +432,8 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "127.0.0.1 and [::1] (e.g. one mapped to 127.0.0.1 in /etc/hosts, or a tunnel's public name that "
                   "reaches the server unchanged); repeat for several; '*' for any. Others get 421: a web page can "
                   "reach a loopback server by another name only by pointing its own name's DNS at it (DNS "
-                  "rebinding). Not checked on other addresses");
+                  "rebinding). Not checked on other addresses")
+      ->check(not_empty);
   cmd->add_option("--cors-origin", args->cors_origins,
                   "a web page's origin (e.g. http://localhost:3000) whose scripts may call the API from a browser; "
                   "repeat for several, '*' for any page. Default: none (browsers refuse cross-origin calls). "
@@ -378,7 +456,8 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "on SIGTERM or SIGINT, seconds running requests may take to finish before they are ended with an "
-                  "error and every connection is closed (a second signal ends them at once)")
+                  "error and every connection is closed (a second signal, a second or more after the first, ends them at "
+                  "once; a signal while the server starts stops it at once)")
       ->check(at_least(0))
       ->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() {

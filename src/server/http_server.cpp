@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <iterator>
@@ -367,6 +370,36 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
 }
 
 HttpServer::~HttpServer() { stop(); }
+
+bool can_listen(const std::string& host, int port, std::string& why) {
+  if (port == 0) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int status = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); status != 0) {
+    why = ::gai_strerror(status);
+    return false;
+  }
+  bool ok = false;
+  why = "no address";
+  for (addrinfo* at = found; at != nullptr && !ok; at = at->ai_next) {
+    const int sock = ::socket(at->ai_family, at->ai_socktype, at->ai_protocol);
+    if (sock < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // as bind() sets it
+    ok = ::bind(sock, at->ai_addr, at->ai_addrlen) == 0;
+    if (!ok) why = std::strerror(errno);
+    ::close(sock);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
 
 bool HttpServer::bind() {
   // cpp-httplib listens with a backlog of 5: hundreds of clients reconnecting at once

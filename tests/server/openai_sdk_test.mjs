@@ -6,7 +6,7 @@
 // timeout while others are served), and the drain on SIGTERM. Tool calls and reasoning
 // go through the scripted engine (the random model never writes those tags).
 // Usage: node openai_sdk_test.mjs QWENRT SCRIPTED_SERVER MODEL_DIR TOKENIZER_DIR SDK_DIR
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -1238,6 +1238,62 @@ await test('a key asked for but empty is refused at start (exit 2)', async () =>
     assert.equal(code, 2, log);
     assert.match(log, /empty/);
   }
+});
+function runToExit(args, env = {}, onLog = () => {}) {
+  return new Promise((resolve) => {
+    const child = spawn(qwenrt, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+    let log = '';
+    child.stderr.on('data', (data) => { log += data; onLog(child, log); });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20000);  // a server that started would not exit
+    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, log }); });
+  });
+}
+await test('start-up refusals are told before the weights load', async () => {
+  const base = ['serve', '-m', modelDir, '--tokenizer', tokenizerDir, '--threads', '2'];
+  const keyFile = path.join(os.tmpdir(), `qwenrt-key-${process.pid}`);
+  fs.writeFileSync(keyFile, 'sekrit\n');
+  for (const [args, env, pattern] of [
+    [['--port', '0', '--api-key', 'a', '--api-key-file', keyFile], {}, /--api-key excludes --api-key-file/],
+    [['--port', '0'], { QWENRT_API_KEY: 'sek rit' }, /space or a control character inside/],
+    [['--port', '0', '--host', ''], {}, /--host: must not be empty/],
+    [['--port', '0', '--served-model-name', ''], {}, /--served-model-name: must not be empty/],
+    [['--port', '0', '--max-seqs', '8', '--max-batch-tokens', '4'], {}, /--max-batch-tokens 4 is below --max-seqs 8/],
+  ]) {
+    const run = await runToExit([...base, ...args], env);
+    assert.equal(run.code, 2, run.log);
+    assert.match(run.log, pattern);
+  }
+  fs.rmSync(keyFile);
+  // An address in use: one line, exit 1, nothing loaded.
+  const holder = net.createServer();
+  await new Promise((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  const busy = await runToExit([...base, '--port', String(holder.address().port)]);
+  holder.close();
+  assert.equal(busy.code, 1, busy.log);
+  assert.match(busy.log, /cannot listen on 127\.0\.0\.1:\d+: Address already in use/);
+  assert.doesNotMatch(busy.log, /loading/);
+});
+await test('a key from the environment is taken without the whitespace around it', async () => {
+  const keyed = await startServer(qwenrt, serveArgs(), { QWENRT_API_KEY: ' sekrit\r\n' });
+  assert.equal((await fetch(keyed.url + '/v1/models', { headers: { authorization: 'Bearer sekrit' } })).status, 200);
+  assert.equal((await fetch(keyed.url + '/v1/models')).status, 401);
+  keyed.kill('SIGTERM');
+});
+await test('a signal while the server loads stops it at once: exit 0, nothing served', async () => {
+  // A config.json that is a FIFO no one writes holds the load, as a slow disk would.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'qwenrt-fifo-'));
+  assert.equal(spawnSync('mkfifo', [path.join(dir, 'config.json')]).status, 0);
+  let signalled = false;
+  const run = await runToExit(['serve', '-m', dir, '--tokenizer', tokenizerDir, '--port', '0'], {}, (child, log) => {
+    if (!signalled && log.includes('loading')) {
+      signalled = true;
+      setTimeout(() => child.kill('SIGTERM'), 200);
+    }
+  });
+  fs.rmSync(dir, { recursive: true });
+  assert.equal(run.code, 0, run.log);
+  assert.match(run.log, /signal 15 during start-up: stopping, nothing served/);
+  assert.doesNotMatch(run.log, /serving/);
 });
 await test('a KV pool smaller than the context bounds what a request may ask for', async () => {
   // 0.0002 GiB of this fixture's cache: a few hundred tokens, less than its 512 context.

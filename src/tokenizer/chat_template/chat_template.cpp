@@ -128,6 +128,9 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
     throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist or is not a file");
   }
   const std::string text = read_text_file(template_file);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw Error(ErrorCategory::kInvalidArgument, "chat template file " + template_file.string() + " is empty");
+  }
   // A tokenizer_config.json (another model's) gives its `chat_template`; any other text is
   // the template itself (a Jinja template is never a JSON object).
   nlohmann::json parsed;
