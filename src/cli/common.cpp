@@ -30,7 +30,8 @@ std::string number_text(double value) {
 }
 
 // A validator of the number in an option's text: `wrong` says what is wrong with a finite
-// value ("" when it is right).
+// value ("must be ..."; "" when it is right), and the message quotes the text as given (a
+// large integer's float would read as another number).
 CLI::Validator number_check(std::string description, std::function<std::string(double)> wrong) {
   return CLI::Validator(
       [wrong = std::move(wrong)](std::string& text) -> std::string {
@@ -42,7 +43,12 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
         if (!std::isfinite(value) || std::fabs(value) > std::numeric_limits<float>::max()) {
           return "must be a finite number (got " + text + ")";
         }
-        return wrong(static_cast<double>(static_cast<float>(value)));
+        const double narrowed = static_cast<double>(static_cast<float>(value));
+        const std::string why = wrong(narrowed);
+        if (why.empty()) return why;
+        // Where only the float is out (1e-50 is 0), it is named as the reason.
+        const bool float_decides = wrong(value).empty();
+        return why + " (got " + text + (float_decides ? ", " + number_text(narrowed) + " as a 32-bit float" : "") + ")";
       },
       std::move(description));
 }
@@ -115,13 +121,13 @@ std::string unescape_stop(const std::string& text) {
 
 CLI::Validator at_least(double low) {
   return number_check(low == 0 ? "NONNEGATIVE" : ">= " + number_text(low), [low](double value) {
-    return value >= low ? "" : "must be at least " + number_text(low) + " (got " + number_text(value) + ")";
+    return value >= low ? "" : "must be at least " + number_text(low);
   });
 }
 
 CLI::Validator more_than(double low) {
   return number_check(low == 0 ? "POSITIVE" : "> " + number_text(low), [low](double value) {
-    return value > low ? "" : "must be more than " + number_text(low) + " (got " + number_text(value) + ")";
+    return value > low ? "" : "must be more than " + number_text(low);
   });
 }
 
@@ -129,7 +135,7 @@ CLI::Validator between(double low, double high, bool low_open) {
   const std::string range = (low_open ? "(" : "[") + number_text(low) + ", " + number_text(high) + "]";
   return number_check("in " + range, [=](double value) {
     const bool inside = (low_open ? value > low : value >= low) && value <= high;
-    return inside ? "" : "must be in " + range + " (got " + number_text(value) + ")";
+    return inside ? "" : "must be in " + range;
   });
 }
 

@@ -157,7 +157,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --seed -1", 2, "--seed: must be at least 0"},
                       // Checked as the float each becomes.
                       BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be a finite"},
-                      BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 0)"},
+                      BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 1e-50, 0 as a 32-bit float)"},
+                      // An integer past what the check's float shows exactly: quoted as given.
+                      BadArgs{"generate -m MODEL --ids 1 --threads 99999999999", 2,
+                              "--threads: must be in [0, 1024] (got 99999999999)"},
                       BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"},
                       // A mistyped command or option: named, with the one it most likely meant.
                       BadArgs{"generat -m MODEL", 2, "unknown command 'generat'; did you mean 'generate'?"},
