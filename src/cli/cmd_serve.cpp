@@ -2,6 +2,8 @@
 // SIGTERM/SIGINT: stop taking requests, let running ones finish up to --drain-timeout (a
 // second signal cuts it short), then end the rest with an error event and close every
 // connection, also one a slow client holds.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -19,7 +22,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "core/mapped_file.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -60,8 +62,8 @@ struct ServeArgs {
 
 // The key as a client sends it: whitespace around it (a file's or a variable's newline, a
 // secret stored with one) dropped, as every source is read alike. A key that is empty then
-// would serve everyone, and one with a space or control character inside cannot travel in
-// an Authorization header: both are refused at start.
+// would serve everyone, and one with a space or control character inside is no bearer
+// token (RFC 6750's have neither, and clients trim or refuse them): both are refused at start.
 std::string checked_key(std::string key, const std::string& source, const char* empty_hint = "") {
   const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   while (!key.empty() && blank(key.back())) key.pop_back();
@@ -73,21 +75,28 @@ std::string checked_key(std::string key, const std::string& source, const char* 
     const auto byte = static_cast<unsigned char>(c);
     if (byte <= 0x20 || byte == 0x7f) {
       throw Error(ErrorCategory::kInvalidArgument,
-                  "the API key of " + source + " has a space or a control character inside, which 'Authorization: "
-                  "Bearer KEY' cannot carry");
+                  "the API key of " + source + " has a space or a control character inside, which a bearer "
+                  "token cannot have");
     }
   }
   return key;
 }
 
+// Its first line only: a terminal or a pipe (/dev/stdin) ends the key with Enter, not at its end.
 std::string read_key_file(const std::string& path) {
-  std::string text;
-  try {
-    text = read_text_file(path, 64 * 1024);
-  } catch (const Error& error) {
-    throw Error(error.category(), std::string("--api-key-file: ") + error.what());
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw Error(ErrorCategory::kIo, "--api-key-file " + path + ": is a folder, not a file");
   }
-  return checked_key(text.substr(0, text.find('\n')), "--api-key-file " + path);
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorCategory::kIo, "--api-key-file " + path + ": cannot read it");
+  constexpr size_t kMaxKeyBytes = 64 * 1024;
+  std::string line;
+  for (char c; line.size() <= kMaxKeyBytes && in.get(c) && c != '\n';) line += c;
+  if (line.size() > kMaxKeyBytes) {
+    throw Error(ErrorCategory::kInvalidArgument, "--api-key-file " + path + ": its first line is past 64 KiB");
+  }
+  return checked_key(line, "--api-key-file " + path);
 }
 
 // Stops the process on SIGTERM/SIGINT until stop(): while the server starts, there is
@@ -100,8 +109,13 @@ class StartWatch {
           while (starting_.load()) {
             const int number = sigtimedwait(&signals_, nullptr, &tick);
             if (number > 0) {
-              std::fprintf(stderr, "signal %d during start-up: stopping, nothing served\n", number);
-              std::fflush(stderr);
+              // write(2), not stdio: the main thread may hold stderr's lock.
+              char line[96];
+              const int length =
+                  std::snprintf(line, sizeof(line), "signal %d during start-up: stopping, nothing served\n", number);
+              if (::write(STDERR_FILENO, line, static_cast<size_t>(length)) < 0) {
+                // nothing more to say
+              }
               std::_Exit(kExitOk);
             }
           }
@@ -150,11 +164,18 @@ int run_serve(const ServeArgs& args) {
   const bool gpu = model_args.device != "cpu";
   EngineOptions options = engine_options(model_args);
   options.max_seqs = args.max_seqs > 0 ? args.max_seqs : (gpu ? 256 : 16);
+  // A pass takes a token of every running sequence: --max-batch-tokens below the sequences
+  // is refused when both are given, and lowers the default sequence count when only it is.
   if (args.max_batch_tokens > 0 && args.max_batch_tokens < options.max_seqs) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "--max-batch-tokens " + std::to_string(args.max_batch_tokens) + " is below --max-seqs " +
-                    std::to_string(options.max_seqs) +
-                    " (a pass takes a token of every running sequence): raise it, or lower --max-seqs");
+    if (args.max_seqs > 0) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "--max-batch-tokens " + std::to_string(args.max_batch_tokens) + " is below --max-seqs " +
+                      std::to_string(options.max_seqs) +
+                      " (a pass takes a token of every running sequence): raise it, or lower --max-seqs");
+    }
+    std::fprintf(stderr, "--max-batch-tokens %d: at most %d sequences per step (the default is %d)\n",
+                 args.max_batch_tokens, args.max_batch_tokens, options.max_seqs);
+    options.max_seqs = args.max_batch_tokens;
   }
   options.max_batch_tokens = std::max(args.max_batch_tokens > 0 ? args.max_batch_tokens : (gpu ? 1024 : 512), options.max_seqs);
   if (args.model.kv_cache_gb == 0) {

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -372,7 +373,6 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
 HttpServer::~HttpServer() { stop(); }
 
 bool can_listen(const std::string& host, int port, std::string& why) {
-  if (port == 0) return true;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -393,6 +393,10 @@ bool can_listen(const std::string& host, int port, std::string& why) {
     }
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // as bind() sets it
+    if (at->ai_family == AF_INET6) {  // dual stack, as cpp-httplib binds IPv6
+      int no = 0;
+      ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+    }
     ok = ::bind(sock, at->ai_addr, at->ai_addrlen) == 0;
     if (!ok) why = std::strerror(errno);
     ::close(sock);
