@@ -355,5 +355,9 @@ class Engine {
 
 // Creates the backend named by `device` ("auto", "cpu", "gpu", "gpu:1", "cuda", "cuda:1").
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads);
+// The GPU index a device name asks for: -1 for the CPU, nullopt for auto. Throws
+// kInvalidArgument naming the forms accepted for anything else (the commands check --device
+// with it before loading anything).
+std::optional<int> parse_device(const std::string& device);
 
 }  // namespace qwenrt

@@ -246,6 +246,7 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_option("--synthetic", args->synthetic, "random weights of a released model's shape: " + names)
       ->check(CLI::IsMember(synthetic_names()));
   cmd->add_option("--device", args->model.device, "auto (a usable GPU, else the CPU), cpu, gpu or gpu:N (cuda, cuda:N: the same)")
+      ->check(device_name())
       ->capture_default_str();
   cmd->add_option("--dtype", args->model.dtype, "GPU weight/activation type: bf16 or f16")
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))

@@ -149,11 +149,25 @@ CLI::Validator in_range(const ValueRange& range) {
   return between(range.low, range.high, range.low_open);
 }
 
+CLI::Validator device_name() {
+  return CLI::Validator(
+      [](std::string& value) {
+        try {
+          (void)parse_device(value);
+        } catch (const Error& error) {
+          return std::string(error.what());
+        }
+        return std::string();
+      },
+      "", "");
+}
+
 void add_model_options(CLI::App* command, ModelArgs& args) {
   command->add_option("-m,--model", args.model_dir, "Hugging Face model folder (config.json, *.safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
   command->add_option("--device", args.device, "auto (a usable GPU, else the CPU), cpu, gpu or gpu:N (cuda, cuda:N: the same)")
+      ->check(device_name())
       ->capture_default_str();
   command->add_option("--dtype", args.dtype, "GPU weight/activation type: bf16 or f16 (the CPU computes in f32)")
       ->check(CLI::IsMember({"bf16", "f16", "fp16", "bfloat16", "float16"}))

@@ -26,9 +26,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
-  if (device == "auto") return make_backend(gpu_backend_available() ? "cuda" : "cpu", dtype, threads);
-  if (device == "cpu") return make_cpu_backend(threads);
+std::optional<int> parse_device(const std::string& device) {
+  if (device == "auto") return std::nullopt;
+  if (device == "cpu") return -1;
   // "gpu" names the GPU backend on NVIDIA and AMD alike; "cuda" is its first name, kept.
   const std::string kind = device.substr(0, device.find(':'));
   if (kind == "gpu" || kind == "cuda") {
@@ -44,10 +44,17 @@ std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, in
         throw Error(ErrorCategory::kInvalidArgument, "bad device '" + device + "' (expected " + kind + ":N)");
       }
     }
-    return make_gpu_backend(dtype, index);
+    return index;
   }
   throw Error(ErrorCategory::kInvalidArgument,
               "unknown device '" + device + "' (expected auto, cpu, gpu, gpu:N, cuda or cuda:N)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
+  const std::optional<int> index = parse_device(device);
+  if (!index) return make_backend(gpu_backend_available() ? "cuda" : "cpu", dtype, threads);
+  if (*index < 0) return make_cpu_backend(threads);
+  return make_gpu_backend(dtype, *index);
 }
 
 Engine::Engine(const std::filesystem::path& model_dir, const EngineOptions& options) {

@@ -158,6 +158,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Checked as the float each becomes.
                       BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be a finite"},
                       BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 1e-50, 0 as a 32-bit float)"},
+                      // A device name is checked before anything loads.
+                      BadArgs{"serve -m MODEL --device bogus", 2, "--device: unknown device 'bogus'"},
+                      BadArgs{"bench --synthetic qwen2.5-0.5b --device gpu:x", 2, "--device: bad device 'gpu:x'"},
                       // An integer past what the check's float shows exactly: quoted as given.
                       BadArgs{"generate -m MODEL --ids 1 --threads 99999999999", 2,
                               "--threads: must be in [0, 1024] (got 99999999999)"},
