@@ -57,8 +57,9 @@ std::string access_log_line(std::chrono::system_clock::time_point when, const st
 void write_log_line(const std::string& line);
 
 // Whether `host`:`port` can be listened on now (port 0: any free one, so only the address
-// is tried), tried as bind() will: before the weights load, so an address in use or not of this machine is
-// told at once, not after minutes of loading. `why` gets the system's reason.
+// is tried), tried as bind() will. serve asks before the weights load, so an address in use
+// or not of this machine is told at once, not after minutes of loading. `why` gets the
+// system's reason.
 bool can_listen(const std::string& host, int port, std::string& why);
 
 class HttpServer {

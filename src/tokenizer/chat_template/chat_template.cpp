@@ -21,6 +21,11 @@ struct ChatTemplate::Compiled {
 
 namespace {
 
+// A folder's tokenizer_config.json, or an empty object where it has none.
+nlohmann::json folder_config(const std::filesystem::path& config_path) {
+  return std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+}
+
 // jinja2 resolves filter and test names when it compiles a template, so an unknown one is an
 // error at load time even on a branch that never runs; do the same.
 void check_names(const Expr* e) {
@@ -121,7 +126,7 @@ std::optional<ChatTemplate> ChatTemplate::load_if_present(const std::filesystem:
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const std::filesystem::path& template_file) {
   if (template_file.empty()) return *load_folder(model_dir, true);
   const auto config_path = model_dir / "tokenizer_config.json";
-  nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+  nlohmann::json config = folder_config(config_path);
   // The caller's template replaces the folder's; the special tokens stay the folder's.
   std::error_code error;
   if (!std::filesystem::is_regular_file(template_file, error)) {
@@ -158,7 +163,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
 std::optional<ChatTemplate> ChatTemplate::load_folder(const std::filesystem::path& model_dir, bool required) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
-  nlohmann::json config = std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
+  nlohmann::json config = folder_config(config_path);
   // The original Qwen's folders carry no template: its Chat models build ChatML in code
   // (qwen_generation_utils.make_context), with this default system prompt.
   const bool qwen_v1 = names_qwen_v1_tokenizer(model_dir);
