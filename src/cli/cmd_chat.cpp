@@ -1,11 +1,16 @@
 // qwenrt chat: interactive multi-turn chat with the model's own chat template, streamed.
-// Ctrl-C stops the answer being written (not the program); at the prompt it exits. Works
-// with piped stdin: prompts and decorations are shown only on a terminal.
+// Ctrl-C stops the answer being written (not the program); at the prompt it drops the line
+// being typed (Ctrl-D or /exit leaves). Works with piped stdin: prompts and decorations are
+// shown only on a terminal.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,9 +25,58 @@
 namespace qwenrt::cli {
 namespace {
 
-std::atomic<bool> g_interrupted{false};  // set by SIGINT; the only global, as signals need one
+// Set by SIGINT, which also writes a byte to the wake pipe: the prompt waits on the pipe
+// next to stdin, so a Ctrl-C is seen however soon after the prompt it comes and whichever
+// thread the signal lands on (a flag checked before a blocking read misses one that comes
+// between the check and the read). The only globals, as signals need them.
+std::atomic<bool> g_interrupted{false};
+int g_wake[2] = {-1, -1};
 
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  const int saved = errno;
+  if (g_wake[1] >= 0) {
+    [[maybe_unused]] const ssize_t written = write(g_wake[1], "!", 1);  // a full pipe says it already
+  }
+  errno = saved;
+}
+
+// Forgets Ctrl-C pressed before now (the one that stopped an answer, say).
+void forget_interrupts() {
+  char buffer[64];
+  while (read(g_wake[0], buffer, sizeof buffer) > 0) {
+  }
+  g_interrupted.store(false);
+}
+
+enum class PromptInput { kLine, kInterrupted, kEnd };
+
+// One line typed at the terminal (canonical mode: the terminal hands over whole lines), or
+// Ctrl-C, or the end of input (Ctrl-D on an empty line, or the terminal gone).
+PromptInput read_terminal_line(std::string& line) {
+  line.clear();
+  while (true) {
+    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return PromptInput::kEnd;
+    }
+    if (fds[1].revents & POLLIN) return PromptInput::kInterrupted;
+    if (fds[0].revents == 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return PromptInput::kEnd;
+    }
+    if (n == 0) return line.empty() ? PromptInput::kEnd : PromptInput::kLine;
+    line.append(buffer, static_cast<size_t>(n));
+    if (line.back() == '\n') {
+      line.pop_back();
+      return PromptInput::kLine;
+    }
+  }
+}
 
 struct ChatArgs {
   ModelArgs model;
@@ -72,21 +126,22 @@ class ChatSession {
     }
     std::string line;
     while (true) {
+      forget_interrupts();
       if (interactive_) {
         std::printf("\n> ");
         std::fflush(stdout);
-      }
-      g_interrupted.store(false);
-      if (!std::getline(std::cin, line)) {
-        if (interactive_ && g_interrupted.load() && !std::feof(stdin)) {
+        const PromptInput input = read_terminal_line(line);
+        if (input == PromptInput::kInterrupted) {
           // Ctrl-C at the prompt drops the line being typed, not the conversation.
-          std::cin.clear();
-          std::clearerr(stdin);
           note("Ctrl-C: type /exit or press Ctrl-D to leave");
           continue;
         }
-        if (interactive_) std::printf("\n");
-        return finish();  // Ctrl-D or the end of piped input
+        if (input == PromptInput::kEnd) {
+          std::printf("\n");
+          return finish();  // Ctrl-D
+        }
+      } else if (!std::getline(std::cin, line)) {
+        return finish();  // the end of piped input
       }
       if (line.empty()) continue;
       if (line[0] == '/') {
@@ -241,6 +296,9 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);
   action.sa_flags = 0;  // no SA_RESTART: Ctrl-C at the prompt ends the read
+  if (pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+    throw Error(ErrorCategory::kIo, std::string("chat: cannot make a pipe to notice Ctrl-C: ") + std::strerror(errno));
+  }
   sigaction(SIGINT, &action, nullptr);
   ChatSession session(args, cmd);
   return session.run();

@@ -2,7 +2,7 @@
 """Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
 read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
 Ctrl-C during an answer (the answer stops, the program stays), Ctrl-C at the prompt (the
-line is dropped, the conversation stays), then /exit. Also checks
+line is dropped, the conversation stays; also sent the moment the prompt shows), then /exit. Also checks
 piped stdin, a long conversation in a small context (the oldest turns are dropped) and a
 message too long for the context. The model is a 1-layer Qwen3 with Qwen's vocabulary and
 random weights, written here, next to Qwen's real tokenizer.
@@ -147,6 +147,12 @@ def main():
         term.send(b"\x03")
         hint = term.read_until(b"> ", timeout=30)
         assert b"/exit" in hint, hint
+        # 4c. A Ctrl-C sent the moment the prompt shows is seen too, every time (one that came
+        # before the chat began to read used to be lost, and the chat waited for a line).
+        for _ in range(10):
+            term.send(b"\x03")
+            hint = term.read_until(b"> ", timeout=30)
+            assert b"/exit" in hint, hint
         term.send(b"And then?\r")
         term.read_until(b"\r\n> ", timeout=120)
         term.send(b"/stats\r")
