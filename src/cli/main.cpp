@@ -126,6 +126,23 @@ std::string unknown_option_message(const CLI::App& command, int argc, char** arg
   return "";
 }
 
+// CLI11 says "Could not convert: --max-context = 99999999999": what failed, not why. Its
+// checks passed (they read the text as a number), so a whole number is past the option's
+// integer type, and anything else (1.5, 1e3) is no whole number.
+std::string conversion_message(const std::string& what) {
+  const std::string prefix = "Could not convert: ";
+  const size_t equals = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || equals == std::string::npos) return what;
+  const std::string name = what.substr(prefix.size(), equals - prefix.size());
+  const std::string value = what.substr(equals + 3);
+  const size_t digits = value.find_first_not_of("+-") == 1 ? 1 : 0;
+  const bool whole = value.size() > digits &&
+                     std::all_of(value.begin() + static_cast<long>(digits), value.end(),
+                                 [](char c) { return c >= '0' && c <= '9'; });
+  if (!whole) return name + ": must be a whole number (got " + value + ")";
+  return name + ": " + (value[0] == '-' ? "too small" : "too large") + " a number (got " + value + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,7 +192,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "qwenrt: %s\n", cli::printable_line(unknown).c_str());
       return cli::kExitUsage;
     }
-    std::fprintf(stderr, "qwenrt: %s (see --help)\n", cli::printable_line(e.what()).c_str());
+    const bool conversion = dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
+    const std::string message = conversion ? conversion_message(e.what()) : e.what();
+    std::fprintf(stderr, "qwenrt: %s (see --help)\n", cli::printable_line(message).c_str());
     return cli::kExitUsage;
   } catch (const Error& e) {
     // Messages may quote a file's names and strings: one line, escaped, of bounded length.

@@ -165,6 +165,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --threads 99999999999", 2,
                               "--threads: must be in [0, 1024] (got 99999999999)"},
                       BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"},
+                      // Past the option's integer type, or no whole number: said so, not "could not convert".
+                      BadArgs{"generate -m MODEL --ids 1 --max-context 99999999999", 2,
+                              "--max-context: too large a number (got 99999999999)"},
+                      BadArgs{"generate -m MODEL --ids 1 -n 1.5", 2, "--max-new-tokens: must be a whole number (got 1.5)"},
                       // A mistyped command or option: named, with the one it most likely meant.
                       BadArgs{"generat -m MODEL", 2, "unknown command 'generat'; did you mean 'generate'?"},
                       BadArgs{"serve --max-seq 5", 2, "unknown option '--max-seq' for 'serve'; did you mean '--max-seqs'?"},
