@@ -51,32 +51,50 @@ void forget_interrupts() {
 
 enum class PromptInput { kLine, kInterrupted, kEnd };
 
-// One line typed at the terminal (canonical mode: the terminal hands over whole lines), or
-// Ctrl-C, or the end of input (Ctrl-D on an empty line, or the terminal gone).
-PromptInput read_terminal_line(std::string& line) {
-  line.clear();
-  while (true) {
-    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return PromptInput::kEnd;
-    }
-    if (fds[1].revents & POLLIN) return PromptInput::kInterrupted;
-    if (fds[0].revents == 0) continue;
-    char buffer[4096];
-    const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return PromptInput::kEnd;
-    }
-    if (n == 0) return line.empty() ? PromptInput::kEnd : PromptInput::kLine;
-    line.append(buffer, static_cast<size_t>(n));
-    if (line.back() == '\n') {
-      line.pop_back();
-      return PromptInput::kLine;
+// Lines typed at the terminal, read with Ctrl-C in view. In canonical mode (the usual one)
+// the terminal hands over a line at a time; text that comes with more than one line (a
+// terminal in raw mode) is kept for the next call.
+class TerminalLines {
+ public:
+  // A line, Ctrl-C (which drops what was typed), or the end of input (Ctrl-D on an empty
+  // line, or the terminal gone).
+  PromptInput next(std::string& line) {
+    while (true) {
+      const size_t newline = pending_.find('\n');
+      if (newline != std::string::npos) {
+        line = pending_.substr(0, newline);
+        pending_.erase(0, newline + 1);
+        return PromptInput::kLine;
+      }
+      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return PromptInput::kEnd;
+      }
+      if (fds[1].revents & POLLIN) {
+        pending_.clear();
+        return PromptInput::kInterrupted;
+      }
+      if (fds[0].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return PromptInput::kEnd;
+      }
+      if (n == 0) {  // Ctrl-D: on an empty line it ends the input, after text it ends the line
+        if (pending_.empty()) return PromptInput::kEnd;
+        line.swap(pending_);
+        pending_.clear();
+        return PromptInput::kLine;
+      }
+      pending_.append(buffer, static_cast<size_t>(n));
     }
   }
-}
+
+ private:
+  std::string pending_;
+};
 
 struct ChatArgs {
   ModelArgs model;
@@ -130,7 +148,7 @@ class ChatSession {
       if (interactive_) {
         std::printf("\n> ");
         std::fflush(stdout);
-        const PromptInput input = read_terminal_line(line);
+        const PromptInput input = terminal_.next(line);
         if (input == PromptInput::kInterrupted) {
           // Ctrl-C at the prompt drops the line being typed, not the conversation.
           note("Ctrl-C: type /exit or press Ctrl-D to leave");
@@ -281,6 +299,7 @@ class ChatSession {
   std::unique_ptr<Session> session_;  // after engine_: destroyed first
   int unanswered_ = 0;                 // messages refused (too long): a script sees exit code 1
   bool interactive_;
+  TerminalLines terminal_;  // where interactive_ reads its lines
   std::string system_;
   bool has_system_;
   GenerateOptions options_;
