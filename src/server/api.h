@@ -28,7 +28,7 @@ struct ApiError : std::runtime_error {
       : std::runtime_error(message), status(http_status), type(std::move(error_type)), param(std::move(error_param)),
         code(std::move(error_code)) {}
   int status;
-  std::string type;   // invalid_request_error, authentication_error, server_error, ...
+  std::string type;   // invalid_request_error (401 too, as OpenAI answers it), server_error, ...
   std::string param;  // the request field at fault, "" for none
   std::string code;   // a short machine-readable code, "" for none
 };

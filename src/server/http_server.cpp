@@ -560,7 +560,8 @@ void HttpServer::add_routes() {
       const bool ok = scheme == "bearer" && key != std::string::npos && same_secret(header.substr(key), options_.api_key);
       if (!ok) {
         res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, ApiError(401, "authentication_error",
+        // OpenAI's own 401: an invalid_request_error whose code names the key.
+        send_error(res, ApiError(401, "invalid_request_error",
                                  header.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
                                  "", "invalid_api_key"));
         if (unread_body) close_after(res);

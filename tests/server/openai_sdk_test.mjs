@@ -1480,7 +1480,8 @@ await test('API key: 401 without or with a wrong key on every route but /health'
   for (const headers of [{}, { authorization: 'Bearer wrong' }, { authorization: 'sekrit-key' }]) {
     const reply = await post(keyed.url, '/v1/chat/completions', good, headers);
     assert.equal(reply.status, 401);
-    assert.equal(reply.json.error.type, 'authentication_error');
+    assert.equal(reply.json.error.type, 'invalid_request_error');
+    assert.equal(reply.json.error.code, 'invalid_api_key');
     assert.equal((await fetch(keyed.url + '/v1/models', { headers })).status, 401);
     assert.equal((await fetch(keyed.url + '/metrics', { headers })).status, 401);
     assert.equal((await post(keyed.url, '/tokenize', { prompt: 'hi' }, headers)).status, 401);
