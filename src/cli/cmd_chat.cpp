@@ -314,7 +314,7 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
   struct sigaction action {};
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: Ctrl-C at the prompt ends the read
+  action.sa_flags = 0;  // no SA_RESTART: Ctrl-C also ends a wait for piped input
   if (pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) {
     throw Error(ErrorCategory::kIo, std::string("chat: cannot make a pipe to notice Ctrl-C: ") + std::strerror(errno));
   }

@@ -126,15 +126,20 @@ std::string unknown_option_message(const CLI::App& command, int argc, char** arg
   return "";
 }
 
-// CLI11 says "Could not convert: --max-context = 99999999999": what failed, not why. Its
-// checks passed (they read the text as a number), so a whole number is past the option's
-// integer type, and anything else (1.5, 1e3) is no whole number.
-std::string conversion_message(const std::string& what) {
+// CLI11 says "Could not convert: --max-context = 99999999999": what failed, not why. An
+// integer option's checks passed (they read the text as a number), so a whole number is past
+// its type and anything else (1.5, 1e3) is no whole number; a flag takes true/false at most.
+std::string conversion_message(const CLI::App* command, const std::string& what) {
   const std::string prefix = "Could not convert: ";
   const size_t equals = what.find(" = ");
-  if (what.rfind(prefix, 0) != 0 || equals == std::string::npos) return what;
+  if (command == nullptr || what.rfind(prefix, 0) != 0 || equals == std::string::npos) return what;
   const std::string name = what.substr(prefix.size(), equals - prefix.size());
   const std::string value = what.substr(equals + 3);
+  const CLI::Option* option = command->get_option_no_throw(name);
+  if (option == nullptr) return what;
+  if (option->get_items_expected_max() == 0) return name + ": takes no value, or true or false (got " + value + ")";
+  const std::string type = option->get_type_name();
+  if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) return what;
   const size_t digits = value.find_first_not_of("+-") == 1 ? 1 : 0;
   const bool whole = value.size() > digits &&
                      std::all_of(value.begin() + static_cast<long>(digits), value.end(),
@@ -193,7 +198,7 @@ int main(int argc, char** argv) {
       return cli::kExitUsage;
     }
     const bool conversion = dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
-    const std::string message = conversion ? conversion_message(e.what()) : e.what();
+    const std::string message = conversion ? conversion_message(chosen, e.what()) : e.what();
     std::fprintf(stderr, "qwenrt: %s (see --help)\n", cli::printable_line(message).c_str());
     return cli::kExitUsage;
   } catch (const Error& e) {

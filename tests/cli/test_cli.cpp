@@ -169,6 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --max-context 99999999999", 2,
                               "--max-context: too large a number (got 99999999999)"},
                       BadArgs{"generate -m MODEL --ids 1 -n 1.5", 2, "--max-new-tokens: must be a whole number (got 1.5)"},
+                      BadArgs{"generate -m MODEL --ids 1 --ignore-eos=maybe", 2,
+                              "--ignore-eos: takes no value, or true or false (got maybe)"},
                       // A mistyped command or option: named, with the one it most likely meant.
                       BadArgs{"generat -m MODEL", 2, "unknown command 'generat'; did you mean 'generate'?"},
                       BadArgs{"serve --max-seq 5", 2, "unknown option '--max-seq' for 'serve'; did you mean '--max-seqs'?"},
