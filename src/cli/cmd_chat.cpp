@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,19 +42,20 @@ extern "C" void on_sigint(int) {
   errno = saved;
 }
 
-// Forgets Ctrl-C pressed before now (the one that stopped an answer, say).
+// Forgets Ctrl-C pressed before now (the one that stopped an answer, say), and the error it
+// left on stdout if it cut a write short (EINTR: the handler does not restart calls).
 void forget_interrupts() {
   char buffer[64];
   while (read(g_wake[0], buffer, sizeof buffer) > 0) {
   }
-  g_interrupted.store(false);
+  if (g_interrupted.exchange(false)) std::clearerr(stdout);
 }
 
 enum class PromptInput { kLine, kInterrupted, kEnd };
 
 // Lines typed at the terminal, read with Ctrl-C in view. In canonical mode (the usual one)
-// the terminal hands over a line at a time; text that comes with more than one line (a
-// terminal in raw mode) is kept for the next call.
+// the terminal hands over a line at a time; text past a line (a terminal without line
+// editing hands over what came) is kept for the next call.
 class TerminalLines {
  public:
   // A line, Ctrl-C (which drops what was typed), or the end of input (Ctrl-D on an empty
@@ -72,6 +74,9 @@ class TerminalLines {
         return PromptInput::kEnd;
       }
       if (fds[1].revents & POLLIN) {
+        // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
+        // does not, and the line it drops must go too.
+        tcflush(STDIN_FILENO, TCIFLUSH);
         pending_.clear();
         return PromptInput::kInterrupted;
       }
@@ -82,7 +87,9 @@ class TerminalLines {
         if (errno == EINTR || errno == EAGAIN) continue;
         return PromptInput::kEnd;
       }
-      if (n == 0) {  // Ctrl-D: on an empty line it ends the input, after text it ends the line
+      // Ctrl-D on an empty line ends the input (n == 0). After text it hands that text over
+      // (n > 0, no newline), and a second Ctrl-D then ends the line.
+      if (n == 0) {
         if (pending_.empty()) return PromptInput::kEnd;
         line.swap(pending_);
         pending_.clear();

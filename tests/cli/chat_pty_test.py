@@ -2,7 +2,8 @@
 """Drives `qwenrt chat` through a pseudo-terminal, as a person would: send a message and
 read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
 Ctrl-C during an answer (the answer stops, the program stays), Ctrl-C at the prompt (the
-line is dropped, the conversation stays; also sent the moment the prompt shows), then /exit. Also checks
+line is dropped, the conversation stays; also sent the moment the prompt shows, and as a
+SIGINT from elsewhere), then /exit. Also checks
 piped stdin, a long conversation in a small context (the oldest turns are dropped) and a
 message too long for the context. The model is a 1-layer Qwen3 with Qwen's vocabulary and
 random weights, written here, next to Qwen's real tokenizer.
@@ -16,6 +17,7 @@ import re
 import pty
 import random
 import select
+import signal
 import shutil
 import struct
 import subprocess
@@ -153,6 +155,15 @@ def main():
             term.send(b"\x03")
             hint = term.read_until(b"> ", timeout=30)
             assert b"/exit" in hint, hint
+        # 4d. A SIGINT sent from elsewhere (kill -INT) drops the typed line as a typed Ctrl-C does:
+        # the terminal flushes its input only for the one typed.
+        term.send(b"half")
+        term.read_until(b"half")
+        os.kill(term.pid, signal.SIGINT)
+        assert b"/exit" in term.read_until(b"> ", timeout=30)
+        term.send(b"/stats\r")  # "half/stats" would be a message, answered
+        stats = term.read_until(b"> ")
+        assert b"tokens/s" in stats, stats[-300:]
         term.send(b"And then?\r")
         term.read_until(b"\r\n> ", timeout=120)
         term.send(b"/stats\r")
