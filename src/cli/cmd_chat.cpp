@@ -318,6 +318,8 @@ class ChatSession {
 
 int run_chat(const ChatArgs& args, const CLI::App& cmd) {
   if (args.think && args.no_think) throw Error(ErrorCategory::kInvalidArgument, "give --think or --no-think, not both");
+  // Loaded first: a Ctrl-C while the weights load ends the program, as it would anywhere.
+  ChatSession session(args, cmd);
   struct sigaction action {};
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);
@@ -326,7 +328,6 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
     throw Error(ErrorCategory::kIo, std::string("chat: cannot make a pipe to notice Ctrl-C: ") + std::strerror(errno));
   }
   sigaction(SIGINT, &action, nullptr);
-  ChatSession session(args, cmd);
   return session.run();
 }
 
