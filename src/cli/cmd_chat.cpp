@@ -37,7 +37,7 @@ extern "C" void on_sigint(int) {
   g_interrupted.store(true);
   const int saved = errno;
   if (g_wake[1] >= 0) {
-    [[maybe_unused]] const ssize_t written = write(g_wake[1], "!", 1);  // a full pipe says it already
+    [[maybe_unused]] const ssize_t written = write(g_wake[1], "!", 1);  // a full pipe wakes the prompt already
   }
   errno = saved;
 }
