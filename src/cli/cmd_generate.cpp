@@ -150,10 +150,15 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     std::fprintf(stderr, "prompt  %d tokens in %.1f ms (%.1f tokens/s)\n", result.prompt_tokens,
                  result.prompt_seconds * 1e3,
                  result.prompt_seconds > 0 ? result.prompt_tokens / result.prompt_seconds : 0.0);
-    std::fprintf(stderr, "first token after %.1f ms\n", result.time_to_first_token * 1e3);
     const StartupTimes& startup = engine.startup_times();
-    std::fprintf(stderr, "startup load %.2f s, warm-up %.2f s; process start to first token %.2f s\n",
-                 startup.load_seconds, startup.warmup_seconds, first_token_since_start);
+    if (result.ids.empty()) {  // -n 0: no first token to time (the JSON says null)
+      std::fprintf(stderr, "first token: none generated\n");
+      std::fprintf(stderr, "startup load %.2f s, warm-up %.2f s\n", startup.load_seconds, startup.warmup_seconds);
+    } else {
+      std::fprintf(stderr, "first token after %.1f ms\n", result.time_to_first_token * 1e3);
+      std::fprintf(stderr, "startup load %.2f s, warm-up %.2f s; process start to first token %.2f s\n",
+                   startup.load_seconds, startup.warmup_seconds, first_token_since_start);
+    }
     if (decoded > 0 && result.decode_seconds > 0) {
       std::fprintf(stderr, "decode  %zu tokens, %.1f tokens/s (%s)\n", result.ids.size(), decoded / result.decode_seconds,
                    result.finish_reason.c_str());

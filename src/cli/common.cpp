@@ -38,17 +38,18 @@ CLI::Validator number_check(std::string description, std::function<std::string(d
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        // Sampling options are floats: checked as the float they become (1e39 is infinite
-        // there, 1e-50 is 0).
-        if (!std::isfinite(value) || std::fabs(value) > std::numeric_limits<float>::max()) {
-          return "must be a finite number (got " + text + ")";
+        if (!std::isfinite(value)) return "must be a finite number (got " + text + ")";
+        const std::string why = wrong(value);
+        if (!why.empty()) return why + " (got " + text + ")";
+        // Sampling options are floats: checked as the float they become too (1e39 is
+        // infinite there, 1e-50 is 0), which is then named as the reason.
+        if (std::fabs(value) > std::numeric_limits<float>::max()) {
+          return "must be a finite number (got " + text + ", past a 32-bit float's range)";
         }
         const double narrowed = static_cast<double>(static_cast<float>(value));
-        const std::string why = wrong(narrowed);
-        if (why.empty()) return why;
-        // Where only the float is out (1e-50 is 0), it is named as the reason.
-        const bool float_decides = wrong(value).empty();
-        return why + " (got " + text + (float_decides ? ", " + number_text(narrowed) + " as a 32-bit float" : "") + ")";
+        const std::string why_narrowed = wrong(narrowed);
+        if (why_narrowed.empty()) return why_narrowed;
+        return why_narrowed + " (got " + text + ", " + number_text(narrowed) + " as a 32-bit float)";
       },
       std::move(description));
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <memory>
 
@@ -127,9 +128,11 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
         std::min(options.kv_cache_gb * static_cast<double>(1ull << 30) / static_cast<double>(kv_bytes_per_block),
                  static_cast<double>(1 << 30)));
     if (limits.num_blocks < 1) {
-      throw Error(ErrorCategory::kInvalidArgument,
-                  "--kv-cache-gb " + std::to_string(options.kv_cache_gb) +
-                      " is smaller than one KV block (" + std::to_string(kv_bytes_per_block) + " bytes)");
+      char given[32];  // as typed, near enough: %f would print 1e-07 as 0.000000
+      std::snprintf(given, sizeof(given), "%.6g", options.kv_cache_gb);
+      throw Error(ErrorCategory::kInvalidArgument, "--kv-cache-gb " + std::string(given) +
+                                                       " is smaller than one KV block (" +
+                                                       std::to_string(kv_bytes_per_block) + " bytes)");
     }
   } else if (options.kv_memory_fraction > 0 && backend_->memory_info().total_bytes > 0) {
     const DeviceMemoryInfo free_memory = backend_->memory_info();

@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --top-k -1", 2, "--top-k"},
                       BadArgs{"generate -m MODEL --ids 1 --min-p 2", 2, "--min-p"},
                       BadArgs{"generate -m MODEL --ids 1 --repetition-penalty 0", 2, "--repetition-penalty"},
-                      BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb"},
+                      BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb 1e-07 is smaller than one KV block"},
                       BadArgs{"generate -m MODEL -p hi", 1, "tokenizer.json"},
                       BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"},
                       // Not a number, NaN and infinities: refused by name, readably.
@@ -156,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 1e30", 2, "--kv-cache-gb: must be in [0, 1048576]"},
                       BadArgs{"generate -m MODEL --ids 1 --seed -1", 2, "--seed: must be at least 0"},
                       // Checked as the float each becomes.
-                      BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be a finite"},
+                      BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2,
+                              "--temperature: must be a finite number (got 1e39, past a 32-bit float's range)"},
                       BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 1e-50, 0 as a 32-bit float)"},
                       // A device name is checked before anything loads.
                       BadArgs{"serve -m MODEL --device bogus", 2, "--device: unknown device 'bogus'"},
@@ -289,6 +290,11 @@ TEST(Cli, StatsReportSpeedAndMemory) {
   EXPECT_NE(result.err.find("tokens/s"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("first token"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("KV cache"), std::string::npos) << result.err;
+  // -n 0: no first token to time, said so rather than timed.
+  RunResult none = run_qwenrt("generate --device cpu -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 0 --stats");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("first token: none generated"), std::string::npos) << none.err;
+  EXPECT_EQ(none.err.find("first token after"), std::string::npos) << none.err;
 }
 
 TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
