@@ -168,8 +168,9 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       "  qwenrt tokenize -m DIR --jsonl prompts.jsonl              one array per {\"text\"} line\n"
       "  qwenrt tokenize -m DIR --decode '9707 1879'               -> Hello world\n"
       "  qwenrt tokenize -m DIR --bench corpus.txt                 MB/s and tokens/s\n"
-      "Exit codes: 0 success; 1 a tokenizer or input file that cannot be read; 2 bad arguments\n"
-      "(a path that does not exist included); 130 interrupted");
+      "Exit codes: 0 success; 1 a tokenizer or input file that cannot be read (a --jsonl or\n"
+      "--bench file that does not exist included); 2 bad arguments (a -m or --tokenizer path that\n"
+      "does not exist included); 130 interrupted");
 
   CLI::Option_group* source =
       cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");

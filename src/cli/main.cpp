@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,16 @@ std::string conversion_message(const CLI::App* command, const std::string& what)
   return name + ": " + (value[0] == '-' ? "too small" : "too large") + " a number (got " + value + ")";
 }
 
+// --help and --version that did not reach their file (a full disk) fail as any output does.
+int help_written(int code) {
+  errno = 0;
+  std::cout.flush();
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good()) return code;
+  std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", errno != 0 ? ": " : "",
+               errno != 0 ? std::strerror(errno) : "");
+  return qwenrt::cli::kExitError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,11 +197,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return help_written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return help_written(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return help_written(app.exit(e));
   } catch (const CLI::ParseError& e) {
     const std::string unknown = chosen != nullptr ? unknown_option_message(*chosen, argc, argv) : "";
     if (!unknown.empty()) {

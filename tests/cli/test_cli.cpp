@@ -297,6 +297,17 @@ TEST(Cli, StatsReportSpeedAndMemory) {
   EXPECT_EQ(none.err.find("first token after"), std::string::npos) << none.err;
 }
 
+// --help and --version whose output does not reach its file fail as any output does.
+TEST(Cli, HelpToAFullDiskFails) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  for (const std::string args : {"--help", "generate --help", "--version"}) {
+    const std::string command = std::string("'") + QWENRT_BINARY + "' " + args + " >/dev/full 2>/dev/null";
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << args;
+  }
+}
+
 TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
   // Either this build has no CUDA backend, or the machine has no GPU: both must say so in
   // one line instead of crashing. (On a GPU host the command succeeds.)
