@@ -226,6 +226,18 @@ SamplingParams effective_sampling(const SamplingArgs& args, const CLI::App& comm
   if (command.count("--presence-penalty")) params.presence_penalty = args.presence_penalty;
   if (command.count("--frequency-penalty")) params.frequency_penalty = args.frequency_penalty;
   params.seed = args.seed;
+  // At temperature 0 the choice is the argmax: options that shape a draw change nothing
+  // (penalties still do, as they change the logits). Said, as transformers warns.
+  if (params.temperature == 0.f) {
+    std::string unused;
+    for (const char* name : {"--top-k", "--top-p", "--min-p", "--seed"}) {
+      if (command.count(name)) unused += (unused.empty() ? "" : ", ") + std::string(name);
+    }
+    if (!unused.empty()) {
+      std::fprintf(stderr, "note: %s %s no effect at temperature 0 (greedy); give --temperature to sample\n",
+                   unused.c_str(), unused.find(',') == std::string::npos ? "has" : "have");
+    }
+  }
   return params;
 }
 

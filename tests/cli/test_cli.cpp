@@ -297,6 +297,18 @@ TEST(Cli, StatsReportSpeedAndMemory) {
   EXPECT_EQ(none.err.find("first token after"), std::string::npos) << none.err;
 }
 
+// At temperature 0 the options that shape a draw are said to change nothing; with a
+// temperature they are taken without a word.
+TEST(Cli, DrawOptionsAtTemperatureZeroAreNoted) {
+  const std::string base = "generate --device cpu -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 2 ";
+  RunResult greedy = run_qwenrt(base + "--temperature 0 --top-k 5 --seed 3");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_NE(greedy.err.find("note: --top-k, --seed have no effect at temperature 0"), std::string::npos) << greedy.err;
+  RunResult sampled = run_qwenrt(base + "--temperature 0.7 --top-k 5 --seed 3");
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_EQ(sampled.err.find("no effect"), std::string::npos) << sampled.err;
+}
+
 // --help and --version whose output does not reach its file fail as any output does.
 TEST(Cli, HelpToAFullDiskFails) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
