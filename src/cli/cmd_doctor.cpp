@@ -71,7 +71,10 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   std::printf("  weights %s in %s, KV cache %s per token\n", format_bytes(weights).c_str(), args.dtype.c_str(),
               format_bytes(kv_per_token).c_str());
   if (gpus.devices.empty()) {
-    std::printf("  no GPU: it runs on the CPU (--device cpu), which computes in fp32 from the mapped files\n");
+    // The CPU keeps its KV cache in fp32 too: twice the bf16 figure above.
+    std::printf("  no GPU: it runs on the CPU (--device cpu), which computes in fp32 from the mapped files "
+                "(KV cache %s per token there)\n",
+                format_bytes(static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kF32))).c_str());
     return;
   }
   for (const auto& device : gpus.devices) {
