@@ -148,10 +148,15 @@ class CudaBackend final : public Backend {
     int count = 0;
     const cudaError_t count_status = cudaGetDeviceCount(&count);
     if (count_status != cudaSuccess || count == 0) {
+      (void)cudaGetLastError();
+      // No driver at all reads as "driver version is insufficient" from the runtime: the
+      // device query names it as doctor does.
+      const GpuRuntimeInfo runtime = query_gpus();
       throw Error(ErrorCategory::kDevice,
-                  std::string("no CUDA device is usable: ") +
-                      (count_status != cudaSuccess ? cudaGetErrorString(count_status)
-                                                   : "none found"));
+                  !runtime.error.empty() ? runtime.error
+                                         : std::string("no CUDA device is usable: ") +
+                                               (count_status != cudaSuccess ? cudaGetErrorString(count_status)
+                                                                            : "none found"));
     }
     if (device_index < 0 || device_index >= count) {
       throw Error(ErrorCategory::kInvalidArgument,
