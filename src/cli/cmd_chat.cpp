@@ -280,7 +280,7 @@ class ChatSession {
         if (dim && !args_.hide_thinking) std::printf("\x1b[0m");
       }
       std::fflush(stdout);
-      return !std::ferror(stdout);  // nobody takes the output (or Ctrl-C cut a write): stop
+      return stdout_ok();  // nobody takes the output (or Ctrl-C cut a write): stop
     });
     // Ctrl-C may have cut a write to the terminal short (EINTR: the handler does not restart
     // calls, so that it also ends a read at the prompt): that is the stop asked for, not an

@@ -127,7 +127,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     }
     // Output nobody can take (a full disk, a closed pipe with SIGPIPE ignored): stop here;
     // main reports the failed write.
-    return !std::ferror(stdout);
+    return stdout_ok();
   });
   if (decoder && !stops.stopped()) {
     emit(stops.push(decoder->flush()));

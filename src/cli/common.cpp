@@ -281,6 +281,18 @@ void print_memory_report(Engine& engine, size_t request_kv_bytes) {
   }
 }
 
+namespace {
+int g_stdout_failure_errno = 0;  // the first failed write's; one process, one stdout
+}  // namespace
+
+bool stdout_ok() {
+  if (!std::ferror(stdout)) return true;
+  if (g_stdout_failure_errno == 0) g_stdout_failure_errno = errno;
+  return false;
+}
+
+int stdout_failure_errno() { return g_stdout_failure_errno; }
+
 double seconds_since_process_start() {
   static const auto start = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

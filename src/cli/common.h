@@ -64,6 +64,12 @@ EngineOptions engine_options(const ModelArgs& args);
 // Seconds since the process started (main calls it first, which fixes the start).
 double seconds_since_process_start();
 
+// Whether stdout is still taking output. A streaming command asks after each piece and stops
+// once it fails; the first failure's reason is kept for the message at exit (by then errno
+// has moved on, and the final flush has nothing left to fail on).
+bool stdout_ok();
+int stdout_failure_errno();  // 0 when none was seen
+
 // Parses "1 2 3" or "1,2,3" into ids; throws Error(kInvalidArgument) on anything else.
 std::vector<int32_t> parse_ids(const std::string& text);
 

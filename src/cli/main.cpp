@@ -230,8 +230,9 @@ int main(int argc, char** argv) {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;
   if (!flushed || std::ferror(stdout)) {
-    std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", errno != 0 ? ": " : "",
-                 errno != 0 ? std::strerror(errno) : "");
+    const int reason = errno != 0 ? errno : cli::stdout_failure_errno();
+    std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", reason != 0 ? ": " : "",
+                 reason != 0 ? std::strerror(reason) : "");
     return cli::kExitError;
   }
   return exit_code;

@@ -309,8 +309,8 @@ TEST(Cli, DrawOptionsAtTemperatureZeroAreNoted) {
   EXPECT_EQ(sampled.err.find("no effect"), std::string::npos) << sampled.err;
 }
 
-// --help and --version whose output does not reach its file fail as any output does.
-TEST(Cli, HelpToAFullDiskFails) {
+// --help, --version and streamed output that do not reach their file fail, saying why.
+TEST(Cli, WritingToAFullDiskFails) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   for (const std::string args : {"--help", "generate --help", "--version"}) {
     const std::string command = std::string("'") + QWENRT_BINARY + "' " + args + " >/dev/full 2>/dev/null";
@@ -318,6 +318,16 @@ TEST(Cli, HelpToAFullDiskFails) {
     ASSERT_TRUE(WIFEXITED(status)) << args;
     EXPECT_EQ(WEXITSTATUS(status), 1) << args;
   }
+  // Streamed output: the reason is the first failed write's, not lost by the final flush.
+  const fs::path err = fs::temp_directory_path() / ("qwenrt_full_" + std::to_string(::getpid()));
+  const std::string command = std::string("'") + QWENRT_BINARY + "' generate --device cpu -m '" +
+                              fixture("qwen2_gqa") + "' --ids '1 2 3' -n 4 >/dev/full 2>'" + err.string() + "'";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string said = slurp(err);
+  EXPECT_NE(said.find("writing the output failed: No space left on device"), std::string::npos) << said;
+  fs::remove(err);
 }
 
 TEST(Cli, CudaRequestWithoutGpuIsAClearError) {
