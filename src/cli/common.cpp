@@ -287,7 +287,8 @@ int g_stdout_failure_errno = 0;  // the first failed write's; one process, one s
 
 bool stdout_ok() {
   if (!std::ferror(stdout)) return true;
-  if (g_stdout_failure_errno == 0) g_stdout_failure_errno = errno;
+  // A write cut short by Ctrl-C in chat (EINTR) is the stop asked for, not the failure.
+  if (g_stdout_failure_errno == 0 && errno != EINTR) g_stdout_failure_errno = errno;
   return false;
 }
 
