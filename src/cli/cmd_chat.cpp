@@ -283,7 +283,7 @@ class ChatSession {
       return stdout_ok();  // nobody takes the output (or Ctrl-C cut a write): stop
     });
     // Ctrl-C may have cut a write to the terminal short (EINTR: the handler does not restart
-    // calls, so that it also ends a read at the prompt): that is the stop asked for, not an
+    // calls, so that it also ends a wait for piped input): that is the stop asked for, not an
     // output that failed.
     if (g_interrupted.load()) std::clearerr(stdout);
     std::string rest = decoder.flush();

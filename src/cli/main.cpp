@@ -141,21 +141,24 @@ std::string conversion_message(const CLI::App* command, const std::string& what)
   if (option->get_items_expected_max() == 0) return name + ": takes no value, or true or false (got " + value + ")";
   const std::string type = option->get_type_name();
   if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) return what;
-  const size_t digits = value.find_first_not_of("+-") == 1 ? 1 : 0;
-  const bool whole = value.size() > digits &&
-                     std::all_of(value.begin() + static_cast<long>(digits), value.end(),
+  const size_t sign = value.find_first_not_of("+-") == 1 ? 1 : 0;
+  const bool whole = value.size() > sign &&
+                     std::all_of(value.begin() + static_cast<long>(sign), value.end(),
                                  [](char c) { return c >= '0' && c <= '9'; });
   if (!whole) return name + ": must be a whole number (got " + value + ")";
   return name + ": " + (value[0] == '-' ? "too small" : "too large") + " a number (got " + value + ")";
 }
 
-// --help and --version that did not reach their file (a full disk) fail as any output does.
-int help_written(int code) {
+// Output that did not reach its file (a full disk; a closed pipe where SIGPIPE is ignored)
+// is a failed run, not a success with nothing said; --help and --version included. The
+// reason is the final flush's, or the first failed write's when a command streamed.
+int finish_output(int code) {
   errno = 0;
   std::cout.flush();
   if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good()) return code;
-  std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", errno != 0 ? ": " : "",
-               errno != 0 ? std::strerror(errno) : "");
+  const int reason = errno != 0 ? errno : qwenrt::cli::stdout_failure_errno();
+  std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", reason != 0 ? ": " : "",
+               reason != 0 ? std::strerror(reason) : "");
   return qwenrt::cli::kExitError;
 }
 
@@ -197,11 +200,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return help_written(app.exit(e));
+    return finish_output(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return help_written(app.exit(e));
+    return finish_output(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return help_written(app.exit(e));
+    return finish_output(app.exit(e));
   } catch (const CLI::ParseError& e) {
     const std::string unknown = chosen != nullptr ? unknown_option_message(*chosen, argc, argv) : "";
     if (!unknown.empty()) {
@@ -225,15 +228,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qwenrt: error: %s\n", cli::printable_line(e.what()).c_str());
     return cli::kExitError;
   }
-  // Output that did not reach its file (a full disk; a closed pipe where SIGPIPE is
-  // ignored) is a failed run, not a success with nothing said.
-  errno = 0;
-  const bool flushed = std::fflush(stdout) == 0;
-  if (!flushed || std::ferror(stdout)) {
-    const int reason = errno != 0 ? errno : cli::stdout_failure_errno();
-    std::fprintf(stderr, "qwenrt: i/o error: writing the output failed%s%s\n", reason != 0 ? ": " : "",
-                 reason != 0 ? std::strerror(reason) : "");
-    return cli::kExitError;
-  }
-  return exit_code;
+  return finish_output(exit_code);
 }

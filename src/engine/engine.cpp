@@ -53,7 +53,7 @@ std::optional<int> parse_device(const std::string& device) {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, int threads) {
   const std::optional<int> index = parse_device(device);
-  if (!index) return make_backend(gpu_backend_available() ? "cuda" : "cpu", dtype, threads);
+  if (!index) return gpu_backend_available() ? make_gpu_backend(dtype, 0) : make_cpu_backend(threads);
   if (*index < 0) return make_cpu_backend(threads);
   return make_gpu_backend(dtype, *index);
 }
