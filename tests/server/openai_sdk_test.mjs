@@ -1773,16 +1773,34 @@ await test('--heartbeat-ms: blank bytes ahead of a slow non-streamed body; --sse
   assert.equal(whole.status, 200);
   assert.match(whole.text, /^ +\{/, 'blank heartbeats first');
   assert.equal(whole.json.choices.length, 64);
-  // A stream queued behind two running requests (one sequence a step, ~0.3 s each) hears
-  // keep-alives before its tokens.
-  const single = await startServer(qwenrt, serveArgs(['--sse-keepalive-ms', '20', '--max-seqs', '1']));
-  const ahead = [0, 1].map(() => post(single.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true }));
-  await waitFor(async () => (await metric(single.url, 'qwenrt_requests_active')) === 2);
-  const queued = await post(single.url, '/v1/completions', { model, prompt: 'y', max_tokens: 2, stream: true });
+  // A stream queued behind a long request (64 choices one at a time) hears keep-alives
+  // before its tokens. The request ahead is cancelled once two have come, so the order
+  // does not hang on how fast this machine runs the model.
+  const single = await startServer(qwenrt, serveArgs(['--sse-keepalive-ms', '20', '--max-seqs', '1', '--max-n', '64']));
+  const controller = new AbortController();
+  const ahead = fetch(single.url + '/v1/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
+    body: JSON.stringify({ model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 64, stream: true }) })
+    .then((response) => response.text()).catch(() => 'aborted');
+  assert.ok(await waitFor(async () => (await metric(single.url, 'qwenrt_generation_tokens_total')) > 0), 'the request ahead runs');
+  const queued = await fetch(single.url + '/v1/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'y', max_tokens: 2, stream: true }) });
   assert.equal(queued.status, 200);
-  assert.match(queued.text, /^: keep-alive\n\n(: keep-alive\n\n)*data: /);
-  assert.match(queued.text, /data: \[DONE\]/);
-  for (const reply of await Promise.all(ahead)) assert.equal(reply.status, 200);
+  const reader = queued.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+    if (!controller.signal.aborted && (text.match(/: keep-alive\n\n/g) || []).length >= 2) controller.abort();
+  }
+  assert.ok(controller.signal.aborted, `the queued stream ended before the request ahead: ${JSON.stringify(text.slice(0, 200))}`);
+  assert.match(text, /^: keep-alive\n\n(: keep-alive\n\n)*data: /);
+  assert.match(text, /data: \[DONE\]/);
+  assert.equal(await ahead, 'aborted');
+  assert.ok(await waitFor(async () => (await metric(single.url, 'qwenrt_kv_blocks_used')) === 0), 'blocks returned');
   beating.kill('SIGTERM');
   single.kill('SIGTERM');
 });
