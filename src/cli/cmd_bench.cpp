@@ -2,11 +2,13 @@
 // with the fraction of the device's bandwidth and matrix throughput reached. With --batch N,
 // N sequences are prefilled and then decoded together (the batched step).
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "model/config.h"
 #include "model/presets.h"
 
 namespace qwenrt::cli {
@@ -151,7 +153,23 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
                                                      " tokens, more than the longest context qwenrt plans for (" +
                                                      std::to_string(kMaxContextTokens) + ")");
   }
-  if (args.model.max_context == 0) options.max_context = args.prompt + args.gen;
+  if (args.model.max_context == 0) {
+    options.max_context = args.prompt + args.gen;
+    // Speed past the trained positions is still speed; the note says the text there is not
+    // what the model was made for. (A --max-context given is noted by engine_options.)
+    std::optional<ModelConfig> config;
+    try {
+      config = have_model ? load_model_config(args.model.model_dir) : synthetic_config(args.synthetic);
+    } catch (const std::exception&) {
+      // loading the model says what is wrong with the folder or the name
+    }
+    if (config) {
+      note_context_past_training(*config, options.max_context,
+                                 "--prompt + --gen (" + std::to_string(options.max_context) + " tokens)",
+                                 "the speed is measured there all the same, but answers would degrade",
+                                 have_model ? "config.json" : "the preset");
+    }
+  }
   options.record_decode = !args.no_graphs;
   if (args.batch > 0) {
     options.max_seqs = args.batch;

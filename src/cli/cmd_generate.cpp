@@ -224,6 +224,8 @@ void add_generate_command(CLI::App& root, int& exit_code) {
                   "line break, a tab, a carriage return and a backslash, so --stop \"\\n\\n\" stops at a blank line")
       ->transform(CLI::Validator(
           [](std::string& text) {
+            // An empty stop string would match before any text: refused, as serve refuses it.
+            if (text.empty()) return std::string("a stop string must not be empty");
             text = unescape_stop(text);
             return std::string();
           },

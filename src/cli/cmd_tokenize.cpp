@@ -192,7 +192,7 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
                           ->type_name("TEXT");
   CLI::Option* jsonl = cmd->add_option("--jsonl", options->jsonl,
                                        "encode each line {\"text\": \"...\"} of FILE ('-' for "
-                                       "stdin); prints one array of ids per line")
+                                       "stdin); prints one array of ids per line (blank lines are skipped)")
                            ->type_name("FILE");
   CLI::Option* decode =
       cmd->add_option(

@@ -299,9 +299,31 @@ double seconds_since_process_start() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A --max-context past the positions the model was trained for (max_position_embeddings,
-// or what config.json's rope_scaling extends it to) is allowed, with a note.
-static void note_context_past_training(const ModelArgs& args) {
+// The positions a model was trained for: max_position_embeddings, or what config.json's
+// rope_scaling extends it to.
+static int64_t trained_positions(const ModelConfig& config) {
+  int64_t trained = config.max_position_embeddings;
+  if (config.rope.type != RopeType::kDefault && config.rope.factor > 1) {
+    const int64_t base = config.rope.original_max_position_embeddings > 0 ? config.rope.original_max_position_embeddings
+                                                                           : config.max_position_embeddings;
+    trained = std::max<int64_t>(trained, static_cast<int64_t>(static_cast<double>(base) * config.rope.factor));
+  }
+  return trained;
+}
+
+void note_context_past_training(const ModelConfig& config, int64_t context, const std::string& what,
+                                const char* consequence, const char* source) {
+  const int64_t trained = trained_positions(config);
+  if (trained > 0 && context > trained) {
+    std::fprintf(stderr, "note: %s is past the %lld positions this model was trained for (%s: "
+                         "max_position_embeddings%s); %s\n",
+                 what.c_str(), static_cast<long long>(trained), source,
+                 config.rope.type != RopeType::kDefault ? " and rope_scaling" : "", consequence);
+  }
+}
+
+// A --max-context past the trained positions is allowed, with a note.
+static void note_max_context_past_training(const ModelArgs& args) {
   if (args.max_context <= 0) return;
   ModelConfig config;
   try {
@@ -309,19 +331,8 @@ static void note_context_past_training(const ModelArgs& args) {
   } catch (const std::exception&) {
     return;  // loading the model says what is wrong with the folder
   }
-  int64_t trained = config.max_position_embeddings;
-  if (config.rope.type != RopeType::kDefault && config.rope.factor > 1) {
-    const int64_t base = config.rope.original_max_position_embeddings > 0 ? config.rope.original_max_position_embeddings
-                                                                           : config.max_position_embeddings;
-    trained = std::max<int64_t>(trained, static_cast<int64_t>(static_cast<double>(base) * config.rope.factor));
-  }
-  if (trained > 0 && args.max_context > trained) {
-    std::fprintf(stderr,
-                 "note: --max-context %d is past the %lld positions this model was trained for "
-                 "(config.json: max_position_embeddings%s); text beyond them may degrade\n",
-                 args.max_context, static_cast<long long>(trained),
-                 config.rope.type != RopeType::kDefault ? " and rope_scaling" : "");
-  }
+  note_context_past_training(config, args.max_context, "--max-context " + std::to_string(args.max_context),
+                             "text beyond them may degrade");
 }
 
 EngineOptions engine_options(const ModelArgs& args) {
@@ -331,7 +342,7 @@ EngineOptions engine_options(const ModelArgs& args) {
   options.threads = args.threads;
   options.max_context = args.max_context;
   options.kv_cache_gb = args.kv_cache_gb;
-  note_context_past_training(args);
+  note_max_context_past_training(args);
   if (isatty(STDERR_FILENO)) {
     auto start = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     options.load_progress = [start](uint64_t done, uint64_t total) {

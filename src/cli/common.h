@@ -61,6 +61,11 @@ void print_sampling(const SamplingParams& params, const ModelConfig& config);
 void add_model_options(CLI::App* command, ModelArgs& args);
 // Turns the parsed options into EngineOptions (with a load progress bar on a terminal).
 EngineOptions engine_options(const ModelArgs& args);
+// A note on stderr when `context` positions (`what` names them) are past those the model was
+// trained for; `consequence` says what that means for the command, `source` where the
+// config came from.
+void note_context_past_training(const ModelConfig& config, int64_t context, const std::string& what,
+                                const char* consequence, const char* source = "config.json");
 // Seconds since the process started (main calls it first, which fixes the start).
 double seconds_since_process_start();
 

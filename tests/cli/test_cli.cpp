@@ -188,6 +188,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --seed 0x1ffffffffffffffff", 2, "--seed: must be at most"},
                       // A known option's value that looks like an option is no unknown option.
                       BadArgs{"generate --ids 1 --stop '-->'", 2, "--model is required"},
+                      // An empty stop string would end every answer before it began: refused, as serve does.
+                      BadArgs{"generate -m MODEL -p hi --stop ''", 2, "--stop: a stop string must not be empty"},
                       BadArgs{"bench -m MODEL --prompt 2147483647 --gen 1", 2, "--prompt + --gen is 2147483648 tokens"}),
     [](const auto& test_info) { return "case" + std::to_string(test_info.index); });
 
@@ -307,6 +309,18 @@ TEST(Cli, DrawOptionsAtTemperatureZeroAreNoted) {
   RunResult sampled = run_qwenrt(base + "--temperature 0.7 --top-k 5 --seed 3");
   ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
   EXPECT_EQ(sampled.err.find("no effect"), std::string::npos) << sampled.err;
+}
+
+// A benchmark past the positions the model was trained for runs, with a note that says so.
+TEST(Cli, BenchPastTheTrainedLengthIsNoted) {
+  const std::string base = "bench --device cpu -m '" + fixture("qwen2_gqa") + "' --repeat 1 --warmup 0 --gen 2 ";
+  RunResult past = run_qwenrt(base + "--prompt 600");
+  ASSERT_EQ(past.exit_code, 0) << past.err;
+  EXPECT_NE(past.err.find("note: --prompt + --gen (602 tokens) is past the 512 positions this model was trained for"),
+            std::string::npos) << past.err;
+  RunResult within = run_qwenrt(base + "--prompt 500");
+  ASSERT_EQ(within.exit_code, 0) << within.err;
+  EXPECT_EQ(within.err.find("trained for"), std::string::npos) << within.err;
 }
 
 // --help, --version and streamed output that do not reach their file fail, saying why.
