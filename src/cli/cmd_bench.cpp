@@ -53,16 +53,20 @@ nlohmann::ordered_json json_header(const std::string& model_name, const DeviceIn
 nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
   // What the peak holds beyond weights, KV cache and the runtime's own context: workspaces,
   // the backend's buffers, recorded graphs (the part a smaller chunk or batch shrinks).
+  // Those come from the device's own count of its memory; with none (the CPU) they are null,
+  // not measured, rather than 0.
   const size_t fixed = plan.weights + plan.kv_pool + plan.used_before_load;
+  const bool measured = plan.device_total > 0;
+  const auto device = [measured](size_t bytes) { return measured ? nlohmann::ordered_json(bytes) : nlohmann::ordered_json(); };
   return {{"weights", plan.weights},
           {"mapped_weights", plan.mapped_weights},
           {"kv_cache", plan.kv_pool},
           {"workspace", plan.workspace},
           {"backend_workspace", plan.backend_workspace},
-          {"runtime_other", plan.used_before_load},
-          {"peak_used", peak_used},
-          {"beyond_weights_kv_runtime", peak_used > fixed ? peak_used - fixed : 0},
-          {"device_total", plan.device_total}};
+          {"runtime_other", device(plan.used_before_load)},
+          {"peak_used", device(peak_used)},
+          {"beyond_weights_kv_runtime", device(peak_used > fixed ? peak_used - fixed : 0)},
+          {"device_total", device(plan.device_total)}};
 }
 
 SamplingParams bench_sampling(const SamplingArgs& args) {
@@ -97,10 +101,11 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
-    out["max_batch_tokens"] = engine.max_batch_tokens();
+    // The same names as a single stream's report where they mean the same.
+    out["prefill_chunk"] = engine.max_batch_tokens();
     out["sampling"] = sampling;
-    out["prefill_tokens_per_s"] = result.prefill_tokens_per_s;
-    out["prefill_ms"] = result.prefill_seconds * 1e3;
+    out["prompt_tokens_per_s"] = result.prefill_tokens_per_s;
+    out["prompt_ms"] = result.prefill_seconds * 1e3;
     out["decode_tokens_per_s"] = result.decode_tokens_per_s;
     out["decode_ms"] = result.decode_seconds * 1e3;
     out["step_ms"] = {{"median", result.step_ms_median}, {"p90", result.step_ms_p90}, {"max", result.step_ms_max}};

@@ -455,6 +455,9 @@ TEST(CliBench, JsonReportOnAFixture) {
   EXPECT_GT(out["prompt_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(out["decode_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(out["memory"]["kv_cache"].get<double>(), 0);
+  // The CPU has no device count of its memory: not measured is null, not 0.
+  EXPECT_TRUE(out["memory"]["peak_used"].is_null()) << out["memory"];
+  EXPECT_TRUE(out["memory"]["device_total"].is_null()) << out["memory"];
 }
 
 TEST(CliBench, BatchReportAppliesTheSamplingOptions) {
@@ -466,6 +469,10 @@ TEST(CliBench, BatchReportAppliesTheSamplingOptions) {
   EXPECT_EQ(out["batch"], 3);
   EXPECT_EQ(out["sampling"], "greedy");
   EXPECT_GT(out["decode_tokens_per_s"].get<double>(), 0);
+  // The keys a single stream's report has, where they mean the same.
+  for (const char* key : {"prompt_tokens_per_s", "prompt_ms", "prefill_chunk"}) {
+    EXPECT_TRUE(out.contains(key)) << key << " in " << out;
+  }
   RunResult sampled = run_qwenrt(base + " --temperature 0.8 --top-k 5 --repetition-penalty 1.3 --seed 3");
   ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
   EXPECT_EQ(nlohmann::json::parse(sampled.out)["sampling"], "sampled");
