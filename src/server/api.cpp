@@ -217,11 +217,32 @@ int64_t integer_field(const json& body, const char* name, int64_t fallback, int6
   return number;
 }
 
-bool bool_field(const json& body, const char* name, bool fallback) {
+// `within` names the object holding the field, for the error's param ("stream_options.").
+bool bool_field(const json& body, const char* name, bool fallback, const std::string& within = "") {
   const json* value = field(body, name);
   if (value == nullptr) return fallback;
-  if (!value->is_boolean()) throw invalid_request(std::string("'") + name + "' must be a boolean", name);
+  if (!value->is_boolean()) throw invalid_request("'" + within + name + "' must be a boolean", within + name);
   return value->get<bool>();
+}
+
+// A seed: any 64-bit integer, signed or not; a negative one is its two's complement (-1 is
+// 18446744073709551615), the same draws as `generate --seed`. Nothing past that range is
+// clamped into it (two seeds would draw alike); a seed written as a float must be exact there.
+uint64_t seed_field(const json& seed) {
+  const auto refuse = [&] {
+    throw invalid_request("'seed' must be an integer from -9223372036854775808 to 18446744073709551615 (got " +
+                              seed.dump() + ")",
+                          "seed");
+  };
+  if (seed.is_number_unsigned()) return seed.get<uint64_t>();
+  if (seed.is_number_integer()) return static_cast<uint64_t>(seed.get<int64_t>());
+  if (!seed.is_number_float()) refuse();
+  // Beyond 2^53 a double holds no longer every integer: an integer past 64 bits reaches here
+  // rounded, and would be taken for another.
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  const double x = seed.get<double>();
+  if (!std::isfinite(x) || x != std::trunc(x) || std::fabs(x) > kExact) refuse();
+  return x < 0 ? static_cast<uint64_t>(static_cast<int64_t>(x)) : static_cast<uint64_t>(x);
 }
 
 // Fields of the OpenAI API this server knows but does not implement: refused by name
@@ -366,9 +387,11 @@ void fill_in_the_middle(const json& body, const Tokenizer& tokenizer, Generation
   }
 }
 
-// The ids that end a constrained text: the chat turn's end ids, and the model's EOS.
+// The ids that end a constrained text: the chat turn's end ids (or the tokenizer's EOS), and
+// the model's EOS.
 std::vector<int32_t> text_end_ids(const ModelText& model, const GenerationRequest& out) {
   std::vector<int32_t> ids = out.chat ? out.stop_ids : std::vector<int32_t>();
+  if (const auto eos = model.tokenizer->eos_id(); eos && !out.chat) ids.push_back(*eos);
   if (model.config != nullptr) {
     for (const int32_t id : model.config->eos_token_ids) {
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
@@ -438,15 +461,19 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
                   int default_max_tokens) {
   refuse_unsupported(body);
   out.model = check_model(body, limits);
+  // OpenAI's end-user id: nothing here uses it, but it is a string.
+  if (const json* user = field(body, "user"); user != nullptr && !user->is_string()) {
+    throw invalid_request("'user' must be a string", "user");
+  }
   out.prompt_tokens_details = limits.prompt_tokens_details;
   out.stream = bool_field(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");
     // As OpenAI: options of a stream that is not one are a mistake, not a no-op.
     if (!out.stream) throw invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
-    out.include_usage = bool_field(*options, "include_usage", false);
+    out.include_usage = bool_field(*options, "include_usage", false, "stream_options.");
     // vLLM's: the usage so far in every chunk, where include_usage asks for usage at all.
-    const bool continuous = bool_field(*options, "continuous_usage_stats", false);
+    const bool continuous = bool_field(*options, "continuous_usage_stats", false, "stream_options.");
     out.continuous_usage = out.include_usage && continuous;
   }
   // Several prompts: the longest bounds the new tokens (the first of that length is named).
@@ -503,9 +530,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   s.repetition_penalty =
       static_cast<float>(number_field(body, "repetition_penalty", s.repetition_penalty, range::kApiRepetitionPenalty));
   if (const json* seed = field(body, "seed")) {
-    int64_t whole = 0;
-    if (!whole_number(*seed, whole)) throw invalid_request("'seed' must be an integer", "seed");
-    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(whole);
+    s.seed = seed_field(*seed);
     out.seeded = true;
   } else {
     // No seed: every request its own stream (a counter keeps them apart).
@@ -795,6 +820,10 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
       no_calls = *choice == "none";
       forced = *choice == "required";
+      // As vLLM: "none" may stand alone; "auto" chooses among tools, so there must be some.
+      if (*choice == "auto" && field(body, "tools") == nullptr) {
+        throw invalid_request("'tool_choice' \"auto\" needs 'tools'", "tool_choice");
+      }
     } else if (choice->is_object() && member_is(*choice, "type", "function")) {
       const json* function = field(*choice, "function");
       const json* name = function != nullptr && function->is_object() ? field(*function, "name") : nullptr;
@@ -922,6 +951,11 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
   }
   out.echo = bool_field(body, "echo", false);
   fill_in_the_middle(body, *model.tokenizer, out);
+  // The tokenizer's EOS ends a completion besides the model's own (generation_config.json),
+  // as it ends `qwenrt generate`'s text.
+  if (const auto eos = model.tokenizer->eos_id()) {
+    if (std::find(out.stop_ids.begin(), out.stop_ids.end(), *eos) == out.stop_ids.end()) out.stop_ids.push_back(*eos);
+  }
   parse_common(body, model, limits, out, 16);  // OpenAI's default for completions
   if (const json* logprobs = field(body, "logprobs")) {
     if (logprobs->is_boolean()) {

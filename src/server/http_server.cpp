@@ -638,6 +638,9 @@ void HttpServer::add_routes() {
     // runs (0.11 and 0.18 alike), which a 204 (a preflight's answer) must not carry (RFC
     // 9110 8.6): its status alone says that no body follows.
     if (res.status == 204) res.headers.erase("Content-Length");
+    // httplib answers HEAD with "Accept-Ranges: bytes", which the GET it stands for does not
+    // carry: this server serves no ranges (a Range header is ignored).
+    res.headers.erase("Accept-Ranges");
     // An HTTP/1.0 connection stays open only where the client asked for it as httplib reads
     // it ("Keep-Alive") and nothing closes it; else the answer says it closes, not for how long
     // it would stay.

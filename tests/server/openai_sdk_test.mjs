@@ -753,7 +753,10 @@ const badCases = [
   ['vLLM\'s guided_choice', { ...good, guided_choice: ['a', 'b'] }, 400, 'invalid_request_error', 'guided_choice'],
   ['vLLM\'s structured_outputs', { ...good, structured_outputs: { choice: ['a', 'b'] } }, 400, 'invalid_request_error', 'structured_outputs'],
   ['vLLM\'s use_beam_search', { ...good, use_beam_search: true }, 400, 'invalid_request_error', 'use_beam_search'],
-  ['continuous_usage_stats not a boolean', { ...good, stream: true, stream_options: { continuous_usage_stats: 'x' } }, 400, 'invalid_request_error', 'continuous_usage_stats'],
+  ['continuous_usage_stats not a boolean', { ...good, stream: true, stream_options: { continuous_usage_stats: 'x' } }, 400, 'invalid_request_error', 'stream_options.continuous_usage_stats'],
+  ['a seed past 64 bits (not clamped into them)', { ...good, seed: 1e20 }, 400, 'invalid_request_error', 'seed'],
+  ['a user that is no string', { ...good, user: 5 }, 400, 'invalid_request_error', 'user'],
+  ['tool_choice "auto" without tools', { ...good, tool_choice: 'auto' }, 400, 'invalid_request_error', 'tool_choice'],
   ['logit_bias with a token outside the vocabulary', { ...good, logit_bias: { 99999999: 1 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['logit_bias out of range', { ...good, logit_bias: { 5: 101 } }, 400, 'invalid_request_error', 'logit_bias'],
   ['an invalid tool_choice', { ...good, tool_choice: 'bogus' }, 400, 'invalid_request_error', 'tool_choice'],
@@ -868,6 +871,14 @@ await test('one model by id; a wrong method is a 405 naming the right one; reque
   assert.equal((await fetch(main.url + '/v1/models/' + 'x'.repeat(8000))).status, 404);
   const head = await fetch(main.url + '/v1/chat/completions', { method: 'HEAD' });
   assert.equal(head.status, 405);
+  // A HEAD carries the GET's header fields: no claim of ranges this server does not serve.
+  for (const route of ['/v1/models', '/health', '/metrics']) {
+    const [got, headed] = [await fetch(main.url + route), await fetch(main.url + route, { method: 'HEAD' })];
+    assert.equal(headed.status, got.status, route);
+    assert.equal(headed.headers.get('accept-ranges'), null, route);
+    assert.equal(headed.headers.get('content-type'), got.headers.get('content-type'), route);
+  }
+  assert.equal(head.headers.get('accept-ranges'), null);
   // A wrong method is answered before its body is read, the connection then closed.
   const start = performance.now();
   const posted = await post(main.url, '/v1/models', good);

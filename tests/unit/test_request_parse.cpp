@@ -145,9 +145,10 @@ TEST(RequestParse, StopTokenIds) {
   EXPECT_EQ(completion(R"({"prompt":"hi","stop_token_ids":[7,3,7,3.0]})").stop_token_ids, (std::vector<int32_t>{7, 3}));
   EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":[]})").stop_token_ids.empty());
   EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":null})").stop_token_ids.empty());
-  // Not the chat turn's end ids: those stay the server's (and ignore_eos drops them).
-  EXPECT_TRUE(completion(R"({"prompt":"hi","stop_token_ids":[7]})").stop_ids.empty());
+  // Not the ids that end a text anyway (the tokenizer's EOS): those stay the server's (and
+  // ignore_eos drops them).
   static const Fixture fixture;
+  EXPECT_EQ(completion(R"({"prompt":"hi","stop_token_ids":[7]})").stop_ids, (std::vector<int32_t>{*fixture.tokenizer.eos_id()}));
   std::string many = R"({"prompt":"hi","stop_token_ids":[)";
   for (int i = 0; i <= 64; ++i) many += (i ? ",1" : "1");
   for (const std::string& bad : {std::string(R"({"prompt":"hi","stop_token_ids":7})"),
@@ -171,6 +172,63 @@ TEST(RequestParse, ContinuousUsageStatsNeedsIncludeUsage) {
   EXPECT_TRUE(completion(both).continuous_usage);
   EXPECT_FALSE(completion(R"({"prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":true}})").continuous_usage);
   EXPECT_EQ(status_of(R"({"prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":1}})"), 400);
+}
+
+// Every 64-bit seed, signed or not, is its own (a negative one its two's complement); none
+// past that is clamped into it, nor a float past where doubles hold every integer.
+TEST(RequestParse, SeedsAreSixtyFourBitsAndNothingIsClamped) {
+  const auto seed = [](const std::string& value) {
+    return completion(R"({"prompt":"hi","temperature":1,"seed":)" + value + "}").sampling.seed;
+  };
+  EXPECT_EQ(seed("7"), 7u);
+  EXPECT_EQ(seed("7.0"), 7u);
+  EXPECT_EQ(seed("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(seed("-1"), UINT64_MAX);
+  EXPECT_EQ(seed("9223372036854775807"), static_cast<uint64_t>(INT64_MAX));
+  EXPECT_EQ(seed("9223372036854775808"), static_cast<uint64_t>(INT64_MAX) + 1);
+  EXPECT_EQ(seed("-9223372036854775808"), static_cast<uint64_t>(INT64_MAX) + 1);
+  EXPECT_EQ(seed("-2.0"), UINT64_MAX - 1);
+  for (const char* bad : {"18446744073709551616", "-9223372036854775809", "1e20", "1e30", "-1e30", "1.5", "\"7\"",
+                          "9007199254740994.0", "true"}) {
+    try {
+      seed(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "seed") << bad;
+    }
+  }
+}
+
+// A field of an object names its path: stream_options.include_usage.
+TEST(RequestParse, StreamOptionsErrorsNameTheirPath) {
+  for (const char* name : {"include_usage", "continuous_usage_stats"}) {
+    try {
+      completion(std::string(R"({"prompt":"hi","stream":true,"stream_options":{")") + name + R"(":"yes"}})");
+      ADD_FAILURE() << "accepted: " << name;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400);
+      EXPECT_EQ(error.param, std::string("stream_options.") + name);
+    }
+  }
+}
+
+// OpenAI's 'user' is a string; nothing here uses it.
+TEST(RequestParse, UserIsAString) {
+  EXPECT_EQ(status_of(R"({"prompt":"hi","user":"someone"})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","user":null})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","user":5})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","user":{"id":"x"}})"), 400);
+}
+
+// A completion ends at the tokenizer's EOS as at the model's own (generation_config.json),
+// as `qwenrt generate` does; ignore_eos drops both.
+TEST(RequestParse, ACompletionStopsAtTheTokenizersEos) {
+  static const Fixture fixture;
+  const auto eos = fixture.tokenizer.eos_id();
+  ASSERT_TRUE(eos.has_value());
+  const GenerationRequest request = completion(R"({"prompt":"hi"})");
+  EXPECT_NE(std::find(request.stop_ids.begin(), request.stop_ids.end(), *eos), request.stop_ids.end());
 }
 
 TEST(RequestParse, ParallelToolCalls) {
@@ -546,6 +604,7 @@ TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})", "");
   refused("{" + messages + R"(,"tool_choice":"required"})", "");
   refused("{" + messages + R"(,"tools":[],"tool_choice":"required"})", "");
+  refused("{" + messages + R"(,"tool_choice":"auto"})", "");  // as vLLM: "auto" needs tools to choose from
   refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function"}})", "");
   refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":7}}})", "");
   refused("{" + messages + "," + tools + R"(,"tool_choice":{"type":"allowed_tools","allowed_tools":{}}})",
@@ -623,7 +682,10 @@ TEST(RequestParse, StructuredOutput) {
       "json_schema":{"name":"n","schema":{"type":"object","properties":{"a":{"type":"integer"}}}}}})");
   ASSERT_TRUE(text.structured);
   EXPECT_EQ(text.structured->think_open, -1);
-  EXPECT_EQ(text.structured->end_ids, fixture.config.eos_token_ids);
+  // A completion's text ends at the tokenizer's EOS and the model's.
+  std::vector<int32_t> text_ends = {*fixture.tokenizer.eos_id()};
+  text_ends.insert(text_ends.end(), fixture.config.eos_token_ids.begin(), fixture.config.eos_token_ids.end());
+  EXPECT_EQ(text.structured->end_ids, text_ends);
 
   const auto refused = [&](const std::string& body, const std::string& param, const std::string& words) {
     try {
