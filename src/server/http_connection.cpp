@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string_view>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -221,6 +222,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     if (got <= 0) return got;
   }
   size_t n = std::min(size, end_ - begin_);
+  if (in_head_ && head_line_ == 0 && request_line_.empty()) serve_later_minor_as_1_1();
   if (in_head_) {
     // Count the head up to its blank line ("\r\n\r\n"): past the bound it is refused.
     static constexpr char kEnd[] = "\r\n\r\n";
@@ -274,6 +276,24 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   std::memcpy(ptr, buffer_.data() + begin_, n);
   begin_ += n;
   return static_cast<ssize_t>(n);
+}
+
+// A request line of a later HTTP/1.x is served as 1.1, the highest this server speaks (RFC
+// 9110 2.5): its minor digit is mended before httplib (which knows 1.0 and 1.1) reads it.
+// httplib reads a head a byte at a time, so this looks ahead once, before the line's first
+// byte goes; a line not yet whole in the buffer then is left to httplib's own 400.
+void ConnectionStream::serve_later_minor_as_1_1() {
+  const auto first = buffer_.begin() + static_cast<std::ptrdiff_t>(begin_);
+  const auto last = buffer_.begin() + static_cast<std::ptrdiff_t>(end_);
+  auto newline = std::find(first, last, '\n');
+  if (newline == last) return;
+  auto end = newline;
+  if (end != first && *(end - 1) == '\r') --end;
+  static constexpr std::string_view kLater = " HTTP/1.";
+  if (end - first < static_cast<std::ptrdiff_t>(kLater.size() + 1)) return;
+  const auto digit = end - 1;
+  if (*digit < '2' || *digit > '9' || !std::equal(kLater.begin(), kLater.end(), digit - kLater.size())) return;
+  *digit = '1';
 }
 
 const char* ConnectionStream::check_head_byte(char c) {

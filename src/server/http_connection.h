@@ -107,6 +107,8 @@ class ConnectionStream final : public httplib::Stream {
   void refuse(const ApiError& error, const char* reason, const std::string& extra = "");
   // Checks one byte of the head's lines: a reason to refuse it, or null.
   const char* check_head_byte(char c);
+  // Mends a buffered request line of HTTP/1.2 to 1.9 to read 1.1.
+  void serve_later_minor_as_1_1();
 
   socket_t sock_;
   ConnectionLimits limits_;

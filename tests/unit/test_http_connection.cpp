@@ -77,6 +77,25 @@ TEST(ConnectionStream, PipelinedRequestsAndEmptyLinesBetweenThem) {
   EXPECT_FALSE(stream.refused());
 }
 
+// A later HTTP/1.x is read as 1.1 (RFC 9110 2.5), also pipelined; 1.0, 1.1 and what is no
+// version pass as they came (httplib answers those itself).
+TEST(ConnectionStream, ALaterMinorVersionIsReadAs11) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 2000));
+  pair.send("GET /a HTTP/1.2\r\nHost: x\r\n\r\nGET /b HTTP/1.9\r\nHost: x\r\n\r\nGET /c HTTP/1.0\r\n\r\n"
+            "GET /d HTTP/1.a\r\n\r\nGET /HTTP/1.2 HTTP/1.1\r\n\r\n");
+  for (const char* expected : {"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+                               "GET /c HTTP/1.0\r\n\r\n", "GET /d HTTP/1.a\r\n\r\n", "GET /HTTP/1.2 HTTP/1.1\r\n\r\n"}) {
+    ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+    stream.begin_request();
+    std::string head;
+    ASSERT_TRUE(read_head(stream, head));
+    EXPECT_EQ(head, expected);
+    stream.end_request();
+  }
+  EXPECT_FALSE(stream.refused());
+}
+
 TEST(ConnectionStream, AResponseItClosesAfterLosesHttplibsKeepAliveLine) {
   Pair pair;
   ConnectionStream stream(pair.server, limits(1024, 1000));
@@ -192,11 +211,12 @@ TEST(ConnectionStream, HeaderLineVerdictsDoNotDependOnHowTheHeadArrives) {
 TEST(ConnectionStream, AMethodHttplibDoesNotKnowIsAnswered501) {
   // RFC 9110 15.6.2: a method the server does not recognise is a 501 (httplib: 400).
   // Methods are case-sensitive; a request line that is no request line stays httplib's. A
-  // version past 1.x (an HTTP/2 preface) is a 505 (RFC 9110 15.6.6).
+  // version past 1.x (an HTTP/2 preface) is a 505 (RFC 9110 15.6.6); a later 1.x is read as
+  // 1.1 (ALaterMinorVersionIsReadAs11).
   const std::pair<std::string, int> lines[] = {
       {"BREW /pot HTTP/1.1", 501}, {"get / HTTP/1.1", 501}, {"M-SEARCH * HTTP/1.1", 501},
       {"GET / HTTP/1.1", 0},       {"PATCH /v1/models HTTP/1.1", 0}, {"TRACE / HTTP/1.1", 0},
-      {"PRI * HTTP/2.0", 505},     {"GET / HTTP/3.0", 505},    {"GET / HTTP/1.2", 0},  {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
+      {"PRI * HTTP/2.0", 505},     {"GET / HTTP/3.0", 505},    {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
   };
   for (const auto& [line, status] : lines) {
     for (const bool bytewise : {false, true}) {
