@@ -442,6 +442,9 @@ struct GpuRuntimeInfo {
 GpuRuntimeInfo query_gpus();
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// What host memory the machine could still give (MemAvailable: free memory and the page
+// cache it can drop), or 0 where /proc/meminfo does not say.
+double available_host_bytes();
 // Throws Error(kUnsupported) when the build has no CUDA backend.
 std::unique_ptr<Backend> make_gpu_backend(DType dtype, int device_index);
 bool gpu_backend_available();

@@ -28,9 +28,19 @@ struct BenchArgs {
   std::string format = "table";
 };
 
-void print_memory(const MemoryPlan& plan, size_t peak_used) {
+// `host`: the backend uses the checkpoint's matrices in place (the CPU), so the weights it
+// allocated are only what it converted or copied, and the mapped files are listed beside.
+void print_memory(const MemoryPlan& plan, size_t peak_used, bool host) {
   std::printf("memory\n");
-  std::printf("  %-20s %s\n", "weights", format_bytes(static_cast<double>(plan.weights ? plan.weights : plan.mapped_weights)).c_str());
+  const bool mapped = host && plan.mapped_weights > 0;
+  if (plan.weights > 0 || !mapped) {
+    std::printf("  %-20s %s%s\n", "weights", format_bytes(static_cast<double>(plan.weights)).c_str(),
+                mapped ? " (converted or copied)" : "");
+  }
+  if (mapped) {
+    std::printf("  %-20s %s (used in place from the checkpoint files)\n", "mapped weights",
+                format_bytes(static_cast<double>(plan.mapped_weights)).c_str());
+  }
   std::printf("  %-20s %s (%d tokens and a scratch block, %s/token)\n", "KV cache",
               format_bytes(static_cast<double>(plan.kv_pool)).c_str(),
               plan.kv_blocks * plan.kv_block_size, format_bytes(static_cast<double>(plan.kv_bytes_per_token)).c_str());
@@ -120,7 +130,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
   std::printf("qwenrt bench: %s on %s, %s, batch %d, prompt %d, gen %d each (%s), %d run%s (medians)\n",
               model_name.c_str(), info.name.c_str(), dtype.c_str(), result.batch, result.prompt_tokens,
               result.gen_tokens, sampling, result.repeat, result.repeat == 1 ? "" : "s");
-  std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d prompts, %d tokens per pass)\n", "prefill",
+  std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d prompts, %d tokens per pass)\n", "prompt",
               result.prefill_tokens_per_s, result.prefill_seconds * 1e3, result.batch, engine.max_batch_tokens());
   std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d steps; decode time only)\n", "decode",
               result.decode_tokens_per_s, result.decode_seconds * 1e3, result.gen_tokens);
@@ -129,7 +139,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
   std::printf("  %-20s %10s (%d of %d blocks)\n", "KV in use",
               format_bytes(static_cast<double>(result.kv_bytes_in_use)).c_str(), result.kv_blocks_in_use,
               result.kv_blocks_total);
-  print_memory(plan, result.peak_used_bytes);
+  print_memory(plan, result.peak_used_bytes, engine.backend().uses_host_memory());
   return kExitOk;
 }
 
@@ -150,6 +160,13 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     } else {
       args.synthetic = "qwen2.5-7b";
     }
+  }
+  // The single stream's timed loop draws without penalties (they need each sequence's
+  // history on the device); the batched step has them. Said before anything loads.
+  if (args.batch == 0 && bench_sampling(args.sampling).has_penalties()) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "bench measures --repetition-penalty, --presence-penalty and --frequency-penalty with --batch N only "
+                "(--batch 1 for one sequence)");
   }
   EngineOptions options = engine_options(args.model);
   if (static_cast<int64_t>(args.prompt) + args.gen > kMaxContextTokens) {
@@ -251,7 +268,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
                                     : fraction(result.rated_bandwidth_fraction, info.rated_bandwidth, "GB/s rated", 1e9);
   std::printf("  %-20s %10.1f tok/s  (%.2f ms/token)%s\n", "decode", result.decode_tokens_per_s,
               result.decode_seconds * 1e3 / result.gen_tokens, decode_fraction.c_str());
-  print_memory(plan, result.peak_used_bytes);
+  print_memory(plan, result.peak_used_bytes, engine->backend().uses_host_memory());
   return kExitOk;
 }
 

@@ -13,6 +13,7 @@
 #include "model/qwen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -39,7 +40,7 @@ std::string cpu_summary() {
     }
   }
   std::string features;
-  for (const char* feature : {"avx2", "fma", "f16c", "avx512f", "avx512bf16", "amx_bf16"}) {
+  for (const char* feature : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16"}) {
     if (flags.count(feature)) features += std::string(features.empty() ? "" : " ") + feature;
   }
   return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " threads" +
@@ -56,11 +57,28 @@ double weight_bytes(const ModelFiles& files, size_t element_size) {
   return total;
 }
 
-void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
+// The model's report; false when something that text, chat or serve need is missing (the
+// tokenizer), which the report names.
+bool report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   ModelConfig config = load_model_config(args.model_dir);
   ModelFiles files(args.model_dir);
   // A checkpoint generate would refuse (a tensor missing, of another shape or dtype) fits nowhere.
   validate_weights(config, files);
+  // Text prompts, chat and serve need the tokenizer; `generate --ids` runs without one. A
+  // folder without one is said so; one whose tokenizer does not load fails the check.
+  bool tokenizer_ok = true;
+  std::string tokenizer_line;
+  const std::filesystem::path folder(args.model_dir);
+  const bool has_tokenizer =
+      std::filesystem::exists(folder / "tokenizer.json") || std::filesystem::exists(folder / "qwen.tiktoken");
+  try {
+    const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
+    tokenizer_line = std::to_string(tokenizer.vocab_size()) + " tokens";
+  } catch (const std::exception& error) {
+    tokenizer_ok = !has_tokenizer;
+    tokenizer_line = has_tokenizer ? std::string("cannot load: ") + error.what() : std::string("none (no tokenizer.json)");
+    tokenizer_line += ": text prompts, chat and serve need one; generate --ids runs without";
+  }
   const size_t element = 2;  // bf16 or fp16 on the GPU
   double weights = weight_bytes(files, element);
   double kv_per_token = static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kBF16));
@@ -70,12 +88,30 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
               config.num_kv_heads, config.head_dim, config.vocab_size, model_context_limit(config));
   std::printf("  weights %s in %s, KV cache %s per token\n", format_bytes(weights).c_str(), args.dtype.c_str(),
               format_bytes(kv_per_token).c_str());
+  std::printf("  tokenizer %s\n", tokenizer_line.c_str());
   if (gpus.devices.empty()) {
-    // The CPU keeps its KV cache in fp32 too: twice the bf16 figure above.
+    // The CPU keeps its KV cache in fp32: twice the bf16 figure above. Its weights are the
+    // checkpoint's files, mapped (page cache the kernel may drop and read again).
+    const double cpu_kv = static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kF32));
+    const double files_bytes = static_cast<double>(files.total_bytes());
     std::printf("  no GPU: it runs on the CPU (--device cpu), which computes in fp32 from the mapped files "
-                "(KV cache %s per token there)\n",
-                format_bytes(static_cast<double>(QwenModel::kv_bytes_per_token(config, DType::kF32))).c_str());
-    return;
+                "(%s; KV cache %s per token there)\n",
+                format_bytes(files_bytes).c_str(), format_bytes(cpu_kv).c_str());
+    const double available = available_host_bytes();
+    if (available > 0) {
+      const double room = available - files_bytes;
+      const int limit = model_context_limit(config);
+      std::printf("  on the CPU: %s of memory available; ", format_bytes(available).c_str());
+      if (room < cpu_kv * 256) {
+        std::printf("the files do NOT fit beside a KV cache: every token would read them from disk again.\n");
+      } else if (room / cpu_kv >= limit) {
+        std::printf("the files and the full %d-token context fit.\n", limit);
+      } else {
+        std::printf("the files fit with room for %lld tokens of KV cache: use --max-context %lld or less.\n",
+                    static_cast<long long>(room / cpu_kv), static_cast<long long>(room / cpu_kv));
+      }
+    }
+    return tokenizer_ok;
   }
   for (const auto& device : gpus.devices) {
     // Leave room for the activation workspace and the runtime's own allocations.
@@ -110,6 +146,7 @@ void report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
       std::printf("    but this build has no kernels for this GPU (see above)\n");
     }
   }
+  return tokenizer_ok;
 }
 
 int run_doctor(const DoctorArgs& args) {
@@ -153,7 +190,7 @@ int run_doctor(const DoctorArgs& args) {
       }
     }
   }
-  if (!args.model_dir.empty()) report_model(args, gpus);
+  if (!args.model_dir.empty() && !report_model(args, gpus)) return kExitError;
   return kExitOk;
 }
 

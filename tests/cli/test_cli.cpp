@@ -166,6 +166,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --threads 99999999999", 2,
                               "--threads: must be in [0, 1024] (got 99999999999)"},
                       BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"},
+                      // One stream's timed loop has no penalties: said before the model loads.
+                      BadArgs{"bench -m MODEL --prompt 8 --gen 2 --presence-penalty 0.5", 2,
+                              "bench measures --repetition-penalty, --presence-penalty and --frequency-penalty with --batch N only"},
                       // Past the option's integer type, or no whole number: said so, not "could not convert".
                       BadArgs{"generate -m MODEL --ids 1 --max-context 99999999999", 2,
                               "--max-context: too large a number (got 99999999999)"},
@@ -493,6 +496,25 @@ TEST(CliDoctor, ReportsBuildAndModelFit) {
   EXPECT_NE(result.out.find("cpu"), std::string::npos);
   EXPECT_NE(result.out.find("Qwen2ForCausalLM"), std::string::npos);
   EXPECT_NE(result.out.find("KV cache"), std::string::npos);
+  // This fixture has no tokenizer: said, not a failure (generate --ids runs).
+  EXPECT_NE(result.out.find("tokenizer none (no tokenizer.json)"), std::string::npos) << result.out;
+}
+
+// A tokenizer that generate could not load fails the check, named as generate names it.
+TEST(CliDoctor, ATokenizerThatDoesNotLoadFailsTheCheck) {
+  const fs::path dir = fs::temp_directory_path() / ("qwenrt_doctor_tokenizer_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(fixture("qwen2_gqa"))) fs::copy(entry.path(), dir / entry.path().filename());
+  std::ofstream(dir / "tokenizer.json") << "garbage";
+  RunResult broken = run_qwenrt("doctor -m '" + dir.string() + "'");
+  EXPECT_EQ(broken.exit_code, 1) << broken.out << broken.err;
+  EXPECT_NE(broken.out.find("tokenizer cannot load: " + (dir / "tokenizer.json").string() + ": not valid JSON"),
+            std::string::npos) << broken.out;
+  fs::copy_file(QWENRT_TEST_DATA "/serve/tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  RunResult good = run_qwenrt("doctor -m '" + dir.string() + "'");
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find(" tokens\n"), std::string::npos) << good.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

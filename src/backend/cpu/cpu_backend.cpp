@@ -50,8 +50,8 @@ void rmsnorm_row(const float* x, const float* weight, float eps, int64_t n, floa
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
-// What the machine could still give (MemAvailable: free memory and the page cache it can drop),
-// or 0 where /proc/meminfo does not say.
+}  // namespace
+
 double available_host_bytes() {
   FILE* meminfo = std::fopen("/proc/meminfo", "r");
   if (meminfo == nullptr) return 0;
@@ -67,6 +67,8 @@ double available_host_bytes() {
   std::fclose(meminfo);
   return bytes;
 }
+
+namespace {
 
 class CpuBackend final : public Backend {
  public:
