@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <string_view>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <string_view>
 
 #include "server/api.h"
 
