@@ -175,6 +175,12 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
                                                      " tokens, more than the longest context qwenrt plans for (" +
                                                      std::to_string(kMaxContextTokens) + ")");
   }
+  if (args.model.max_context > 0 && static_cast<int64_t>(args.prompt) + args.gen > args.model.max_context) {
+    // Said before the weights load, in the words the engine would use after.
+    throw Error(ErrorCategory::kInvalidArgument, "--prompt + --gen (" + std::to_string(args.prompt + args.gen) +
+                                                     ") exceeds the context limit " +
+                                                     std::to_string(args.model.max_context) + " (raise --max-context)");
+  }
   if (args.model.max_context == 0) {
     options.max_context = args.prompt + args.gen;
     // Speed past the trained positions is still speed; the note says the text there is not
@@ -305,7 +311,9 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--no-graphs", args->no_graphs, "GPU: launch each decode step's kernels one by one instead of replaying a recorded graph");
   add_sampling_options(cmd, args->sampling, /*model_defaults=*/false);
   cmd->add_option("--batch", args->batch,
-                  "decode this many sequences together, each with its own random prompt (0: one sequence)")
+                  "decode this many sequences together, each with its own random prompt, through the server's "
+                  "batched step (0: one sequence through generate's path, with TTFT and the bandwidth fraction; "
+                  "--batch 1 is one sequence through the batched step)")
       ->check(at_least(0));
   cmd->add_option("--format", args->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->callback([args, cmd, &exit_code]() { exit_code = run_bench(*args, *cmd); });

@@ -166,6 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --threads 99999999999", 2,
                               "--threads: must be in [0, 1024] (got 99999999999)"},
                       BadArgs{"bench -m MODEL --prompt 0", 2, "--prompt: must be more than 0 (got 0)"},
+                      BadArgs{"bench -m MODEL --max-context 8 --prompt 8 --gen 4", 2,
+                              "--prompt + --gen (12) exceeds the context limit 8 (raise --max-context)"},
                       // One stream's timed loop has no penalties: said before the model loads.
                       BadArgs{"bench -m MODEL --prompt 8 --gen 2 --presence-penalty 0.5", 2,
                               "bench measures --repetition-penalty, --presence-penalty and --frequency-penalty with --batch N only"},
