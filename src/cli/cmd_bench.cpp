@@ -299,7 +299,7 @@ void add_bench_command(CLI::App& root, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--threads", args->model.threads, "CPU threads (0: all cores)")->check(between(0, kMaxThreads, false));
   cmd->add_option("--prompt", args->prompt, "prompt tokens")->check(more_than(0))->capture_default_str();
-  cmd->add_option("--gen", args->gen, "generated tokens")->check(more_than(0))->capture_default_str();
+  cmd->add_option("--gen", args->gen, "decode steps timed, each a generated token, after the one the prompt's pass samples")->check(more_than(0))->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "timed runs (medians are reported)")->check(more_than(0))->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs first")->check(at_least(0))->capture_default_str();
   cmd->add_option("--max-context", args->model.max_context, "KV cache context (default: prompt + gen)")
