@@ -149,6 +149,29 @@ std::string conversion_message(const CLI::App* command, const std::string& what)
   return name + ": " + (value[0] == '-' ? "too small" : "too large") + " a number (got " + value + ")";
 }
 
+// An integer option's text with leading zeros ("010") is read as decimal, as a person
+// means it: the parser would take it as octal (8), and a check that reads the text as a
+// number (at_least, between) would pass 10 while 8 was used. "0x" and "0b" prefixes stay.
+void read_leading_zeros_as_decimal(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) continue;
+    option->transform(
+        [](std::string text) {
+          const size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+          if (text.size() < sign + 2 || text[sign] != '0') return text;
+          if (!std::all_of(text.begin() + static_cast<long>(sign), text.end(),
+                           [](char c) { return c >= '0' && c <= '9'; })) {
+            return text;
+          }
+          const size_t first = std::min(text.find_first_not_of('0', sign), text.size() - 1);
+          return text.substr(0, sign) + text.substr(first);
+        },
+        "", "decimal");
+  }
+  for (CLI::App* sub : command.get_subcommands({})) read_leading_zeros_as_decimal(*sub);
+}
+
 // Output that did not reach its file (a full disk; a closed pipe where SIGPIPE is ignored)
 // is a failed run, not a success with nothing said; --help and --version included. The
 // reason is the final flush's, or the first failed write's when a command streamed.
@@ -183,6 +206,7 @@ int main(int argc, char** argv) {
   cli::add_template_command(app, exit_code);
   cli::add_chat_command(app, exit_code);
   cli::add_serve_command(app, exit_code);
+  read_leading_zeros_as_decimal(app);
   std::string known;
   std::vector<std::string> names;
   const CLI::App* chosen = nullptr;

@@ -207,6 +207,24 @@ TEST(Cli, ARepeatedOptionTakesItsLastValue) {
   EXPECT_EQ(std::count(once.out.begin(), once.out.end(), ' '), 2) << once.out;  // three ids
 }
 
+// An integer with leading zeros is decimal ("-n 010" is ten tokens, not octal eight); a
+// "0x" prefix still reads as hexadecimal.
+TEST(Cli, LeadingZerosAreDecimal) {
+  const std::string base = "generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' --ignore-eos ";
+  RunResult zeros = run_qwenrt(base + "-n 010");
+  ASSERT_EQ(zeros.exit_code, 0) << zeros.err;
+  EXPECT_EQ(std::count(zeros.out.begin(), zeros.out.end(), ' '), 9) << zeros.out;  // ten ids
+  EXPECT_EQ(zeros.out, run_qwenrt(base + "-n 10").out);
+  RunResult hex = run_qwenrt(base + "-n 0x4");
+  EXPECT_EQ(std::count(hex.out.begin(), hex.out.end(), ' '), 3) << hex.out;
+  const std::string draw = "generate -m '" + fixture("qwen2_gqa") + "' --ids '1 2 3' -n 6 --ignore-eos --temperature 1 ";
+  EXPECT_EQ(run_qwenrt(draw + "--seed 0017").out, run_qwenrt(draw + "--seed 17").out);
+  EXPECT_NE(run_qwenrt(draw + "--seed 0017").out, run_qwenrt(draw + "--seed 15").out);
+  RunResult negative = run_qwenrt(base + "-n -07");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_NE(negative.err.find("must be at least 0 (got -7)"), std::string::npos) << negative.err;
+}
+
 TEST(Cli, MissingConfigNamesTheFile) {
   fs::path dir = fs::temp_directory_path() / ("qwenrt_empty_model_" + std::to_string(::getpid()));
   fs::create_directories(dir);
