@@ -1,15 +1,17 @@
 // qwenrt chat: interactive multi-turn chat with the model's own chat template, streamed.
 // Ctrl-C stops the answer being written (not the program); at the prompt it drops the line
-// being typed (Ctrl-D or /exit leaves). Works with piped stdin: prompts and decorations are
-// shown only on a terminal.
+// being typed (Ctrl-D or /exit leaves); the line is edited with core/line_editor. Works with
+// piped stdin: prompts, editing and decorations are only for a terminal.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -20,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/line_editor.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,14 +56,123 @@ void forget_interrupts() {
 
 enum class PromptInput { kLine, kInterrupted, kEnd };
 
-// Lines typed at the terminal, read with Ctrl-C in view. In canonical mode (the usual one)
-// the terminal hands over a line at a time; text past a line (a terminal without line
-// editing hands over what came) is kept for the next call.
+// Puts the terminal in a mode where keys come one at a time, unechoed, while a line is
+// edited; Ctrl-C and Ctrl-Z keep their signals. The terminal's own mode comes back when the
+// object goes (before an answer is written, before the program ends).
+class KeysMode {
+ public:
+  KeysMode() {
+    if (tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+    termios keys = saved_;
+    keys.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    keys.c_cc[VMIN] = 1;
+    keys.c_cc[VTIME] = 0;
+    // TCSANOW: what was typed ahead (during an answer) stays to be read.
+    active_ = tcsetattr(STDIN_FILENO, TCSANOW, &keys) == 0;
+  }
+  ~KeysMode() {
+    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  KeysMode(const KeysMode&) = delete;
+  KeysMode& operator=(const KeysMode&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  termios saved_{};
+  bool active_ = false;
+};
+
+// Lines typed at the terminal, read with Ctrl-C in view. With a terminal that takes escape
+// sequences (TERM other than "dumb") the line is edited here (core/line_editor.h: arrows,
+// history, Ctrl-A/E/K/U/W, ...); otherwise the terminal's canonical mode hands over a line
+// at a time. Text past a finished line (a paste of several lines) is kept for the next call.
 class TerminalLines {
  public:
-  // A line, Ctrl-C (which drops what was typed), or the end of input (Ctrl-D on an empty
-  // line, or the terminal gone).
-  PromptInput next(std::string& line) {
+  TerminalLines() {
+    const char* term = std::getenv("TERM");
+    edit_ = term == nullptr || std::strcmp(term, "dumb") != 0;
+  }
+
+  // Shows `prompt` and returns a line, Ctrl-C (which drops what was typed), or the end of
+  // input (Ctrl-D on an empty line, or the terminal gone).
+  PromptInput next(const std::string& prompt, std::string& line) {
+    if (edit_) {
+      KeysMode keys;
+      if (keys.active()) return edited(prompt, line);
+    }
+    show(prompt);
+    return canonical(line);
+  }
+
+ private:
+  static void show(const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
+
+  static int columns() {
+    winsize size{};
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+    return 80;
+  }
+
+  // Waits for stdin or a Ctrl-C; false on Ctrl-C (the typed line and the unread input gone).
+  bool wait_for_input() {
+    while (true) {
+      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return true;  // the read says what is wrong
+      }
+      if (fds[1].revents & POLLIN) {
+        // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
+        // does not, and the line it drops must go too.
+        tcflush(STDIN_FILENO, TCIFLUSH);
+        pending_.clear();
+        return false;
+      }
+      if (fds[0].revents != 0) return true;
+    }
+  }
+
+  PromptInput edited(const std::string& prompt, std::string& line) {
+    editor_.start();
+    show(editor_.render(prompt, columns(), /*first=*/true));
+    while (true) {
+      if (pending_.empty()) {
+        if (!wait_for_input()) {
+          show("^C\n");
+          return PromptInput::kInterrupted;
+        }
+        char buffer[4096];
+        const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) return PromptInput::kEnd;  // the terminal is gone
+        pending_.assign(buffer, static_cast<size_t>(n));
+      }
+      // The keys read so far, then one redraw (a paste is drawn once, not once a key).
+      size_t used = 0;
+      while (used < pending_.size()) {
+        const LineEditor::Key key = editor_.feed(static_cast<unsigned char>(pending_[used++]));
+        if (key == LineEditor::Key::kEdited) continue;
+        if (key == LineEditor::Key::kClearScreen) {
+          show("\x1b[H\x1b[2J");
+          continue;
+        }
+        pending_.erase(0, used);
+        if (key == LineEditor::Key::kEnd) return PromptInput::kEnd;
+        // The whole line stays on the screen, wrapped by the terminal as the answer is.
+        const std::string text = editor_.text();
+        show("\r" + prompt + text + "\x1b[K\n");
+        line = editor_.take_line();
+        return PromptInput::kLine;
+      }
+      pending_.clear();
+      show(editor_.render(prompt, columns()));
+    }
+  }
+
+  PromptInput canonical(std::string& line) {
     while (true) {
       const size_t newline = pending_.find('\n');
       if (newline != std::string::npos) {
@@ -68,19 +180,7 @@ class TerminalLines {
         pending_.erase(0, newline + 1);
         return PromptInput::kLine;
       }
-      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return PromptInput::kEnd;
-      }
-      if (fds[1].revents & POLLIN) {
-        // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
-        // does not, and the line it drops must go too.
-        tcflush(STDIN_FILENO, TCIFLUSH);
-        pending_.clear();
-        return PromptInput::kInterrupted;
-      }
-      if (fds[0].revents == 0) continue;
+      if (!wait_for_input()) return PromptInput::kInterrupted;
       char buffer[4096];
       const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
       if (n < 0) {
@@ -99,8 +199,9 @@ class TerminalLines {
     }
   }
 
- private:
-  std::string pending_;
+  bool edit_ = true;
+  LineEditor editor_;    // keeps the history of the lines sent
+  std::string pending_;  // read and not yet used
 };
 
 struct ChatArgs {
@@ -118,6 +219,10 @@ struct ChatArgs {
 const char* kHelp =
     "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset),\n"
     "          /stats (speed and context of the last answer), /exit (or Ctrl-D)\n"
+    "Editing the line: Left/Right, Home/End (Ctrl-A/Ctrl-E), Alt-B/Alt-F or Ctrl-Left/Right by\n"
+    "words, Up/Down (Ctrl-P/Ctrl-N) for earlier messages, Backspace, Delete, Ctrl-K/Ctrl-U (to\n"
+    "the end/start), Ctrl-W (the word before), Ctrl-L (clear the screen). With TERM=dumb the\n"
+    "terminal's own line mode is used.\n"
     "Earlier turns stay in the KV cache, so only each new message is prefilled. When the\n"
     "conversation outgrows --max-context, its oldest turns are dropped so the answer keeps\n"
     "room (the smaller of -n and a quarter of the context).\n";
@@ -153,9 +258,8 @@ class ChatSession {
     while (true) {
       forget_interrupts();
       if (interactive_) {
-        std::printf("\n> ");
-        std::fflush(stdout);
-        const PromptInput input = terminal_.next(line);
+        std::printf("\n");
+        const PromptInput input = terminal_.next("> ", line);
         if (input == PromptInput::kInterrupted) {
           // Ctrl-C at the prompt drops the line being typed, not the conversation.
           note("Ctrl-C: type /exit or press Ctrl-D to leave");

@@ -3,7 +3,8 @@
 read the streamed reply, /stats, a second turn that reuses the cached conversation, /reset,
 Ctrl-C during an answer (the answer stops, the program stays), Ctrl-C at the prompt (the
 line is dropped, the conversation stays; also sent the moment the prompt shows, and as a
-SIGINT from elsewhere), then /exit. Also checks
+SIGINT from elsewhere), then /exit; line editing (arrows, history, deleting words, a paste of
+two lines, Ctrl-D) and the terminal's own line mode under TERM=dumb. Also checks
 piped stdin, a long conversation in a small context (the oldest turns are dropped) and a
 message too long for the context. The model is a 1-layer Qwen3 with Qwen's vocabulary and
 random weights, written here, next to Qwen's real tokenizer.
@@ -65,10 +66,13 @@ def write_model(folder, tokenizer_dir):
 
 
 class Terminal:
-    def __init__(self, argv):
+    def __init__(self, argv, term=None):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
-            os.execv(argv[0], argv)
+            env = dict(os.environ)
+            if term is not None:
+                env["TERM"] = term
+            os.execve(argv[0], argv, env)
         self.buffer = b""
 
     def read_until(self, needle, timeout=30.0):
@@ -116,60 +120,88 @@ def main():
         write_model(folder, tokenizer_dir)
         argv = [binary, "chat", "-m", folder, "--device", "cpu", "-n", "12000", "--max-context", "16384"]
         term = Terminal(argv)
-        term.read_until(b"> ")
+        term.read_until(b"\n> ")
         # 1. A message gets a streamed reply and a new prompt.
         term.send(b"Hello!\r")
         reply = term.read_until(b"\r\n> ", timeout=120)
         assert len(reply.strip()) > len(b"Hello!"), reply
         # 2. /stats reports the last answer.
         term.send(b"/stats\r")
-        stats = term.read_until(b"> ")
+        stats = term.read_until(b"\n> ")
         assert b"tokens/s" in stats and b"context" in stats, stats
         # 2b. The next turn reuses the cached conversation: only the new part is prefilled.
         term.send(b"And again?\r")
         term.read_until(b"\r\n> ", timeout=120)
         term.send(b"/stats\r")
-        stats = term.read_until(b"> ")
+        stats = term.read_until(b"\n> ")
         found = re.search(rb"prompt (\d+) tokens, (\d+) of them cached", stats)
         assert found and 0 < int(found.group(2)) < int(found.group(1)), stats
         # 3. /reset clears the conversation.
         term.send(b"/reset\r")
-        assert b"cleared" in term.read_until(b"> ")
+        assert b"cleared" in term.read_until(b"\n> ")
         # 4. Ctrl-C while answering stops the answer but not the program.
         term.send(b"Tell me a long story\r")
         time.sleep(0.5)
         term.read_until(b"Tell me a long story")
         time.sleep(0.3)
         term.send(b"\x03")
-        stopped = term.read_until(b"> ", timeout=30)
+        stopped = term.read_until(b"\n> ", timeout=30)
         assert b"stopped" in stopped, stopped
         # 4b. Ctrl-C at the prompt drops the line typed so far, not the conversation.
         term.send(b"half a line")
         term.read_until(b"half a line")
         term.send(b"\x03")
-        hint = term.read_until(b"> ", timeout=30)
+        hint = term.read_until(b"\n> ", timeout=30)
         assert b"/exit" in hint, hint
         # 4c. A Ctrl-C sent the moment the prompt shows is seen too, every time (one that came
         # before the chat began to read used to be lost, and the chat waited for a line).
         for _ in range(10):
             term.send(b"\x03")
-            hint = term.read_until(b"> ", timeout=30)
+            hint = term.read_until(b"\n> ", timeout=30)
             assert b"/exit" in hint, hint
         # 4d. A SIGINT sent from elsewhere (kill -INT) drops the typed line as a typed Ctrl-C does:
         # the terminal flushes its input only for the one typed.
         term.send(b"half")
         term.read_until(b"half")
         os.kill(term.pid, signal.SIGINT)
-        assert b"/exit" in term.read_until(b"> ", timeout=30)
+        assert b"/exit" in term.read_until(b"\n> ", timeout=30)
         term.send(b"/stats\r")  # "half/stats" would be a message, answered
-        stats = term.read_until(b"> ")
+        stats = term.read_until(b"\n> ")
         assert b"tokens/s" in stats, stats[-300:]
         term.send(b"And then?\r")
         term.read_until(b"\r\n> ", timeout=120)
         term.send(b"/stats\r")
-        kept = term.read_until(b"> ")
+        kept = term.read_until(b"\n> ")
         found = re.search(rb"prompt (\d+) tokens, (\d+) of them cached", kept)
         assert found and int(found.group(2)) > 0, kept  # the turns before the Ctrl-C are still there
+        term.send(b"/exit\r")
+        assert term.wait() == 0
+        # 4e. Line editing (TERM names a terminal that takes escape sequences): a mistyped
+        # command mended with the arrows, an earlier line recalled with Up and edited, words
+        # deleted, two lines pasted at once, Ctrl-D on an empty line to leave.
+        left, up, delete = b"\x1b[D", b"\x1b[A", b"\x1b[3~"
+        term = Terminal(argv, term="xterm-256color")
+        term.read_until(b"\n> ")
+        term.send(b"/sytem be brief" + left * 12 + b"s\r")
+        assert b"system prompt set" in term.read_until(b"\n> ")
+        term.send(up + b"\x7f" * 5 + b"kind\r")  # Up: "/system be brief"; Backspace x5
+        echoed = term.read_until(b"\n> ")
+        assert b"> /system be kind\x1b[K\r\n" in echoed and b"system prompt set" in echoed, echoed
+        term.send(b"hello there /reset\x01\x1bd\x1bd" + delete + b"\r")  # Ctrl-A, Alt-D twice, Delete
+        assert b"cleared" in term.read_until(b"\n> ")
+        term.send(b"/sats" + left * 3 + b"t\x05 now\x17\r")  # "/stats"; Ctrl-E, " now", Ctrl-W: "/stats "
+        assert b"tokens/s" in term.read_until(b"\n> ")
+        term.send(b"junk\x15/reset\r/stats\r")  # Ctrl-U; two lines in one write
+        pasted = term.read_until(b"tokens/s")
+        assert b"cleared" in pasted, pasted
+        term.read_until(b"\n> ")
+        term.send(b"\x04")
+        assert term.wait() == 0
+        # 4f. TERM=dumb: the terminal's own line mode, its Backspace included.
+        term = Terminal(argv, term="dumb")
+        term.read_until(b"\n> ")
+        term.send(b"/resex\x7ft\r")
+        assert b"cleared" in term.read_until(b"\n> ")
         term.send(b"/exit\r")
         assert term.wait() == 0
         # 5. Piped stdin: answers only, one per line of input.
@@ -196,6 +228,7 @@ def main():
         assert b"1 message was not answered" in refused.stderr, refused.stderr
         assert re.search(rb"last answer: [1-8] tokens", refused.stderr), refused.stderr
         print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
+              "line editing and history, TERM=dumb, "
               "piped stdin, oldest turns dropped, an oversized message refused: ok")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

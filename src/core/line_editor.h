@@ -1,0 +1,75 @@
+// A line being typed at a terminal: its text, the cursor, earlier lines to recall, and
+// what the terminal must be sent to show it. No input or output of its own: keys come in
+// as the bytes a terminal sends (UTF-8 text, control keys, escape sequences, in any
+// pieces), the screen goes out as text to write (`render`). chat uses it where stdin and
+// stdout are a terminal; tests feed it bytes.
+//
+// Keys: the arrows, Home/End (also Ctrl-A/Ctrl-E), Ctrl-B/Ctrl-F, word moves with Alt-B/
+// Alt-F or Ctrl-arrows, Backspace, Delete (also Ctrl-D on a non-empty line), Ctrl-K and
+// Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Up/Down
+// and Ctrl-P/Ctrl-N (earlier lines), Ctrl-L (clear the screen), Enter (the line is done),
+// Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
+// Lines too wide for the terminal scroll sideways around the cursor.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qwenrt {
+
+class LineEditor {
+ public:
+  enum class Key {
+    kEdited,       // the text or the cursor may have changed: render again
+    kLine,         // Enter: take_line() has the line
+    kEnd,          // Ctrl-D on an empty line
+    kClearScreen,  // Ctrl-L: clear the screen, then render
+  };
+
+  // Starts a new line (the last line's text, cursor and pending bytes gone; history kept).
+  void start();
+
+  // One byte from the terminal. Bytes of an escape sequence or of a UTF-8 character are
+  // kept until it is whole.
+  Key feed(unsigned char byte);
+
+  // The finished line (after kLine), added to the history when it is not empty and not the
+  // same as the newest entry.
+  std::string take_line();
+
+  // What to write to redraw the line at the cursor's row: a carriage return, the prompt, the
+  // part of the text that fits in `columns`, erase to the end of the row, and the cursor put
+  // where it belongs. `first` leaves out the carriage return (the prompt's first showing).
+  std::string render(std::string_view prompt, int columns, bool first = false);
+
+  const std::string& text() const { return text_; }
+  size_t cursor() const { return cursor_; }  // a byte offset into text()
+  const std::vector<std::string>& history() const { return history_; }
+
+  // Columns a code point takes in a terminal: 0 for combining marks and zero-width ones, 2
+  // for East Asian wide and fullwidth characters and emoji, 1 otherwise.
+  static int code_point_width(char32_t c);
+
+ private:
+  Key key(unsigned char byte);
+  Key escape_sequence(std::string_view sequence);
+  void insert(std::string_view bytes);
+  size_t previous_stop(size_t at) const;  // the start of the character before `at`
+  size_t next_stop(size_t at) const;      // the end of the character at `at`
+  size_t previous_word(size_t at) const;
+  size_t next_word(size_t at) const;
+  void recall(int step);  // through the history: -1 older, +1 newer
+
+  std::string text_;
+  size_t cursor_ = 0;
+  std::string escape_;  // an escape sequence being received
+  std::string utf8_;    // a UTF-8 character being received
+  std::vector<std::string> history_;
+  size_t recalled_ = 0;      // history_.size(): the line being typed, not a recalled one
+  std::string typed_;        // the line being typed while an older one is shown
+  size_t first_shown_ = 0;   // the byte where the shown part of a wide line starts
+};
+
+}  // namespace qwenrt

@@ -1,0 +1,184 @@
+// The line editor of chat: keys as a terminal sends them, and what it draws.
+#include "core/line_editor.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace qwenrt {
+namespace {
+
+struct Typed {
+  std::vector<std::string> lines;
+  bool ended = false;
+  int clears = 0;
+};
+
+// Feeds the bytes one at a time, taking finished lines.
+Typed type(LineEditor& editor, const std::string& bytes) {
+  Typed typed;
+  for (char byte : bytes) {
+    switch (editor.feed(static_cast<unsigned char>(byte))) {
+      case LineEditor::Key::kLine:
+        typed.lines.push_back(editor.take_line());
+        break;
+      case LineEditor::Key::kEnd:
+        typed.ended = true;
+        break;
+      case LineEditor::Key::kClearScreen:
+        ++typed.clears;
+        break;
+      case LineEditor::Key::kEdited:
+        break;
+    }
+  }
+  return typed;
+}
+
+const std::string kLeft = "\x1b[D", kRight = "\x1b[C", kUp = "\x1b[A", kDown = "\x1b[B";
+const std::string kHome = "\x1b[H", kEnd = "\x1b[F", kDelete = "\x1b[3~";
+
+TEST(LineEditor, TypedTextAndEnter) {
+  LineEditor editor;
+  const Typed typed = type(editor, "hello world\r");
+  ASSERT_EQ(typed.lines.size(), 1u);
+  EXPECT_EQ(typed.lines[0], "hello world");
+  EXPECT_EQ(editor.text(), "");
+  EXPECT_EQ(type(editor, "a\nb\n").lines, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(LineEditor, ArrowsInsertInTheMiddle) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "helo" + kLeft + "l\r").lines[0], "hello");
+  EXPECT_EQ(type(editor, "world" + kHome + "hello " + kEnd + "!\r").lines[0], "hello world!");
+  EXPECT_EQ(type(editor, "abc\x01X\x05Y\x02\x02Z\r").lines[0], "XabZcY");  // Ctrl-A, Ctrl-E, Ctrl-B
+  EXPECT_EQ(type(editor, "ab" + kLeft + kLeft + kLeft + "<" + kRight + kRight + kRight + kRight + ">\r").lines[0],
+            "<ab>");  // the cursor stops at both ends
+  // The other spellings of Home and End (xterm's application mode, the console's).
+  EXPECT_EQ(type(editor, "b\x1bOHa\x1bOFc\r").lines[0], "abc");
+  EXPECT_EQ(type(editor, "b\x1b[1~a\x1b[4~c\r").lines[0], "abc");
+}
+
+TEST(LineEditor, Deleting) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "abcd\x7f\x7f" "X\r").lines[0], "abX");  // Backspace
+  EXPECT_EQ(type(editor, "abcd" + kHome + kDelete + "\x04" + "\r").lines[0], "cd");  // Delete, Ctrl-D
+  EXPECT_EQ(type(editor, "abcd" + kLeft + kLeft + "\x0b\r").lines[0], "ab");          // Ctrl-K
+  EXPECT_EQ(type(editor, "abcd" + kLeft + "\x15\r").lines[0], "d");                   // Ctrl-U
+  EXPECT_EQ(type(editor, "one two  three  \x17\r").lines[0], "one two  ");            // Ctrl-W
+  EXPECT_EQ(type(editor, "one two\x1b\x7f\r").lines[0], "one ");                      // Alt-Backspace
+  EXPECT_EQ(type(editor, "one two" + kHome + "\x1b" "d\r").lines[0], " two");         // Alt-D
+  EXPECT_EQ(type(editor, "\x7f\x17\x15x\r").lines[0], "x");  // nothing to delete: nothing happens
+}
+
+TEST(LineEditor, WordMoves) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "one two three\x1b" "b\x1b" "bX\r").lines[0], "one Xtwo three");  // Alt-B
+  EXPECT_EQ(type(editor, "one two three" + kHome + "\x1b" "fX\r").lines[0], "oneX two three");  // Alt-F
+  EXPECT_EQ(type(editor, "one two\x1b[1;5DX\r").lines[0], "one Xtwo");  // Ctrl-Left
+  EXPECT_EQ(type(editor, "one two" + kHome + "\x1b[1;5CX\r").lines[0], "oneX two");  // Ctrl-Right
+}
+
+TEST(LineEditor, CtrlDEndsOnlyAnEmptyLine) {
+  LineEditor editor;
+  Typed typed = type(editor, "ab\x04");
+  EXPECT_FALSE(typed.ended);  // at the end of text: deletes nothing
+  EXPECT_EQ(editor.text(), "ab");
+  typed = type(editor, "\x15\x04");
+  EXPECT_TRUE(typed.ended);
+}
+
+TEST(LineEditor, HistoryUpAndDown) {
+  LineEditor editor;
+  type(editor, "first\rsecond\rsecond\r\r");  // repeats and empty lines are not kept twice
+  EXPECT_EQ(editor.history(), (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(type(editor, kUp + "\r").lines[0], "second");
+  EXPECT_EQ(type(editor, kUp + kUp + "!\r").lines[0], "first!");  // a recalled line can be edited
+  EXPECT_EQ(editor.history().back(), "first!");
+  // Down past the newest gives back what was being typed; Up stops at the oldest.
+  EXPECT_EQ(type(editor, "draft" + kUp + kUp + kDown + kDown + "\r").lines[0], "draft");
+  EXPECT_EQ(type(editor, kUp + kUp + kUp + kUp + kUp + kUp + kUp + "\r").lines[0], "first");
+  EXPECT_EQ(editor.history(), (std::vector<std::string>{"first", "second", "first!", "draft", "first"}));
+  EXPECT_EQ(type(editor, "\x10\x10\x0e\r").lines[0], "first");  // Ctrl-P, Ctrl-P, Ctrl-N
+  // Editing a recalled line leaves its entry alone.
+  type(editor, kUp + kUp + "\x15gone" + kDown);
+  EXPECT_EQ(editor.history()[3], "draft");
+  editor.start();
+  EXPECT_EQ(editor.text(), "");
+}
+
+TEST(LineEditor, Utf8CharactersMoveAndDeleteWhole) {
+  LineEditor editor;
+  // "你好" (3 bytes each) and "é" as e + a combining acute accent (one character on screen).
+  EXPECT_EQ(type(editor, "你好" + kLeft + "们\r").lines[0], "你们好");
+  EXPECT_EQ(type(editor, "ae\xcc\x81" + kLeft + "X\r").lines[0], "aXe\xcc\x81");
+  EXPECT_EQ(type(editor, "ae\xcc\x81\x7f\r").lines[0], "a");
+  EXPECT_EQ(type(editor, "😀x" + kHome + kDelete + "\r").lines[0], "x");
+  // A character split between two reads is whole once its last byte comes.
+  const std::string ni = "你";
+  type(editor, ni.substr(0, 1));
+  EXPECT_EQ(editor.text(), "");
+  type(editor, ni.substr(1));
+  EXPECT_EQ(editor.text(), ni);
+  editor.start();
+  // Bytes that are no UTF-8 (a stray continuation byte, an overlong form, a surrogate, a
+  // character cut short) are dropped; the text stays valid.
+  EXPECT_EQ(type(editor, "a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe4\xbd" "e\r").lines[0], "abcde");
+}
+
+TEST(LineEditor, UnknownKeysAreSwallowed) {
+  LineEditor editor;
+  // F1 (SS3 P), F5 (CSI 15~), Insert (CSI 2~), a paste's brackets, a lone control key.
+  EXPECT_EQ(type(editor, "a\x1bOP\x1b[15~\x1b[2~\x1b[200~b\x1b[201~\x07\x1a" "c\r").lines[0], "abc");
+  EXPECT_EQ(type(editor, "a\x1b\x1b[Db\r").lines[0], "ba");  // ESC then an arrow: the arrow counts
+  EXPECT_EQ(type(editor, "\x0c").clears, 1);
+}
+
+TEST(LineEditor, RenderPutsTheCursorAfterThePrompt) {
+  LineEditor editor;
+  EXPECT_EQ(editor.render("> ", 80, true), "> \x1b[K");
+  type(editor, "hello");
+  EXPECT_EQ(editor.render("> ", 80), "\r> hello\x1b[K");
+  type(editor, kLeft + kLeft);
+  EXPECT_EQ(editor.render("> ", 80), "\r> hello\x1b[K\x1b[2D");
+  type(editor, "\x01\x0b" "你好" + kLeft);  // two columns a character
+  EXPECT_EQ(editor.render("> ", 80), "\r> 你好\x1b[K\x1b[2D");
+  type(editor, "\x01\x0b" "a\tb");  // a tab is shown as a space: the columns stay known
+  EXPECT_EQ(editor.render("> ", 80), "\r> a b\x1b[K");
+}
+
+TEST(LineEditor, AWideLineScrollsAroundTheCursor) {
+  LineEditor editor;
+  type(editor, "0123456789abcdefghij");  // 20 columns; 10 columns leave 7 for text
+  std::string shown = editor.render("> ", 10);
+  EXPECT_EQ(shown, "\r> defghij\x1b[K");  // the end, where the cursor is
+  type(editor, kHome);
+  EXPECT_EQ(editor.render("> ", 10), "\r> 0123456\x1b[K\x1b[7D");
+  type(editor, kRight + kRight + kRight);
+  EXPECT_EQ(editor.render("> ", 10), "\r> 0123456\x1b[K\x1b[4D");  // no scroll while it fits
+  type(editor, kEnd + kLeft + kLeft);
+  EXPECT_EQ(editor.render("> ", 10), "\r> cdefghi\x1b[K\x1b[1D");  // the character under the cursor shows
+  // Wide characters never straddle the edge.
+  editor.start();
+  type(editor, "你好世界你好");  // 12 columns
+  EXPECT_EQ(editor.render("> ", 10), "\r> 界你好\x1b[K");
+  type(editor, kHome);
+  EXPECT_EQ(editor.render("> ", 10), "\r> 你好世\x1b[K\x1b[6D");
+}
+
+TEST(LineEditor, Widths) {
+  EXPECT_EQ(LineEditor::code_point_width(U'a'), 1);
+  EXPECT_EQ(LineEditor::code_point_width(U'é'), 1);
+  EXPECT_EQ(LineEditor::code_point_width(0x0301), 0);  // combining acute
+  EXPECT_EQ(LineEditor::code_point_width(0x200d), 0);  // zero-width joiner
+  EXPECT_EQ(LineEditor::code_point_width(U'你'), 2);
+  EXPECT_EQ(LineEditor::code_point_width(U'가'), 2);
+  EXPECT_EQ(LineEditor::code_point_width(0xff21), 2);   // fullwidth A
+  EXPECT_EQ(LineEditor::code_point_width(0x1f600), 2);  // 😀
+  EXPECT_EQ(LineEditor::code_point_width(0x3000), 2);   // ideographic space
+  EXPECT_EQ(LineEditor::code_point_width(U'→'), 1);
+}
+
+}  // namespace
+}  // namespace qwenrt
