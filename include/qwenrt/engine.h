@@ -81,6 +81,14 @@ struct GenerateResult {
   size_t kv_bytes_used = 0;         // KV blocks this request held at its end
 };
 
+// One finished run of a benchmark, for progress: the warm-up runs come first (`warmup`
+// true), then the timed ones; `index` counts each kind from 1.
+struct BenchRunDone {
+  bool warmup = false;
+  int index = 0, of = 0;
+  double prompt_tokens_per_s = 0, decode_tokens_per_s = 0;
+};
+
 struct BenchOptions {
   int prompt_tokens = 512;
   int gen_tokens = 128;
@@ -88,6 +96,7 @@ struct BenchOptions {
   int warmup = 1;    // untimed runs first
   uint64_t seed = 1;
   SamplingParams sampling;  // greedy unless a temperature is set
+  std::function<void(const BenchRunDone&)> on_run;  // after each run (optional)
 };
 
 struct BenchResult {
@@ -114,6 +123,7 @@ struct BatchBenchOptions {
   int warmup = 1;
   uint64_t seed = 1;        // the random prompts
   SamplingParams sampling;  // every sequence's (its own random stream); greedy by default
+  std::function<void(const BenchRunDone&)> on_run;  // after each run (optional)
 };
 
 struct BatchBenchResult {

@@ -225,6 +225,7 @@ struct DeviceInfo {
   double peak_bandwidth = 0;      // bytes/s a large device-to-device copy reaches
   double peak_matmul_flops = 0;   // dense matrix throughput in the activation dtype, FLOP/s
   double rated_bandwidth = 0;     // the memory's rated figure (clock × bus width × 2), bytes/s; 0: unknown
+  int threads = 0;                // the CPU backend's threads (0 on a GPU)
 };
 
 // Measures elapsed time of the work issued between start() and stop() on the backend's

@@ -1,7 +1,10 @@
 // qwenrt bench: prompt tokens/s, time to first token, decode tokens/s and device memory,
 // with the fraction of the device's bandwidth and matrix throughput reached. With --batch N,
 // N sequences are prefilled and then decoded together (the batched step).
+#include <unistd.h>
+
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -52,12 +55,34 @@ void print_memory(const MemoryPlan& plan, size_t peak_used, bool host) {
   }
 }
 
-nlohmann::ordered_json json_header(const std::string& model_name, const DeviceInfo& info, const std::string& dtype) {
+// The device as the table names it: a CPU with the threads it ran on.
+std::string device_text(const DeviceInfo& info) {
+  if (info.threads <= 0) return info.name;
+  return info.name + " (" + std::to_string(info.threads) + " thread" + (info.threads == 1 ? "" : "s") + ")";
+}
+
+// The settings a run is repeated with: the threads (null on a GPU), the warm-up runs and the
+// sampling seed (which only a temperature above 0 uses).
+nlohmann::ordered_json json_header(const std::string& model_name, const DeviceInfo& info, const std::string& dtype,
+                                   const BenchArgs& args) {
   nlohmann::ordered_json out;
   out["model"] = model_name;
   out["device"] = info.name;
+  out["threads"] = info.threads > 0 ? nlohmann::ordered_json(info.threads) : nlohmann::ordered_json();
   out["dtype"] = dtype;
+  out["warmup"] = args.warmup;
+  out["seed"] = args.sampling.seed;
   return out;
+}
+
+// Each run's rates on stderr as it ends: always beside the table, and beside JSON where
+// stderr is a terminal (a person waiting; a script reading stderr gets the JSON alone).
+std::function<void(const BenchRunDone&)> progress(const BenchArgs& args) {
+  if (args.format != "table" && !isatty(STDERR_FILENO)) return nullptr;
+  return [](const BenchRunDone& run) {
+    std::fprintf(stderr, "  %s %d of %d: prompt %.1f tok/s, decode %.1f tok/s\n", run.warmup ? "warm-up" : "run",
+                 run.index, run.of, run.prompt_tokens_per_s, run.decode_tokens_per_s);
+  };
 }
 
 nlohmann::ordered_json memory_json(const MemoryPlan& plan, size_t peak_used) {
@@ -100,13 +125,14 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
   bench.repeat = args.repeat;
   bench.warmup = args.warmup;
   bench.sampling = bench_sampling(args.sampling);
+  bench.on_run = progress(args);
   const char* sampling = bench.sampling.temperature > 0 ? "sampled" : "greedy";
   BatchBenchResult result = engine.bench_batch(bench);
   const MemoryPlan& plan = engine.memory_plan();
   DeviceInfo info = engine.backend().device_info();
   std::string dtype = dtype_name(engine.backend().activation_dtype());
   if (args.format == "json") {
-    nlohmann::ordered_json out = json_header(model_name, info, dtype);
+    nlohmann::ordered_json out = json_header(model_name, info, dtype, args);
     out["batch"] = result.batch;
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
@@ -128,7 +154,7 @@ int report_batch(Engine& engine, const BenchArgs& args, const std::string& model
     return kExitOk;
   }
   std::printf("qwenrt bench: %s on %s, %s, batch %d, prompt %d, gen %d each (%s), %d run%s (medians)\n",
-              model_name.c_str(), info.name.c_str(), dtype.c_str(), result.batch, result.prompt_tokens,
+              model_name.c_str(), device_text(info).c_str(), dtype.c_str(), result.batch, result.prompt_tokens,
               result.gen_tokens, sampling, result.repeat, result.repeat == 1 ? "" : "s");
   std::printf("  %-20s %10.1f tok/s  (%.2f ms for %d prompts, %d tokens per pass)\n", "prompt",
               result.prefill_tokens_per_s, result.prefill_seconds * 1e3, result.batch, engine.max_batch_tokens());
@@ -222,12 +248,13 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
   bench.repeat = args.repeat;
   bench.warmup = args.warmup;
   bench.sampling = bench_sampling(args.sampling);
+  bench.on_run = progress(args);
   BenchResult result = engine->bench(bench);
   const MemoryPlan& plan = engine->memory_plan();
   DeviceInfo info = engine->backend().device_info();
   std::string dtype = dtype_name(engine->backend().activation_dtype());
   if (args.format == "json") {
-    nlohmann::ordered_json out = json_header(model_name, info, dtype);
+    nlohmann::ordered_json out = json_header(model_name, info, dtype, args);
     out["prompt_tokens"] = result.prompt_tokens;
     out["gen_tokens"] = result.gen_tokens;
     out["repeat"] = result.repeat;
@@ -255,7 +282,7 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
     return kExitOk;
   }
   std::printf("qwenrt bench: %s on %s, %s, prompt %d (chunks of %d), gen %d (%s), %d run%s (medians)\n",
-              model_name.c_str(), info.name.c_str(), dtype.c_str(), result.prompt_tokens, result.prefill_chunk,
+              model_name.c_str(), device_text(info).c_str(), dtype.c_str(), result.prompt_tokens, result.prefill_chunk,
               result.gen_tokens, bench.sampling.temperature > 0 ? "sampled" : "greedy", result.repeat,
               result.repeat == 1 ? "" : "s");
   auto fraction = [](double value, double peak, const char* unit, double scale) {

@@ -199,14 +199,15 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
       recall(+1);
       break;
     case 0x1b:
-      escape_ = "\x1b";
-      break;
-    case '\t':
-      insert("\t");
+      escape_.assign(1, '\x1b');
       break;
     default:
-      if (byte >= 0x20) insert(std::string_view(reinterpret_cast<const char*>(&byte), 1));
-      break;  // other control keys mean nothing here
+      // A tab is text (shown as a space); other control keys mean nothing here.
+      if (byte >= 0x20 || byte == '\t') {
+        text_.insert(text_.begin() + static_cast<std::ptrdiff_t>(cursor_), static_cast<char>(byte));
+        ++cursor_;
+      }
+      break;
   }
   return Key::kEdited;
 }
@@ -363,7 +364,8 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     first_shown_ = next;
   }
   const int before_cursor = width_of(text_, first_shown_, cursor_);
-  std::string out = first ? "" : "\r";
+  std::string out;
+  if (!first) out += '\r';
   out += prompt_text;
   int shown = 0;
   for (size_t at = first_shown_; at < text_.size();) {
@@ -379,7 +381,11 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     at = next;
   }
   out += "\x1b[K";
-  if (shown > before_cursor) out += "\x1b[" + std::to_string(shown - before_cursor) + "D";
+  if (shown > before_cursor) {
+    out += "\x1b[";
+    out += std::to_string(shown - before_cursor);
+    out += 'D';
+  }
   return out;
 }
 

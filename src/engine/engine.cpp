@@ -889,6 +889,12 @@ BenchResult Engine::bench(const BenchOptions& options) {
     timer->stop();
     double decode_time = timer->seconds();
     device_used_now();
+    if (options.on_run) {
+      const bool warmup = run < options.warmup;
+      options.on_run(BenchRunDone{warmup, warmup ? run + 1 : run - options.warmup + 1,
+                                  warmup ? options.warmup : options.repeat, options.prompt_tokens / prompt_time,
+                                  options.gen_tokens / decode_time});
+    }
     if (run >= options.warmup) {
       prompt_times.push_back(prompt_time);
       ttfts.push_back(ttft);

@@ -54,7 +54,10 @@ nlohmann::json reference(const std::string& name) {
 
 std::string join_ids(const std::vector<int>& ids) {
   std::string text;
-  for (int id : ids) text += (text.empty() ? "" : " ") + std::to_string(id);
+  for (int id : ids) {
+    if (!text.empty()) text += ' ';
+    text += std::to_string(id);
+  }
   return text;
 }
 
@@ -470,7 +473,7 @@ TEST(CliChatTemplate, ReplacesTheFoldersTemplate) {
 
 TEST(CliBench, JsonReportOnAFixture) {
   RunResult result = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") +
-                                "' --prompt 20 --gen 5 --repeat 2 --format json");
+                                "' --prompt 20 --gen 5 --repeat 2 --threads 1 --format json");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto out = nlohmann::json::parse(result.out);
   EXPECT_EQ(out["prompt_tokens"], 20);
@@ -481,6 +484,24 @@ TEST(CliBench, JsonReportOnAFixture) {
   // The CPU has no device count of its memory: not measured is null, not 0.
   EXPECT_TRUE(out["memory"]["peak_used"].is_null()) << out["memory"];
   EXPECT_TRUE(out["memory"]["device_total"].is_null()) << out["memory"];
+  // What the run is repeated with: the CPU's threads, the warm-up runs, the seed. stderr is
+  // no terminal here: the JSON comes alone, no progress beside it.
+  EXPECT_EQ(out["threads"], 1) << result.out;
+  EXPECT_EQ(out["warmup"], 1);
+  EXPECT_EQ(out["seed"], 0);
+  EXPECT_EQ(result.err.find("run 1 of 2"), std::string::npos) << result.err;
+}
+
+// Beside the table, each run's rates on stderr as it ends; the header names the threads.
+TEST(CliBench, TableReportsEachRunAndTheThreads) {
+  RunResult result = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") +
+                                "' --prompt 20 --gen 5 --repeat 2 --warmup 1 --threads 2");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("warm-up 1 of 1: prompt "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("run 1 of 2: prompt "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("run 2 of 2: prompt "), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("run 3 of"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find(" on cpu (2 threads), "), std::string::npos) << result.out;
 }
 
 TEST(CliBench, BatchReportAppliesTheSamplingOptions) {

@@ -78,6 +78,11 @@ class CpuBackend final : public Backend {
   DType activation_dtype() const override { return DType::kF32; }
   bool uses_host_memory() const override { return true; }
   DeviceMemoryInfo memory_info() const override { return {}; }
+  DeviceInfo device_info() const override {
+    DeviceInfo info{name(), 0, 0};
+    info.threads = pool_.size();
+    return info;
+  }
 
   DeviceBuffer allocate(size_t bytes, const char* what) override {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
