@@ -369,5 +369,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, DType dtype, in
 // kInvalidArgument naming the forms accepted for anything else (the commands check --device
 // with it before loading anything).
 std::optional<int> parse_device(const std::string& device);
+// Throws kInvalidArgument when a benchmark's sequences (`prompt` + `gen` tokens each) do not
+// fit a context of `max_context` tokens: the engine's benchmarks check it, and bench before
+// the weights load, in the same words.
+void check_bench_context(int64_t prompt, int64_t gen, int64_t max_context);
 
 }  // namespace qwenrt

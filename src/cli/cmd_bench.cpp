@@ -201,12 +201,8 @@ int run_bench(BenchArgs args, const CLI::App& cmd) {
                                                      " tokens, more than the longest context qwenrt plans for (" +
                                                      std::to_string(kMaxContextTokens) + ")");
   }
-  if (args.model.max_context > 0 && static_cast<int64_t>(args.prompt) + args.gen > args.model.max_context) {
-    // Said before the weights load, in the words the engine would use after.
-    throw Error(ErrorCategory::kInvalidArgument, "--prompt + --gen (" + std::to_string(args.prompt + args.gen) +
-                                                     ") exceeds the context limit " +
-                                                     std::to_string(args.model.max_context) + " (raise --max-context)");
-  }
+  // Said before the weights load, in the words the engine would use after.
+  if (args.model.max_context > 0) check_bench_context(args.prompt, args.gen, args.model.max_context);
   if (args.model.max_context == 0) {
     options.max_context = args.prompt + args.gen;
     // Speed past the trained positions is still speed; the note says the text there is not

@@ -39,12 +39,8 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
     throw Error(ErrorCategory::kInvalidArgument, "--batch " + std::to_string(options.batch) +
                                                      " is over --max-seqs " + std::to_string(max_seqs()));
   }
+  check_bench_context(options.prompt_tokens, options.gen_tokens, plan_.max_context);
   const int per_sequence = options.prompt_tokens + options.gen_tokens;
-  if (per_sequence > plan_.max_context) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "--prompt + --gen (" + std::to_string(per_sequence) + ") exceeds the context limit " +
-                    std::to_string(plan_.max_context) + " (raise --max-context)");
-  }
   const int blocks_each = (per_sequence + plan_.kv_block_size - 1) / plan_.kv_block_size;
   if (static_cast<int64_t>(blocks_each) * options.batch > blocks_->num_blocks()) {
     throw Error(ErrorCategory::kOutOfMemory,

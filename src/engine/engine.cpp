@@ -834,16 +834,19 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+void check_bench_context(int64_t prompt, int64_t gen, int64_t max_context) {
+  if (prompt + gen <= max_context) return;
+  throw Error(ErrorCategory::kInvalidArgument, "--prompt + --gen (" + std::to_string(prompt + gen) +
+                                                   ") exceeds the context limit " + std::to_string(max_context) +
+                                                   " (raise --max-context)");
+}
+
 BenchResult Engine::bench(const BenchOptions& options) {
   const ModelConfig& config = model_->config();
   if (options.prompt_tokens < 1 || options.gen_tokens < 1 || options.repeat < 1 || options.warmup < 0) {
     throw Error(ErrorCategory::kInvalidArgument, "--prompt, --gen and --repeat must be positive");
   }
-  if (options.prompt_tokens + options.gen_tokens > plan_.max_context) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "--prompt + --gen (" + std::to_string(options.prompt_tokens + options.gen_tokens) +
-                    ") exceeds the context limit " + std::to_string(plan_.max_context) + " (raise --max-context)");
-  }
+  check_bench_context(options.prompt_tokens, options.gen_tokens, plan_.max_context);
   uint64_t state = splitmix64(options.seed);
   std::vector<int32_t> prompt(options.prompt_tokens);
   for (auto& id : prompt) {
