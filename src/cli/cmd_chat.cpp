@@ -32,16 +32,65 @@ namespace {
 // Set by SIGINT, which also writes a byte to the wake pipe: the prompt waits on the pipe
 // next to stdin, so a Ctrl-C is seen however soon after the prompt it comes and whichever
 // thread the signal lands on (a flag checked before a blocking read misses one that comes
-// between the check and the read). The only globals, as signals need them.
+// between the check and the read). `g_redraw`: the line being edited must be drawn again
+// (the program was continued after Ctrl-Z, or the terminal changed size). The terminal
+// modes: the one the program was started in, and the one a line is edited in, put back
+// around a stop. The only globals, as signals need them.
 std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_redraw{false};
+std::atomic<bool> g_keys_mode{false};
+termios g_started_mode{}, g_edit_mode{};
 int g_wake[2] = {-1, -1};
 
-extern "C" void on_sigint(int) {
-  g_interrupted.store(true);
-  const int saved = errno;
+void wake_prompt() {
   if (g_wake[1] >= 0) {
     [[maybe_unused]] const ssize_t written = write(g_wake[1], "!", 1);  // a full pipe wakes the prompt already
   }
+}
+
+extern "C" void on_sigint(int) {
+  const int saved = errno;
+  g_interrupted.store(true);
+  wake_prompt();
+  errno = saved;
+}
+
+// Ctrl-Z while a line is edited: the terminal gets its own mode back for the shell, then the
+// program stops as it would have; when it is continued, editing's mode returns (on_sigcont).
+extern "C" void on_sigtstp(int) {
+  const int saved = errno;
+  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  struct sigaction stop {};
+  stop.sa_handler = SIG_DFL;
+  sigemptyset(&stop.sa_mask);
+  struct sigaction ours {};
+  sigaction(SIGTSTP, &stop, &ours);
+  sigset_t tstp;
+  sigemptyset(&tstp);
+  sigaddset(&tstp, SIGTSTP);
+  raise(SIGTSTP);                            // pending: blocked while this handler runs
+  sigprocmask(SIG_UNBLOCK, &tstp, nullptr);  // stops here until continued
+  sigaction(SIGTSTP, &ours, nullptr);
+  // Continued, or never stopped (the kernel does not stop an orphaned process group):
+  // editing's mode back either way, and the line drawn again.
+  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+  g_redraw.store(true);
+  wake_prompt();
+  errno = saved;
+}
+
+extern "C" void on_sigcont(int) {
+  const int saved = errno;
+  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+  g_redraw.store(true);
+  wake_prompt();
+  errno = saved;
+}
+
+extern "C" void on_sigwinch(int) {
+  const int saved = errno;
+  g_redraw.store(true);
+  wake_prompt();
   errno = saved;
 }
 
@@ -52,6 +101,7 @@ void forget_interrupts() {
   while (read(g_wake[0], buffer, sizeof buffer) > 0) {
   }
   if (g_interrupted.exchange(false)) std::clearerr(stdout);
+  g_redraw.store(false);  // the prompt is drawn anew
 }
 
 enum class PromptInput { kLine, kInterrupted, kEnd };
@@ -62,23 +112,28 @@ enum class PromptInput { kLine, kInterrupted, kEnd };
 class KeysMode {
  public:
   KeysMode() {
-    if (tcgetattr(STDIN_FILENO, &saved_) != 0) return;
-    termios keys = saved_;
+    termios started{};
+    if (tcgetattr(STDIN_FILENO, &started) != 0) return;
+    termios keys = started;
     keys.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
     keys.c_cc[VMIN] = 1;
     keys.c_cc[VTIME] = 0;
+    g_started_mode = started;
+    g_edit_mode = keys;
     // TCSANOW: what was typed ahead (during an answer) stays to be read.
     active_ = tcsetattr(STDIN_FILENO, TCSANOW, &keys) == 0;
+    g_keys_mode.store(active_);
   }
   ~KeysMode() {
-    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    if (!active_) return;
+    g_keys_mode.store(false);
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
   }
   KeysMode(const KeysMode&) = delete;
   KeysMode& operator=(const KeysMode&) = delete;
   bool active() const { return active_; }
 
  private:
-  termios saved_{};
   bool active_ = false;
 };
 
@@ -116,22 +171,31 @@ class TerminalLines {
     return 80;
   }
 
-  // Waits for stdin or a Ctrl-C; false on Ctrl-C (the typed line and the unread input gone).
-  bool wait_for_input() {
+  enum class Wait { kInput, kInterrupted, kRedraw };
+
+  // Waits for stdin, a Ctrl-C (the typed line and the unread input gone) or a redraw.
+  Wait wait_for_input() {
     while (true) {
       pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
       if (poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
-        return true;  // the read says what is wrong
+        return Wait::kInput;  // the read says what is wrong
       }
       if (fds[1].revents & POLLIN) {
-        // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
-        // does not, and the line it drops must go too.
-        tcflush(STDIN_FILENO, TCIFLUSH);
-        pending_.clear();
-        return false;
+        char drained[64];
+        while (read(g_wake[0], drained, sizeof drained) > 0) {
+        }
+        if (g_interrupted.load()) {
+          // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
+          // does not, and the line it drops must go too.
+          tcflush(STDIN_FILENO, TCIFLUSH);
+          pending_.clear();
+          return Wait::kInterrupted;
+        }
+        if (g_redraw.exchange(false)) return Wait::kRedraw;
+        continue;
       }
-      if (fds[0].revents != 0) return true;
+      if (fds[0].revents != 0) return Wait::kInput;
     }
   }
 
@@ -140,9 +204,14 @@ class TerminalLines {
     show(editor_.render(prompt, columns(), /*first=*/true));
     while (true) {
       if (pending_.empty()) {
-        if (!wait_for_input()) {
+        const Wait wait = wait_for_input();
+        if (wait == Wait::kInterrupted) {
           show("^C\n");
           return PromptInput::kInterrupted;
+        }
+        if (wait == Wait::kRedraw) {
+          show(editor_.render(prompt, columns()));
+          continue;
         }
         char buffer[4096];
         const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
@@ -180,7 +249,9 @@ class TerminalLines {
         pending_.erase(0, newline + 1);
         return PromptInput::kLine;
       }
-      if (!wait_for_input()) return PromptInput::kInterrupted;
+      const Wait wait = wait_for_input();
+      if (wait == Wait::kInterrupted) return PromptInput::kInterrupted;
+      if (wait == Wait::kRedraw) continue;
       char buffer[4096];
       const ssize_t n = read(STDIN_FILENO, buffer, sizeof buffer);
       if (n < 0) {
@@ -432,6 +503,17 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
     throw Error(ErrorCategory::kIo, std::string("chat: cannot make a pipe to notice Ctrl-C: ") + std::strerror(errno));
   }
   sigaction(SIGINT, &action, nullptr);
+  // Stops and size changes must not cut an answer's writes short: these restart calls.
+  using Handler = void (*)(int);
+  for (const auto& [signal_number, handler] : {std::pair<int, Handler>{SIGTSTP, on_sigtstp},
+                                               std::pair<int, Handler>{SIGCONT, on_sigcont},
+                                               std::pair<int, Handler>{SIGWINCH, on_sigwinch}}) {
+    struct sigaction restart {};
+    restart.sa_handler = handler;
+    sigemptyset(&restart.sa_mask);
+    restart.sa_flags = SA_RESTART;
+    sigaction(signal_number, &restart, nullptr);
+  }
   return session.run();
 }
 

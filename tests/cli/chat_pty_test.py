@@ -12,6 +12,7 @@ random weights, written here, next to Qwen's real tokenizer.
     chat_pty_test.py QWENRT_BINARY FETCH_SCRIPT CACHE_DIR
 """
 import array
+import fcntl
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 
 
@@ -191,6 +193,29 @@ def main():
         assert b"cleared" in term.read_until(b"\n> ")
         term.send(b"/sats" + left * 3 + b"t\x05 now\x17\r")  # "/stats"; Ctrl-E, " now", Ctrl-W: "/stats "
         assert b"tokens/s" in term.read_until(b"\n> ")
+        # Stopped and continued (as after Ctrl-Z and fg): the line is drawn again and edited
+        # as before, the terminal back in editing's mode (no line mode, no echo).
+        term.send(b"/hel")
+        term.read_until(b"/hel")
+        os.kill(term.pid, signal.SIGSTOP)
+        os.kill(term.pid, signal.SIGCONT)
+        term.read_until(b"\r> /hel\x1b[K")
+        lflag = termios.tcgetattr(term.fd)[3]
+        assert not lflag & (termios.ICANON | termios.ECHO), lflag
+        # Ctrl-Z (SIGTSTP) where nothing can stop the program (its process group has no shell):
+        # editing goes on in its own mode.
+        os.kill(term.pid, signal.SIGTSTP)
+        term.read_until(b"\r> /hel\x1b[K")
+        lflag = termios.tcgetattr(term.fd)[3]
+        assert not lflag & (termios.ICANON | termios.ECHO), lflag
+        # A narrower terminal (SIGWINCH): the line is drawn again to fit, around the cursor.
+        term.send(b"p me with this long line" + left * 5)
+        term.read_until(b"long line")
+        fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 12, 0, 0))
+        # 12 columns: 2 for "> ", 9 of text (up to the cursor's character), the last kept free.
+        term.read_until(b"\r> his long \x1b[K\x1b[1D")
+        term.send(b"\x0b" + b"\x17" * 4 + b"\r")  # Ctrl-K, then Ctrl-W back to "/help "
+        assert b"commands:" in term.read_until(b"\n> ")
         term.send(b"junk\x15/reset\r/stats\r")  # Ctrl-U; two lines in one write
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted
