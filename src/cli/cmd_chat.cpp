@@ -1,6 +1,6 @@
 // qwenrt chat: interactive multi-turn chat with the model's own chat template, streamed.
 // Ctrl-C stops the answer being written (not the program); at the prompt it drops the line
-// being typed (Ctrl-D or /exit leaves); the line is edited with core/line_editor. Works with
+// being typed (Ctrl-D or /exit leaves); the line is edited with tokenizer/line_editor. Works with
 // piped stdin: prompts, editing and decorations are only for a terminal.
 #include <fcntl.h>
 #include <poll.h>
@@ -22,7 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "core/line_editor.h"
+#include "tokenizer/line_editor.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
@@ -79,6 +79,21 @@ extern "C" void on_sigtstp(int) {
   errno = saved;
 }
 
+// SIGTERM, SIGHUP or Ctrl-\\ while a line is edited: the terminal gets its own mode back,
+// then the signal ends the program as it would have.
+extern "C" void on_ending_signal(int signal_number) {
+  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  struct sigaction end {};
+  end.sa_handler = SIG_DFL;
+  sigemptyset(&end.sa_mask);
+  sigaction(signal_number, &end, nullptr);
+  sigset_t ending;
+  sigemptyset(&ending);
+  sigaddset(&ending, signal_number);
+  raise(signal_number);
+  sigprocmask(SIG_UNBLOCK, &ending, nullptr);
+}
+
 extern "C" void on_sigcont(int) {
   const int saved = errno;
   if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
@@ -116,6 +131,8 @@ class KeysMode {
     if (tcgetattr(STDIN_FILENO, &started) != 0) return;
     termios keys = started;
     keys.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    // Enter comes as CR and a pasted line end as LF: a pasted CR LF is one line end, not two.
+    keys.c_iflag &= ~static_cast<tcflag_t>(ICRNL);
     keys.c_cc[VMIN] = 1;
     keys.c_cc[VTIME] = 0;
     g_started_mode = started;
@@ -138,7 +155,7 @@ class KeysMode {
 };
 
 // Lines typed at the terminal, read with Ctrl-C in view. With a terminal that takes escape
-// sequences (TERM other than "dumb") the line is edited here (core/line_editor.h: arrows,
+// sequences (TERM other than "dumb") the line is edited here (tokenizer/line_editor.h: arrows,
 // history, Ctrl-A/E/K/U/W, ...); otherwise the terminal's canonical mode hands over a line
 // at a time. Text past a finished line (a paste of several lines) is kept for the next call.
 class TerminalLines {
@@ -150,6 +167,13 @@ class TerminalLines {
 
   // Shows `prompt` and returns a line, Ctrl-C (which drops what was typed), or the end of
   // input (Ctrl-D on an empty line, or the terminal gone).
+  // Forgets what was read and not used (the rest of a paste), and what the terminal holds
+  // unread: after Ctrl-C stopped an answer, the lines queued behind it are not sent.
+  void drop_unread() {
+    pending_.clear();
+    tcflush(STDIN_FILENO, TCIFLUSH);
+  }
+
   PromptInput next(const std::string& prompt, std::string& line) {
     if (edit_) {
       KeysMode keys;
@@ -206,7 +230,8 @@ class TerminalLines {
       if (pending_.empty()) {
         const Wait wait = wait_for_input();
         if (wait == Wait::kInterrupted) {
-          show("^C\n");
+          editor_.feed(0x05);  // to the line's end, so ^C does not cover the text
+          show(editor_.render(prompt, columns()) + "^C\n");
           return PromptInput::kInterrupted;
         }
         if (wait == Wait::kRedraw) {
@@ -343,7 +368,7 @@ class ChatSession {
       } else if (!std::getline(std::cin, line)) {
         return finish();  // the end of piped input
       }
-      if (line.empty()) continue;
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;  // nothing to send
       if (line[0] == '/') {
         if (!command(line)) return finish();
         continue;
@@ -392,6 +417,12 @@ class ChatSession {
       note("unknown command " + name + "; /help lists them");
     }
     return true;
+  }
+
+  // The model's text; on a terminal its control characters are shown, not acted on.
+  void write_text(const std::string& text) {
+    const std::string shown = interactive_ ? terminal_text(text) : text;
+    std::fwrite(shown.data(), 1, shown.size(), stdout);
   }
 
   void note(const std::string& text) { std::fprintf(interactive_ ? stdout : stderr, "[%s]\n", text.c_str()); }
@@ -449,7 +480,7 @@ class ChatSession {
       }
       std::string piece = decoder.push(id);
       reply += piece;
-      if (!(thinking && args_.hide_thinking)) std::fwrite(piece.data(), 1, piece.size(), stdout);
+      if (!(thinking && args_.hide_thinking)) write_text(piece);
       if (id == think_close_) {
         thinking = false;
         if (dim && !args_.hide_thinking) std::printf("\x1b[0m");
@@ -463,10 +494,13 @@ class ChatSession {
     if (g_interrupted.load()) std::clearerr(stdout);
     std::string rest = decoder.flush();
     reply += rest;
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    write_text(rest);
     if (dim && thinking) std::printf("\x1b[0m");
     std::printf("\n");
-    if (g_interrupted.load()) note("stopped");
+    if (g_interrupted.load()) {
+      note("stopped");
+      if (interactive_) terminal_.drop_unread();
+    }
     std::fflush(stdout);
     last_context_ = static_cast<int>(prompt.size() + last_.ids.size());
     messages_.push_back({{"role", "user"}, {"content", user_text}});
@@ -503,12 +537,22 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
     throw Error(ErrorCategory::kIo, std::string("chat: cannot make a pipe to notice Ctrl-C: ") + std::strerror(errno));
   }
   sigaction(SIGINT, &action, nullptr);
-  // Stops and size changes must not cut an answer's writes short: these restart calls.
+  // Stops, size changes and the ends below must not cut an answer's writes short: these
+  // restart calls.
   using Handler = void (*)(int);
   for (const auto& [signal_number, handler] : {std::pair<int, Handler>{SIGTSTP, on_sigtstp},
                                                std::pair<int, Handler>{SIGCONT, on_sigcont},
-                                               std::pair<int, Handler>{SIGWINCH, on_sigwinch}}) {
+                                               std::pair<int, Handler>{SIGWINCH, on_sigwinch},
+                                               std::pair<int, Handler>{SIGTERM, on_ending_signal},
+                                               std::pair<int, Handler>{SIGHUP, on_ending_signal},
+                                               std::pair<int, Handler>{SIGQUIT, on_ending_signal}}) {
     struct sigaction restart {};
+    // A signal ignored from the start (nohup's SIGHUP) stays ignored.
+    if (handler == on_ending_signal && sigaction(signal_number, nullptr, &restart) == 0 &&
+        restart.sa_handler == SIG_IGN) {
+      continue;
+    }
+    restart = {};
     restart.sa_handler = handler;
     sigemptyset(&restart.sa_mask);
     restart.sa_flags = SA_RESTART;

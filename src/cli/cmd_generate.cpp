@@ -1,5 +1,7 @@
 // qwenrt generate: continue a prompt given as token ids, as text, or as a chat message
 // rendered with the model's own chat template.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include "engine/stop_strings.h"
 #include "model/config.h"
 #include "tokenizer/chat_prompt.h"
+#include "tokenizer/line_editor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
@@ -98,6 +101,8 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     print_memory_report(engine);
   }
   const bool text = args.format == "text";
+  // On a terminal the model's control characters are shown, not acted on (terminal_text).
+  const bool to_terminal = isatty(STDOUT_FILENO) != 0;
   // --ids prints ids in text format, also when --stop loaded the tokenizer.
   const bool print_ids = text && cmd.count("--ids") > 0;
   bool first = true;
@@ -109,7 +114,8 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   auto emit = [&](const std::string& piece) {
     generated_text += piece;
     if (text && !print_ids && !piece.empty()) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      const std::string shown = to_terminal ? terminal_text(piece) : piece;
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
       std::fflush(stdout);
     }
   };

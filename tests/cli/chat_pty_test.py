@@ -220,8 +220,28 @@ def main():
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted
         term.read_until(b"\n> ")
+        # Ctrl-C during an answer also drops the lines pasted behind it: /reset is not run.
+        term.send(b"Tell me a long story\r/reset\r")
+        term.read_until(b"Tell me a long story")
+        time.sleep(0.5)
+        term.send(b"\x03")
+        stopped = term.read_until(b"\n> ", timeout=30)
+        assert b"stopped" in stopped, stopped
+        term.send(b"/stats\r")
+        after = term.read_until(b"\n> ")
+        assert b"tokens/s" in after and b"cleared" not in stopped + after, stopped + after
         term.send(b"\x04")
         assert term.wait() == 0
+        # SIGTERM while a line is edited ends the program with the terminal's own mode back.
+        term = Terminal(argv, term="xterm-256color")
+        term.read_until(b"\n> ")
+        term.send(b"half")
+        term.read_until(b"half")
+        assert not termios.tcgetattr(term.fd)[3] & termios.ICANON
+        os.kill(term.pid, signal.SIGTERM)
+        assert term.wait() == -signal.SIGTERM
+        lflag = termios.tcgetattr(term.fd)[3]
+        assert lflag & termios.ICANON and lflag & termios.ECHO, lflag
         # 4f. TERM=dumb: the terminal's own line mode, its Backspace included.
         term = Terminal(argv, term="dumb")
         term.read_until(b"\n> ")

@@ -1,5 +1,5 @@
 // The line editor of chat: keys as a terminal sends them, and what it draws.
-#include "core/line_editor.h"
+#include "tokenizer/line_editor.h"
 
 #include <gtest/gtest.h>
 
@@ -167,6 +167,45 @@ TEST(LineEditor, AWideLineScrollsAroundTheCursor) {
   EXPECT_EQ(editor.render("> ", 10), "\r> 你好世\x1b[K\x1b[6D");
 }
 
+// A control key ends an escape sequence left open (a lone Esc, or half an arrow's sequence
+// typed while an answer was written) and counts itself: Enter is never swallowed.
+TEST(LineEditor, AControlKeyEndsAnOpenEscapeSequence) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "/abc\x1b[\r").lines, (std::vector<std::string>{"/abc"}));
+  EXPECT_EQ(type(editor, "x\x1b\r").lines, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(type(editor, "ab\x1b[1;\x7f" "c\r").lines[0], "ac");  // Backspace cancels, then deletes
+}
+
+// A pasted CR LF ends one line; a LF alone (a Unix paste) ends one too; CR CR is two.
+TEST(LineEditor, LineEnds) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "a\r\nb\r\n").lines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(type(editor, "a\nb\n").lines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(type(editor, "a\r\rb\r").lines, (std::vector<std::string>{"a", "", "b"}));
+}
+
+// Blank lines are not kept to be recalled; C1 controls are no text.
+TEST(LineEditor, BlankLinesAndC1ControlsAreNotKept) {
+  LineEditor editor;
+  type(editor, "one\r   \r\t\r");
+  EXPECT_EQ(editor.history(), (std::vector<std::string>{"one"}));
+  EXPECT_EQ(type(editor, "a\xc2\x9b" "2J\xc2\x85" "b\r").lines[0], "a2Jb");  // U+009B (CSI), U+0085 (NEL)
+}
+
+// Keys that arrive together (one read, one redraw) may put text before the part shown of a
+// wide line: the part shown still starts on a character.
+TEST(LineEditor, TextPutBeforeTheShownPartKeepsItWhole) {
+  LineEditor editor;
+  type(editor, std::string(100, 'a'));
+  editor.render("> ", 40);
+  std::string keys = "\x01";
+  for (int i = 0; i < 32; ++i) keys += "é";
+  type(editor, keys);
+  const std::string shown = editor.render("> ", 40);
+  EXPECT_EQ(shown.substr(0, 5), "\r> \xc3\xa9") << shown;  // starts with a whole é
+  EXPECT_EQ(shown.find("\xa9" "\xa9"), std::string::npos);  // no stray continuation byte
+}
+
 TEST(LineEditor, Widths) {
   EXPECT_EQ(LineEditor::code_point_width(U'a'), 1);
   EXPECT_EQ(LineEditor::code_point_width(U'é'), 1);
@@ -178,6 +217,19 @@ TEST(LineEditor, Widths) {
   EXPECT_EQ(LineEditor::code_point_width(0x1f600), 2);  // 😀
   EXPECT_EQ(LineEditor::code_point_width(0x3000), 2);   // ideographic space
   EXPECT_EQ(LineEditor::code_point_width(U'→'), 1);
+  EXPECT_EQ(LineEditor::code_point_width(0x094d), 0);   // Devanagari virama
+  EXPECT_EQ(LineEditor::code_point_width(0x0947), 0);   // Devanagari vowel sign E
+  EXPECT_EQ(LineEditor::code_point_width(0x1161), 0);   // Hangul medial vowel (a conjoining jamo)
+  EXPECT_EQ(LineEditor::code_point_width(0x1f7f0), 2);  // 🟰
+  EXPECT_EQ(LineEditor::code_point_width(U'\t'), 1);    // shown as a space
+}
+
+// A model's text reaches a terminal with its control characters shown, not acted on.
+TEST(TerminalText, ControlCharactersInCaretNotation) {
+  EXPECT_EQ(terminal_text("plain text, 你好\n\tnext line"), "plain text, 你好\n\tnext line");
+  EXPECT_EQ(terminal_text("\x1b[2J\x1b]52;c;aGk=\x07"), "^[[2J^[]52;c;aGk=^G");  // clear; clipboard write
+  EXPECT_EQ(terminal_text(std::string_view("a\rb\x7f\x08\x00", 6)), "a^Mb^?^H^@");
+  EXPECT_EQ(terminal_text("\xc2\x9b" "31m \xc2\x85 \xc2\xa0"), "^[[31m ^[E \xc2\xa0");  // C1 CSI, NEL; NBSP stays
 }
 
 }  // namespace

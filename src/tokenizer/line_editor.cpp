@@ -1,4 +1,6 @@
-#include "core/line_editor.h"
+#include "tokenizer/line_editor.h"
+
+#include <utf8proc.h>
 
 #include <algorithm>
 
@@ -37,55 +39,19 @@ size_t sequence_length(unsigned char lead) {
 
 bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == 0x3000; }
 
-struct Range {
-  char32_t first, last;
-};
-
-bool in(const Range* ranges, size_t count, char32_t c) {
-  for (size_t i = 0; i < count; ++i) {
-    if (c >= ranges[i].first && c <= ranges[i].last) return true;
-  }
-  return false;
+bool blank(const std::string& text) {
+  return text.find_first_not_of(" \t") == std::string::npos;
 }
-
-// Combining marks, joiners, variation selectors: drawn on the character before.
-constexpr Range kZeroWidth[] = {
-    {0x0300, 0x036f}, {0x0483, 0x0489}, {0x0591, 0x05bd}, {0x05bf, 0x05bf}, {0x05c1, 0x05c2},
-    {0x05c4, 0x05c5}, {0x05c7, 0x05c7}, {0x0610, 0x061a}, {0x064b, 0x065f}, {0x0670, 0x0670},
-    {0x06d6, 0x06dc}, {0x06df, 0x06e4}, {0x0e31, 0x0e31}, {0x0e34, 0x0e3a}, {0x0e47, 0x0e4e},
-    {0x1ab0, 0x1aff}, {0x1dc0, 0x1dff}, {0x200b, 0x200f}, {0x202a, 0x202e}, {0x2060, 0x2064},
-    {0x20d0, 0x20ff}, {0x302a, 0x302f}, {0x3099, 0x309a}, {0xfe00, 0xfe0f}, {0xfe20, 0xfe2f},
-    {0xfeff, 0xfeff}, {0x1f3fb, 0x1f3ff}, {0xe0001, 0xe007f}, {0xe0100, 0xe01ef},
-};
-
-// East Asian wide and fullwidth characters and the emoji drawn two columns wide.
-constexpr Range kWide[] = {
-    {0x1100, 0x115f},   {0x231a, 0x231b},   {0x2329, 0x232a},   {0x23e9, 0x23ec},   {0x23f0, 0x23f0},
-    {0x23f3, 0x23f3},   {0x25fd, 0x25fe},   {0x2614, 0x2615},   {0x2648, 0x2653},   {0x267f, 0x267f},
-    {0x2693, 0x2693},   {0x26a1, 0x26a1},   {0x26aa, 0x26ab},   {0x26bd, 0x26be},   {0x26c4, 0x26c5},
-    {0x26ce, 0x26ce},   {0x26d4, 0x26d4},   {0x26ea, 0x26ea},   {0x26f2, 0x26f3},   {0x26f5, 0x26f5},
-    {0x26fa, 0x26fa},   {0x26fd, 0x26fd},   {0x2705, 0x2705},   {0x270a, 0x270b},   {0x2728, 0x2728},
-    {0x274c, 0x274c},   {0x274e, 0x274e},   {0x2753, 0x2755},   {0x2757, 0x2757},   {0x2795, 0x2797},
-    {0x27b0, 0x27b0},   {0x27bf, 0x27bf},   {0x2b1b, 0x2b1c},   {0x2b50, 0x2b50},   {0x2b55, 0x2b55},
-    {0x2e80, 0x3029},   {0x3030, 0x303e},   {0x3041, 0x3098},   {0x309b, 0x33ff},   {0x3400, 0x4dbf},
-    {0x4e00, 0x9fff},   {0xa000, 0xa4cf},   {0xa960, 0xa97f},   {0xac00, 0xd7a3},   {0xf900, 0xfaff},
-    {0xfe10, 0xfe19},   {0xfe30, 0xfe6f},   {0xff00, 0xff60},   {0xffe0, 0xffe6},   {0x16fe0, 0x16fe4},
-    {0x17000, 0x18aff}, {0x1b000, 0x1b2ff}, {0x1f004, 0x1f004}, {0x1f0cf, 0x1f0cf}, {0x1f18e, 0x1f18e},
-    {0x1f191, 0x1f19a}, {0x1f200, 0x1f251}, {0x1f300, 0x1f320}, {0x1f32d, 0x1f335}, {0x1f337, 0x1f37c},
-    {0x1f37e, 0x1f393}, {0x1f3a0, 0x1f3ca}, {0x1f3cf, 0x1f3d3}, {0x1f3e0, 0x1f3f0}, {0x1f3f4, 0x1f3f4},
-    {0x1f3f8, 0x1f3fa}, {0x1f400, 0x1f43e}, {0x1f440, 0x1f440}, {0x1f442, 0x1f4fc}, {0x1f4ff, 0x1f53d},
-    {0x1f54b, 0x1f54e}, {0x1f550, 0x1f567}, {0x1f57a, 0x1f57a}, {0x1f595, 0x1f596}, {0x1f5a4, 0x1f5a4},
-    {0x1f5fb, 0x1f64f}, {0x1f680, 0x1f6c5}, {0x1f6cc, 0x1f6cc}, {0x1f6d0, 0x1f6d2}, {0x1f6d5, 0x1f6d7},
-    {0x1f6eb, 0x1f6ec}, {0x1f6f4, 0x1f6fc}, {0x1f7e0, 0x1f7eb}, {0x1f90c, 0x1f93a}, {0x1f93c, 0x1f945},
-    {0x1f947, 0x1f9ff}, {0x1fa70, 0x1faff}, {0x20000, 0x2fffd}, {0x30000, 0x3fffd},
-};
 
 }  // namespace
 
 int LineEditor::code_point_width(char32_t c) {
-  if (c < 0x300) return 1;
-  if (in(kZeroWidth, std::size(kZeroWidth), c)) return 0;
-  return in(kWide, std::size(kWide), c) ? 2 : 1;
+  if (c == '\t') return 1;  // shown as one space
+  // Hangul's medial and final jamo join the initial before them into one syllable's cell.
+  if ((c >= 0x1160 && c <= 0x11ff) || (c >= 0xd7b0 && c <= 0xd7ff)) return 0;
+  // Unicode's East Asian widths and marks (utf8proc, as the tokenizer's text rules): 0 for
+  // combining and enclosing marks, 2 for wide characters.
+  return utf8proc_charwidth(static_cast<utf8proc_int32_t>(c));
 }
 
 void LineEditor::start() {
@@ -100,7 +66,7 @@ void LineEditor::start() {
 
 std::string LineEditor::take_line() {
   std::string line = std::move(text_);
-  if (!line.empty() && (history_.empty() || history_.back() != line)) {
+  if (!blank(line) && (history_.empty() || history_.back() != line)) {
     history_.push_back(line);
     if (history_.size() > kMaxHistory) history_.erase(history_.begin());
   }
@@ -109,6 +75,23 @@ std::string LineEditor::take_line() {
 }
 
 LineEditor::Key LineEditor::feed(unsigned char byte) {
+  const Key key = take(byte);
+  // Every edit is at the cursor: with the shown part starting at or before it, text put in
+  // or taken out never moves that start off a character's first byte.
+  first_shown_ = std::min(first_shown_, cursor_);
+  return key;
+}
+
+LineEditor::Key LineEditor::take(unsigned char byte) {
+  // A CR LF pair (a pasted Windows line) ends one line, not two.
+  const bool after_cr = after_cr_;
+  after_cr_ = byte == '\r';
+  if (byte == '\n' && after_cr) return Key::kEdited;
+  // A control key or Backspace inside an escape sequence (Enter after a lone Esc, or after
+  // half an arrow's sequence typed during an answer) ends the sequence and counts itself.
+  // (Esc then Backspace is Alt-Backspace.)
+  const bool alt_backspace = escape_.size() == 1 && (byte == 0x7f || byte == 0x08);
+  if (!escape_.empty() && !alt_backspace && ((byte < 0x20 && byte != 0x1b) || byte == 0x7f)) escape_.clear();
   if (!escape_.empty()) {
     if (escape_.size() == 1) {
       if (byte == 0x1b) return Key::kEdited;  // ESC ESC: the first one stood alone
@@ -134,8 +117,10 @@ LineEditor::Key LineEditor::feed(unsigned char byte) {
       if (utf8_.size() < sequence_length(static_cast<unsigned char>(utf8_[0]))) return Key::kEdited;
       const Decoded character = decode(utf8_, 0);
       static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+      // C1 controls (U+0080-U+009F) are no text either: a terminal may act on them.
       const bool valid = character.code_point >= kLeast[utf8_.size()] && character.code_point <= 0x10ffff &&
-                         (character.code_point < 0xd800 || character.code_point > 0xdfff);
+                         (character.code_point < 0xd800 || character.code_point > 0xdfff) &&
+                         (character.code_point < 0x80 || character.code_point > 0x9f);
       if (valid) insert(utf8_);
       utf8_.clear();
       return Key::kEdited;
@@ -385,6 +370,25 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     out += "\x1b[";
     out += std::to_string(shown - before_cursor);
     out += 'D';
+  }
+  return out;
+}
+
+std::string terminal_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      out += "^[";
+      out += static_cast<char>(static_cast<unsigned char>(text[++i]) - 0x40);
+    } else if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7f) {
+      out += '^';
+      out += static_cast<char>(byte ^ 0x40);
+    } else {
+      out += static_cast<char>(byte);
+    }
   }
   return out;
 }

@@ -35,7 +35,7 @@ class LineEditor {
   // kept until it is whole.
   Key feed(unsigned char byte);
 
-  // The finished line (after kLine), added to the history when it is not empty and not the
+  // The finished line (after kLine), added to the history when it is not blank and not the
   // same as the newest entry.
   std::string take_line();
 
@@ -49,10 +49,12 @@ class LineEditor {
   const std::vector<std::string>& history() const { return history_; }
 
   // Columns a code point takes in a terminal: 0 for combining marks and zero-width ones, 2
-  // for East Asian wide and fullwidth characters and emoji, 1 otherwise.
+  // for East Asian wide and fullwidth characters and emoji, 1 otherwise (a tab: 1, it is
+  // shown as a space).
   static int code_point_width(char32_t c);
 
  private:
+  Key take(unsigned char byte);
   Key key(unsigned char byte);
   Key escape_sequence(std::string_view sequence);
   void insert(std::string_view bytes);
@@ -66,10 +68,17 @@ class LineEditor {
   size_t cursor_ = 0;
   std::string escape_;  // an escape sequence being received
   std::string utf8_;    // a UTF-8 character being received
+  bool after_cr_ = false;  // the byte before was a CR: a LF now completes a CR LF pair
   std::vector<std::string> history_;
   size_t recalled_ = 0;      // history_.size(): the line being typed, not a recalled one
   std::string typed_;        // the line being typed while an older one is shown
   size_t first_shown_ = 0;   // the byte where the shown part of a wide line starts
 };
+
+// A model's text for a terminal: control characters other than newline and tab (escape
+// sequences that would move the cursor, retitle the window, write the clipboard) in caret
+// notation, as `cat -v` shows them: ESC as ^[, DEL as ^?, a C1 control as ^[ and its 7-bit
+// letter. `text` is whole UTF-8 characters (a stream decoder's pieces).
+std::string terminal_text(std::string_view text);
 
 }  // namespace qwenrt
