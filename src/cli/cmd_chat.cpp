@@ -42,6 +42,13 @@ std::atomic<bool> g_keys_mode{false};
 termios g_started_mode{}, g_edit_mode{};
 int g_wake[2] = {-1, -1};
 
+// Bracketed paste: while a line is edited the terminal marks what is pasted, so a pasted
+// block of lines is one message (terminals without it ignore this).
+void paste_marks(bool on) {
+  const char* sequence = on ? "\x1b[?2004h" : "\x1b[?2004l";
+  [[maybe_unused]] const ssize_t written = write(STDOUT_FILENO, sequence, std::strlen(sequence));
+}
+
 void wake_prompt() {
   if (g_wake[1] >= 0) {
     [[maybe_unused]] const ssize_t written = write(g_wake[1], "!", 1);  // a full pipe wakes the prompt already
@@ -59,7 +66,10 @@ extern "C" void on_sigint(int) {
 // program stops as it would have; when it is continued, editing's mode returns (on_sigcont).
 extern "C" void on_sigtstp(int) {
   const int saved = errno;
-  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  if (g_keys_mode.load()) {
+    paste_marks(false);
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  }
   struct sigaction stop {};
   stop.sa_handler = SIG_DFL;
   sigemptyset(&stop.sa_mask);
@@ -73,7 +83,10 @@ extern "C" void on_sigtstp(int) {
   sigaction(SIGTSTP, &ours, nullptr);
   // Continued, or never stopped (the kernel does not stop an orphaned process group):
   // editing's mode back either way, and the line drawn again.
-  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+  if (g_keys_mode.load()) {
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+    paste_marks(true);
+  }
   g_redraw.store(true);
   wake_prompt();
   errno = saved;
@@ -82,7 +95,10 @@ extern "C" void on_sigtstp(int) {
 // SIGTERM, SIGHUP or Ctrl-\\ while a line is edited: the terminal gets its own mode back,
 // then the signal ends the program as it would have.
 extern "C" void on_ending_signal(int signal_number) {
-  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  if (g_keys_mode.load()) {
+    paste_marks(false);
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  }
   struct sigaction end {};
   end.sa_handler = SIG_DFL;
   sigemptyset(&end.sa_mask);
@@ -96,7 +112,10 @@ extern "C" void on_ending_signal(int signal_number) {
 
 extern "C" void on_sigcont(int) {
   const int saved = errno;
-  if (g_keys_mode.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+  if (g_keys_mode.load()) {
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
+    paste_marks(true);
+  }
   g_redraw.store(true);
   wake_prompt();
   errno = saved;
@@ -144,6 +163,8 @@ class KeysMode {
   ~KeysMode() {
     if (!active_) return;
     g_keys_mode.store(false);
+    std::fflush(stdout);
+    paste_marks(false);
     tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
   }
   KeysMode(const KeysMode&) = delete;
@@ -226,6 +247,7 @@ class TerminalLines {
   PromptInput edited(const std::string& prompt, std::string& line) {
     editor_.start();
     show(editor_.render(prompt, columns(), /*first=*/true));
+    paste_marks(true);  // after the prompt; KeysMode turns them off
     while (true) {
       if (pending_.empty()) {
         const Wait wait = wait_for_input();
@@ -317,8 +339,9 @@ const char* kHelp =
     "          /stats (speed and context of the last answer), /exit (or Ctrl-D)\n"
     "Editing the line: Left/Right, Home/End (Ctrl-A/Ctrl-E), Alt-B/Alt-F or Ctrl-Left/Right by\n"
     "words, Up/Down (Ctrl-P/Ctrl-N) for earlier messages, Backspace, Delete, Ctrl-K/Ctrl-U (to\n"
-    "the end/start), Ctrl-W (the word before), Ctrl-L (clear the screen). With TERM=dumb the\n"
-    "terminal's own line mode is used.\n"
+    "the end/start), Ctrl-W (the word before), Ctrl-L (clear the screen). A message of several\n"
+    "lines: paste it (one message, its line ends shown as \u23ce), or end a line with \\ to go on.\n"
+    "With TERM=dumb the terminal's own line mode is used (a line a message).\n"
     "Earlier turns stay in the KV cache, so only each new message is prefilled. When the\n"
     "conversation outgrows --max-context, its oldest turns are dropped so the answer keeps\n"
     "room (the smaller of -n and a quarter of the context).\n";

@@ -37,16 +37,16 @@ size_t sequence_length(unsigned char lead) {
   return 0;
 }
 
-bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == 0x3000; }
+bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 0x3000; }
 
 bool blank(const std::string& text) {
-  return text.find_first_not_of(" \t") == std::string::npos;
+  return text.find_first_not_of(" \t\n") == std::string::npos;
 }
 
 }  // namespace
 
 int LineEditor::code_point_width(char32_t c) {
-  if (c == '\t') return 1;  // shown as one space
+  if (c == '\t' || c == '\n') return 1;  // shown as a space, and as ⏎
   // Hangul's medial and final jamo join the initial before them into one syllable's cell.
   if ((c >= 0x1160 && c <= 0x11ff) || (c >= 0xd7b0 && c <= 0xd7ff)) return 0;
   // Unicode's East Asian widths and marks (utf8proc, as the tokenizer's text rules): 0 for
@@ -62,6 +62,7 @@ void LineEditor::start() {
   recalled_ = history_.size();
   typed_.clear();
   first_shown_ = 0;
+  pasting_ = false;
 }
 
 std::string LineEditor::take_line() {
@@ -87,6 +88,11 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
   const bool after_cr = after_cr_;
   after_cr_ = byte == '\r';
   if (byte == '\n' && after_cr) return Key::kEdited;
+  // Inside a bracketed paste a line end is text: a pasted block is one message.
+  if (pasting_ && escape_.empty() && (byte == '\r' || byte == '\n')) {
+    insert_byte('\n');
+    return Key::kEdited;
+  }
   // A control key or Backspace inside an escape sequence (Enter after a lone Esc, or after
   // half an arrow's sequence typed during an answer) ends the sequence and counts itself.
   // (Esc then Backspace is Alt-Backspace.)
@@ -138,6 +144,11 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
   switch (byte) {
     case '\r':
     case '\n':
+      // A backslash at the end continues the message on a new line.
+      if (!text_.empty() && text_.back() == '\\' && cursor_ == text_.size()) {
+        text_.back() = '\n';
+        return Key::kEdited;
+      }
       return Key::kLine;
     case 0x01:  // Ctrl-A
       cursor_ = 0;
@@ -188,10 +199,7 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
       break;
     default:
       // A tab is text (shown as a space); other control keys mean nothing here.
-      if (byte >= 0x20 || byte == '\t') {
-        text_.insert(text_.begin() + static_cast<std::ptrdiff_t>(cursor_), static_cast<char>(byte));
-        ++cursor_;
-      }
+      if (byte >= 0x20 || byte == '\t') insert_byte(static_cast<char>(byte));
       break;
   }
   return Key::kEdited;
@@ -206,6 +214,8 @@ LineEditor::Key LineEditor::escape_sequence(std::string_view sequence) {
   const bool modified = csi && sequence.find(';') != std::string_view::npos;
   if (csi && last == '~') {
     const std::string_view number = sequence.substr(2, sequence.find_first_of(";~") - 2);
+    if (number == "200") pasting_ = true;  // a paste begins (bracketed paste mode)
+    if (number == "201") pasting_ = false;
     if (number == "1" || number == "7") cursor_ = 0;
     if (number == "4" || number == "8") cursor_ = text_.size();
     if (number == "3") text_.erase(cursor_, next_stop(cursor_) - cursor_);
@@ -232,7 +242,7 @@ LineEditor::Key LineEditor::escape_sequence(std::string_view sequence) {
         cursor_ = text_.size();
         break;
       default:
-        break;  // keys with no meaning here (F1, Insert, a paste's brackets): swallowed
+        break;  // keys with no meaning here (F1, Insert): swallowed
     }
     return Key::kEdited;
   }
@@ -259,6 +269,11 @@ LineEditor::Key LineEditor::escape_sequence(std::string_view sequence) {
     }
   }
   return Key::kEdited;
+}
+
+void LineEditor::insert_byte(char byte) {
+  text_.insert(text_.begin() + static_cast<std::ptrdiff_t>(cursor_), byte);
+  ++cursor_;
 }
 
 void LineEditor::insert(std::string_view bytes) {
@@ -359,6 +374,8 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     if (shown + width > room) break;
     if (text_[at] == '\t') {
       out += ' ';
+    } else if (text_[at] == '\n') {
+      out += "\u23ce";  // ⏎, one column
     } else {
       out.append(text_, at, next - at);
     }

@@ -9,7 +9,9 @@
 // Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Up/Down
 // and Ctrl-P/Ctrl-N (earlier lines), Ctrl-L (clear the screen), Enter (the line is done),
 // Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
-// Lines too wide for the terminal scroll sideways around the cursor.
+// Lines too wide for the terminal scroll sideways around the cursor. A message of several
+// lines: pasted with the terminal's bracketed paste (ESC[200~ … ESC[201~, whose line ends
+// are text), or typed with a backslash before Enter; its line ends are shown as ⏎.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +60,7 @@ class LineEditor {
   Key key(unsigned char byte);
   Key escape_sequence(std::string_view sequence);
   void insert(std::string_view bytes);
+  void insert_byte(char byte);
   size_t previous_stop(size_t at) const;  // the start of the character before `at`
   size_t next_stop(size_t at) const;      // the end of the character at `at`
   size_t previous_word(size_t at) const;
@@ -69,6 +72,7 @@ class LineEditor {
   std::string escape_;  // an escape sequence being received
   std::string utf8_;    // a UTF-8 character being received
   bool after_cr_ = false;  // the byte before was a CR: a LF now completes a CR LF pair
+  bool pasting_ = false;   // between a bracketed paste's ESC[200~ and ESC[201~
   std::vector<std::string> history_;
   size_t recalled_ = 0;      // history_.size(): the line being typed, not a recalled one
   std::string typed_;        // the line being typed while an older one is shown

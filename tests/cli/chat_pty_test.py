@@ -184,6 +184,7 @@ def main():
         left, up, delete = b"\x1b[D", b"\x1b[A", b"\x1b[3~"
         term = Terminal(argv, term="xterm-256color")
         term.read_until(b"\n> ")
+        term.read_until(b"\x1b[?2004h")  # pastes marked while a line is edited
         term.send(b"/sytem be brief" + left * 12 + b"s\r")
         assert b"system prompt set" in term.read_until(b"\n> ")
         term.send(up + b"\x7f" * 5 + b"kind\r")  # Up: "/system be brief"; Backspace x5
@@ -220,6 +221,12 @@ def main():
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted
         term.read_until(b"\n> ")
+        # A bracketed paste of two lines is one message; so is a line ended with a backslash.
+        term.send(b"\x1b[200~/foo\r\nbar\x1b[201~\r")
+        pasted = term.read_until(b"\n> ")
+        assert b"unknown command /foo\r\nbar;" in pasted, pasted
+        term.send(b"/foo\\\rbaz\r")
+        assert b"unknown command /foo\r\nbaz;" in term.read_until(b"\n> ")
         # Ctrl-C during an answer also drops the lines pasted behind it: /reset is not run.
         term.send(b"Tell me a long story\r/reset\r")
         term.read_until(b"Tell me a long story")
@@ -246,7 +253,8 @@ def main():
         term = Terminal(argv, term="dumb")
         term.read_until(b"\n> ")
         term.send(b"/resex\x7ft\r")
-        assert b"cleared" in term.read_until(b"\n> ")
+        dumb = term.read_until(b"\n> ")
+        assert b"cleared" in dumb and b"\x1b" not in dumb, dumb
         term.send(b"/exit\r")
         assert term.wait() == 0
         # 5. Piped stdin: answers only, one per line of input.

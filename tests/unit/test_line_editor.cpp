@@ -206,6 +206,23 @@ TEST(LineEditor, TextPutBeforeTheShownPartKeepsItWhole) {
   EXPECT_EQ(shown.find("\xa9" "\xa9"), std::string::npos);  // no stray continuation byte
 }
 
+// A bracketed paste's line ends are text: the block is one message. A backslash before
+// Enter continues the message on a new line. Line ends are shown as ⏎, one column.
+TEST(LineEditor, MessagesOfSeveralLines) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "\x1b[200~def f():\r\n\treturn 1\nend\x1b[201~\r").lines,
+            (std::vector<std::string>{"def f():\n\treturn 1\nend"}));
+  EXPECT_EQ(type(editor, "first\\\rsecond\r").lines, (std::vector<std::string>{"first\nsecond"}));
+  EXPECT_EQ(type(editor, "a\\b" "\x1b[D\r").lines, (std::vector<std::string>{"a\\b"}));  // only at the end
+  type(editor, "\x1b[200~x\ny\x1b[201~");
+  EXPECT_EQ(editor.render("> ", 80), "\r> x\u23cey\x1b[K");
+  type(editor, "\r");
+  // A paste cut short (Ctrl-C) does not leave the next line pasting.
+  type(editor, "\x1b[200~half");
+  editor.start();
+  EXPECT_EQ(type(editor, "a\rb\r").lines, (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(LineEditor, Widths) {
   EXPECT_EQ(LineEditor::code_point_width(U'a'), 1);
   EXPECT_EQ(LineEditor::code_point_width(U'é'), 1);
