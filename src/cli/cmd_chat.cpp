@@ -92,7 +92,7 @@ extern "C" void on_sigtstp(int) {
   errno = saved;
 }
 
-// SIGTERM, SIGHUP or Ctrl-\\ while a line is edited: the terminal gets its own mode back,
+// SIGTERM, SIGHUP or SIGQUIT (Ctrl-\) while a line is edited: the terminal gets its mode back,
 // then the signal ends the program as it would have.
 extern "C" void on_ending_signal(int signal_number) {
   if (g_keys_mode.load()) {
@@ -186,8 +186,6 @@ class TerminalLines {
     edit_ = term == nullptr || std::strcmp(term, "dumb") != 0;
   }
 
-  // Shows `prompt` and returns a line, Ctrl-C (which drops what was typed), or the end of
-  // input (Ctrl-D on an empty line, or the terminal gone).
   // Forgets what was read and not used (the rest of a paste), and what the terminal holds
   // unread: after Ctrl-C stopped an answer, the lines queued behind it are not sent.
   void drop_unread() {
@@ -195,6 +193,8 @@ class TerminalLines {
     tcflush(STDIN_FILENO, TCIFLUSH);
   }
 
+  // Shows `prompt` and returns a line, Ctrl-C (which drops what was typed), or the end of
+  // input (Ctrl-D on an empty line, or the terminal gone).
   PromptInput next(const std::string& prompt, std::string& line) {
     if (edit_) {
       KeysMode keys;
@@ -277,9 +277,9 @@ class TerminalLines {
         }
         pending_.erase(0, used);
         if (key == LineEditor::Key::kEnd) return PromptInput::kEnd;
-        // The whole line stays on the screen, wrapped by the terminal as the answer is.
-        const std::string text = editor_.text();
-        show("\r" + prompt + text + "\x1b[K\n");
+        // The whole message stays on the screen, its lines and wraps the terminal's, over
+        // the row the editor drew.
+        show("\r\x1b[K" + prompt + editor_.text() + "\n");
         line = editor_.take_line();
         return PromptInput::kLine;
       }
@@ -391,7 +391,7 @@ class ChatSession {
       } else if (!std::getline(std::cin, line)) {
         return finish();  // the end of piped input
       }
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;  // nothing to send
+      if (line.find_first_not_of(" \t\n") == std::string::npos) continue;  // nothing to send
       if (line[0] == '/') {
         if (!command(line)) return finish();
         continue;

@@ -189,7 +189,7 @@ def main():
         assert b"system prompt set" in term.read_until(b"\n> ")
         term.send(up + b"\x7f" * 5 + b"kind\r")  # Up: "/system be brief"; Backspace x5
         echoed = term.read_until(b"\n> ")
-        assert b"> /system be kind\x1b[K\r\n" in echoed and b"system prompt set" in echoed, echoed
+        assert b"\r\x1b[K> /system be kind\r\n" in echoed and b"system prompt set" in echoed, echoed
         term.send(b"hello there /reset\x01\x1bd\x1bd" + delete + b"\r")  # Ctrl-A, Alt-D twice, Delete
         assert b"cleared" in term.read_until(b"\n> ")
         term.send(b"/sats" + left * 3 + b"t\x05 now\x17\r")  # "/stats"; Ctrl-E, " now", Ctrl-W: "/stats "
