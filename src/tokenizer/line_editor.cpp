@@ -22,8 +22,12 @@ Decoded decode(const std::string& text, size_t at) {
   size_t length = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
   if (lead >= 0x80 && lead < 0xc0) length = 1;
   if (at + length > text.size()) return {0xfffd, 1};
-  char32_t value = length == 1 ? lead : length == 2 ? (lead & 0x1f) : length == 3 ? (lead & 0x0f) : (lead & 0x07);
-  for (size_t i = 1; i < length; ++i) value = (value << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3f);
+  char32_t value = length == 1   ? lead
+                   : length == 2 ? (lead & 0x1f)
+                   : length == 3 ? (lead & 0x0f)
+                                 : (lead & 0x07);
+  for (size_t i = 1; i < length; ++i)
+    value = (value << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3f);
   return {value, length};
 }
 
@@ -37,7 +41,9 @@ size_t sequence_length(unsigned char lead) {
   return 0;
 }
 
-bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 0x3000; }
+bool is_space(char32_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == 0x3000;
+}
 
 bool blank(const std::string& text) {
   return text.find_first_not_of(" \t\n") == std::string::npos;
@@ -97,7 +103,8 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
   // half an arrow's sequence typed during an answer) ends the sequence and counts itself.
   // (Esc then Backspace is Alt-Backspace.)
   const bool alt_backspace = escape_.size() == 1 && (byte == 0x7f || byte == 0x08);
-  if (!escape_.empty() && !alt_backspace && ((byte < 0x20 && byte != 0x1b) || byte == 0x7f)) escape_.clear();
+  if (!escape_.empty() && !alt_backspace && ((byte < 0x20 && byte != 0x1b) || byte == 0x7f))
+    escape_.clear();
   if (!escape_.empty()) {
     if (escape_.size() == 1) {
       if (byte == 0x1b) return Key::kEdited;  // ESC ESC: the first one stood alone
@@ -124,7 +131,8 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
       const Decoded character = decode(utf8_, 0);
       static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
       // C1 controls (U+0080-U+009F) are no text either: a terminal may act on them.
-      const bool valid = character.code_point >= kLeast[utf8_.size()] && character.code_point <= 0x10ffff &&
+      const bool valid = character.code_point >= kLeast[utf8_.size()] &&
+                         character.code_point <= 0x10ffff &&
                          (character.code_point < 0xd800 || character.code_point > 0xdfff) &&
                          (character.code_point < 0x80 || character.code_point > 0x9f);
       if (valid) insert(utf8_);
@@ -166,7 +174,7 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
       if (text_.empty()) return Key::kEnd;
       text_.erase(cursor_, next_stop(cursor_) - cursor_);
       break;
-    case 0x08:  // Ctrl-H
+    case 0x08:    // Ctrl-H
     case 0x7f: {  // Backspace
       const size_t from = previous_stop(cursor_);
       text_.erase(from, cursor_ - from);

@@ -69,14 +69,14 @@ class LineEditor {
 
   std::string text_;
   size_t cursor_ = 0;
-  std::string escape_;  // an escape sequence being received
-  std::string utf8_;    // a UTF-8 character being received
+  std::string escape_;     // an escape sequence being received
+  std::string utf8_;       // a UTF-8 character being received
   bool after_cr_ = false;  // the byte before was a CR: a LF now completes a CR LF pair
   bool pasting_ = false;   // between a bracketed paste's ESC[200~ and ESC[201~
   std::vector<std::string> history_;
-  size_t recalled_ = 0;      // history_.size(): the line being typed, not a recalled one
-  std::string typed_;        // the line being typed while an older one is shown
-  size_t first_shown_ = 0;   // the byte where the shown part of a wide line starts
+  size_t recalled_ = 0;     // history_.size(): the line being typed, not a recalled one
+  std::string typed_;       // the line being typed while an older one is shown
+  size_t first_shown_ = 0;  // the byte where the shown part of a wide line starts
 };
 
 // A model's text for a terminal: control characters other than newline and tab (escape
