@@ -96,6 +96,7 @@ extern "C" void on_sigtstp(int) {
 // then the signal ends the program as it would have.
 extern "C" void on_ending_signal(int signal_number) {
   if (g_keys_mode.load()) {
+    [[maybe_unused]] const ssize_t written = write(STDOUT_FILENO, "\r\n", 2);  // the shell's prompt on a row of its own
     paste_marks(false);
     tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
   }
@@ -244,18 +245,34 @@ class TerminalLines {
     }
   }
 
+  // Ctrl-C at the prompt: ^C after the line's text, on a row of its own where the row is
+  // full; the line, the unread input and the rest of a paste it cut are dropped.
+  PromptInput interrupted(const std::string& prompt) {
+    const int width = columns();
+    editor_.feed(0x05);  // to the line's end, so ^C does not cover the text
+    std::string shown = editor_.render(prompt, width);
+    shown += editor_.cursor_column() + 2 >= width ? "\n^C\n" : "^C\n";
+    show(shown);
+    editor_.interrupt();
+    char drained[64];
+    while (read(g_wake[0], drained, sizeof drained) > 0) {
+    }
+    tcflush(STDIN_FILENO, TCIFLUSH);
+    pending_.clear();
+    return PromptInput::kInterrupted;
+  }
+
   PromptInput edited(const std::string& prompt, std::string& line) {
     editor_.start();
     show(editor_.render(prompt, columns(), /*first=*/true));
     paste_marks(true);  // after the prompt; KeysMode turns them off
     while (true) {
+      // A Ctrl-C that came while keys already read were being used (one read of "abc",
+      // Ctrl-C, "def", Enter): the line goes, and the answer does not start stopped.
+      if (g_interrupted.load()) return interrupted(prompt);
       if (pending_.empty()) {
         const Wait wait = wait_for_input();
-        if (wait == Wait::kInterrupted) {
-          editor_.feed(0x05);  // to the line's end, so ^C does not cover the text
-          show(editor_.render(prompt, columns()) + "^C\n");
-          return PromptInput::kInterrupted;
-        }
+        if (wait == Wait::kInterrupted) return interrupted(prompt);
         if (wait == Wait::kRedraw) {
           show(editor_.render(prompt, columns()));
           continue;
@@ -276,6 +293,7 @@ class TerminalLines {
           continue;
         }
         pending_.erase(0, used);
+        if (g_interrupted.load()) return interrupted(prompt);
         if (key == LineEditor::Key::kEnd) return PromptInput::kEnd;
         // The whole message stays on the screen, its lines and wraps the terminal's, over
         // the row the editor drew.

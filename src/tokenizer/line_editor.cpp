@@ -94,11 +94,7 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
   const bool after_cr = after_cr_;
   after_cr_ = byte == '\r';
   if (byte == '\n' && after_cr) return Key::kEdited;
-  // Inside a bracketed paste a line end is text: a pasted block is one message.
-  if (pasting_ && escape_.empty() && (byte == '\r' || byte == '\n')) {
-    insert_byte('\n');
-    return Key::kEdited;
-  }
+  if (pasting_ || discarding_) return pasted(byte);
   // A control key or Backspace inside an escape sequence (Enter after a lone Esc, or after
   // half an arrow's sequence typed during an answer) ends the sequence and counts itself.
   // (Esc then Backspace is Alt-Backspace.)
@@ -124,10 +120,42 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
     sequence.swap(escape_);
     return escape_sequence(sequence);
   }
+  if (utf8_byte(byte)) return Key::kEdited;
+  return key(byte);
+}
+
+// Inside a bracketed paste everything is text: a line end is a newline of the message, a
+// tab a tab; other control bytes and escape sequences are dropped, never run as keys (a
+// pasted Ctrl-D, Ctrl-U or arrow). Only the paste's end, ESC[201~, means something.
+LineEditor::Key LineEditor::pasted(unsigned char byte) {
+  static constexpr std::string_view kEnd = "\x1b[201~";
+  if (byte == 0x1b || !escape_.empty()) {
+    if (byte == 0x1b) escape_.clear();
+    escape_ += static_cast<char>(byte);
+    if (escape_ == kEnd) {
+      escape_.clear();
+      pasting_ = discarding_ = false;
+    } else if (!kEnd.starts_with(escape_)) {
+      escape_.clear();
+    }
+    utf8_.clear();
+    return Key::kEdited;
+  }
+  if (discarding_) return Key::kEdited;
+  if (utf8_byte(byte)) return Key::kEdited;
+  if (byte == '\r' || byte == '\n') {
+    insert_byte('\n');
+  } else if (byte == '\t' || (byte >= 0x20 && byte != 0x7f)) {
+    insert_byte(static_cast<char>(byte));
+  }
+  return Key::kEdited;
+}
+
+bool LineEditor::utf8_byte(unsigned char byte) {
   if (!utf8_.empty()) {
     if ((byte & 0xc0) == 0x80) {
       utf8_ += static_cast<char>(byte);
-      if (utf8_.size() < sequence_length(static_cast<unsigned char>(utf8_[0]))) return Key::kEdited;
+      if (utf8_.size() < sequence_length(static_cast<unsigned char>(utf8_[0]))) return true;
       const Decoded character = decode(utf8_, 0);
       static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
       // C1 controls (U+0080-U+009F) are no text either: a terminal may act on them.
@@ -137,15 +165,21 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
                          (character.code_point < 0x80 || character.code_point > 0x9f);
       if (valid) insert(utf8_);
       utf8_.clear();
-      return Key::kEdited;
+      return true;
     }
     utf8_.clear();  // a broken character is dropped; this byte is read afresh
   }
   if (byte >= 0x80) {
     if (sequence_length(byte) != 0) utf8_ = static_cast<char>(byte);
-    return Key::kEdited;
+    return true;
   }
-  return key(byte);
+  return false;
+}
+
+void LineEditor::interrupt() {
+  const bool was_pasting = pasting_;
+  start();
+  discarding_ = was_pasting;
 }
 
 LineEditor::Key LineEditor::key(unsigned char byte) {
@@ -391,6 +425,7 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     at = next;
   }
   out += "\x1b[K";
+  cursor_column_ = prompt_width + before_cursor;
   if (shown > before_cursor) {
     out += "\x1b[";
     out += std::to_string(shown - before_cursor);

@@ -33,6 +33,10 @@ class LineEditor {
   // Starts a new line (the last line's text, cursor and pending bytes gone; history kept).
   void start();
 
+  // Ctrl-C: the line is dropped as start() drops it, and so is the rest of a paste it cut
+  // short (up to the paste's end), which must not arrive as typed keys.
+  void interrupt();
+
   // One byte from the terminal. Bytes of an escape sequence or of a UTF-8 character are
   // kept until it is whole.
   Key feed(unsigned char byte);
@@ -47,7 +51,8 @@ class LineEditor {
   std::string render(std::string_view prompt, int columns, bool first = false);
 
   const std::string& text() const { return text_; }
-  size_t cursor() const { return cursor_; }  // a byte offset into text()
+  int cursor_column() const { return cursor_column_; }  // where the last render left it
+  size_t cursor() const { return cursor_; }             // a byte offset into text()
   const std::vector<std::string>& history() const { return history_; }
 
   // Columns a code point takes in a terminal: 0 for combining marks and zero-width ones, 2
@@ -57,6 +62,8 @@ class LineEditor {
 
  private:
   Key take(unsigned char byte);
+  Key pasted(unsigned char byte);
+  bool utf8_byte(unsigned char byte);  // true when it was part of a UTF-8 character
   Key key(unsigned char byte);
   Key escape_sequence(std::string_view sequence);
   void insert(std::string_view bytes);
@@ -69,14 +76,16 @@ class LineEditor {
 
   std::string text_;
   size_t cursor_ = 0;
-  std::string escape_;     // an escape sequence being received
-  std::string utf8_;       // a UTF-8 character being received
-  bool after_cr_ = false;  // the byte before was a CR: a LF now completes a CR LF pair
-  bool pasting_ = false;   // between a bracketed paste's ESC[200~ and ESC[201~
+  std::string escape_;       // an escape sequence being received
+  std::string utf8_;         // a UTF-8 character being received
+  bool after_cr_ = false;    // the byte before was a CR: a LF now completes a CR LF pair
+  bool pasting_ = false;     // between a bracketed paste's ESC[200~ and ESC[201~
+  bool discarding_ = false;  // the rest of a paste cut short by Ctrl-C
   std::vector<std::string> history_;
   size_t recalled_ = 0;     // history_.size(): the line being typed, not a recalled one
   std::string typed_;       // the line being typed while an older one is shown
   size_t first_shown_ = 0;  // the byte where the shown part of a wide line starts
+  int cursor_column_ = 0;
 };
 
 // A model's text for a terminal: control characters other than newline and tab (escape

@@ -221,12 +221,22 @@ def main():
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted
         term.read_until(b"\n> ")
+        # Keys, Ctrl-C, more keys and Enter in one read: the Ctrl-C drops the line at the
+        # prompt (no answer starts stopped).
+        term.send(b"abc\x03def\r")
+        dropped = term.read_until(b"\n> ")
+        term.send(b"/stats\r")
+        dropped += term.read_until(b"\n> ")
+        assert b"^C" in dropped and b"/exit" in dropped and b"stopped" not in dropped, dropped
         # A bracketed paste of two lines is one message; so is a line ended with a backslash.
         term.send(b"\x1b[200~/foo\r\nbar\x1b[201~\r")
         pasted = term.read_until(b"\n> ")
         assert b"unknown command /foo\r\nbar;" in pasted, pasted
         term.send(b"/foo\\\rbaz\r")
         assert b"unknown command /foo\r\nbaz;" in term.read_until(b"\n> ")
+        # A pasted Ctrl-D is text (dropped), not the end of input.
+        term.send(b"\x1b[200~\x04\x1b[201~/foo\r")
+        assert b"unknown command /foo;" in term.read_until(b"\n> ")
         # Ctrl-C during an answer also drops the lines pasted behind it: /reset is not run.
         term.send(b"Tell me a long story\r/reset\r")
         term.read_until(b"Tell me a long story")

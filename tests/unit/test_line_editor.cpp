@@ -217,10 +217,20 @@ TEST(LineEditor, MessagesOfSeveralLines) {
   type(editor, "\x1b[200~x\ny\x1b[201~");
   EXPECT_EQ(editor.render("> ", 80), "\r> x\u23cey\x1b[K");
   type(editor, "\r");
-  // A paste cut short (Ctrl-C) does not leave the next line pasting.
-  type(editor, "\x1b[200~half");
+  // Inside a paste, control bytes and escape sequences are text or nothing, never keys.
+  type(editor, "h1\r");
+  EXPECT_EQ(type(editor, "/q\x1b[200~keep\x15" "ab\x7f" "c\td\x1b[Ax\x04\x1b[201~\r").lines,
+            (std::vector<std::string>{"/qkeepabc\tdx"}));
+  // A paste cut short by Ctrl-C: its rest, up to the paste's end, is dropped, not typed.
+  type(editor, "\x1b[200~half\rline");
+  editor.interrupt();
+  EXPECT_EQ(editor.text(), "");
   editor.start();
-  EXPECT_EQ(type(editor, "a\rb\r").lines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(type(editor, "baz\r/tail2\r/ta\x1b[201~" "a\rb\r").lines, (std::vector<std::string>{"a", "b"}));
+  // Without a paste in progress, Ctrl-C drops the line only.
+  type(editor, "typed");
+  editor.interrupt();
+  EXPECT_EQ(type(editor, "c\r").lines, (std::vector<std::string>{"c"}));
 }
 
 TEST(LineEditor, Widths) {
