@@ -87,6 +87,14 @@ struct BenchRunDone {
   bool warmup = false;
   int index = 0, of = 0;
   double prompt_tokens_per_s = 0, decode_tokens_per_s = 0;
+
+  // Run `run` (from 0, warm-up runs first) of `warmup` + `repeat`.
+  static BenchRunDone of_run(int run, int warmup, int repeat, double prompt_tokens_per_s,
+                             double decode_tokens_per_s) {
+    const bool warming = run < warmup;
+    return {warming, warming ? run + 1 : run - warmup + 1, warming ? warmup : repeat, prompt_tokens_per_s,
+            decode_tokens_per_s};
+  }
 };
 
 struct BenchOptions {

@@ -62,63 +62,64 @@ extern "C" void on_sigint(int) {
   errno = saved;
 }
 
-// Ctrl-Z while a line is edited: the terminal gets its own mode back for the shell, then the
-// program stops as it would have; when it is continued, editing's mode returns (on_sigcont).
-extern "C" void on_sigtstp(int) {
-  const int saved = errno;
-  if (g_keys_mode.load()) {
-    paste_marks(false);
-    tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
-  }
-  struct sigaction stop {};
-  stop.sa_handler = SIG_DFL;
-  sigemptyset(&stop.sa_mask);
-  struct sigaction ours {};
-  sigaction(SIGTSTP, &stop, &ours);
-  sigset_t tstp;
-  sigemptyset(&tstp);
-  sigaddset(&tstp, SIGTSTP);
-  raise(SIGTSTP);                            // pending: blocked while this handler runs
-  sigprocmask(SIG_UNBLOCK, &tstp, nullptr);  // stops here until continued
-  sigaction(SIGTSTP, &ours, nullptr);
-  // Continued, or never stopped (the kernel does not stop an orphaned process group):
-  // editing's mode back either way, and the line drawn again.
+// The terminal as the shell had it, before a stop or the end (nothing when no line is
+// being edited).
+void shell_mode() {
+  if (!g_keys_mode.load()) return;
+  paste_marks(false);
+  tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+}
+
+// Back from a stop: editing's mode again, and the line drawn again.
+void resume_editing() {
   if (g_keys_mode.load()) {
     tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
     paste_marks(true);
   }
   g_redraw.store(true);
   wake_prompt();
+}
+
+// From inside its handler, the signal's default action now (stop or end); when the process
+// goes on (continued after a stop), the handler is put back.
+void take_default_action(int signal_number) {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  struct sigaction ours {};
+  sigaction(signal_number, &default_action, &ours);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal_number);
+  raise(signal_number);                      // pending: blocked while the handler runs
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);  // taken here
+  sigaction(signal_number, &ours, nullptr);
+}
+
+// Ctrl-Z while a line is edited: the terminal gets its own mode back for the shell, then the
+// program stops as it would have. Continued, or never stopped (the kernel does not stop an
+// orphaned process group): editing goes on either way.
+extern "C" void on_sigtstp(int signal_number) {
+  const int saved = errno;
+  shell_mode();
+  take_default_action(signal_number);
+  resume_editing();
   errno = saved;
 }
 
-// SIGTERM, SIGHUP or SIGQUIT (Ctrl-\) while a line is edited: the terminal gets its mode back,
-// then the signal ends the program as it would have.
+// SIGTERM, SIGHUP or SIGQUIT (Ctrl-\) while a line is edited: the terminal gets its mode
+// back, then the signal ends the program as it would have.
 extern "C" void on_ending_signal(int signal_number) {
   if (g_keys_mode.load()) {
     [[maybe_unused]] const ssize_t written = write(STDOUT_FILENO, "\r\n", 2);  // the shell's prompt on a row of its own
-    paste_marks(false);
-    tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
   }
-  struct sigaction end {};
-  end.sa_handler = SIG_DFL;
-  sigemptyset(&end.sa_mask);
-  sigaction(signal_number, &end, nullptr);
-  sigset_t ending;
-  sigemptyset(&ending);
-  sigaddset(&ending, signal_number);
-  raise(signal_number);
-  sigprocmask(SIG_UNBLOCK, &ending, nullptr);
+  shell_mode();
+  take_default_action(signal_number);
 }
 
 extern "C" void on_sigcont(int) {
   const int saved = errno;
-  if (g_keys_mode.load()) {
-    tcsetattr(STDIN_FILENO, TCSANOW, &g_edit_mode);
-    paste_marks(true);
-  }
-  g_redraw.store(true);
-  wake_prompt();
+  resume_editing();
   errno = saved;
 }
 
@@ -129,12 +130,17 @@ extern "C" void on_sigwinch(int) {
   errno = saved;
 }
 
+// Empties the wake pipe (it is non-blocking).
+void drain_wake() {
+  char bytes[64];
+  while (read(g_wake[0], bytes, sizeof bytes) > 0) {
+  }
+}
+
 // Forgets Ctrl-C pressed before now (the one that stopped an answer, say), and the error it
 // left on stdout if it cut a write short (EINTR: the handler does not restart calls).
 void forget_interrupts() {
-  char buffer[64];
-  while (read(g_wake[0], buffer, sizeof buffer) > 0) {
-  }
+  drain_wake();
   if (g_interrupted.exchange(false)) std::clearerr(stdout);
   g_redraw.store(false);  // the prompt is drawn anew
 }
@@ -228,14 +234,11 @@ class TerminalLines {
         return Wait::kInput;  // the read says what is wrong
       }
       if (fds[1].revents & POLLIN) {
-        char drained[64];
-        while (read(g_wake[0], drained, sizeof drained) > 0) {
-        }
+        drain_wake();
         if (g_interrupted.load()) {
           // A Ctrl-C typed flushes the terminal's unread input; a SIGINT sent from elsewhere
           // does not, and the line it drops must go too.
-          tcflush(STDIN_FILENO, TCIFLUSH);
-          pending_.clear();
+          drop_unread();
           return Wait::kInterrupted;
         }
         if (g_redraw.exchange(false)) return Wait::kRedraw;
@@ -254,11 +257,8 @@ class TerminalLines {
     shown += editor_.cursor_column() + 2 >= width ? "\n^C\n" : "^C\n";
     show(shown);
     editor_.interrupt();
-    char drained[64];
-    while (read(g_wake[0], drained, sizeof drained) > 0) {
-    }
-    tcflush(STDIN_FILENO, TCIFLUSH);
-    pending_.clear();
+    drain_wake();
+    drop_unread();
     return PromptInput::kInterrupted;
   }
 

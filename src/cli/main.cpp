@@ -127,6 +127,22 @@ std::string unknown_option_message(const CLI::App& command, int argc, char** arg
   return "";
 }
 
+// An option that takes a whole number (CLI11 names its type INT or UINT).
+bool integer_option(const CLI::Option& option) {
+  const std::string type = option.get_type_name();
+  return type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
+}
+
+// The length of a leading + or - (0 or 1).
+size_t sign_length(const std::string& text) { return text.find_first_of("+-") == 0 ? 1 : 0; }
+
+// Decimal digits after an optional sign, at least one.
+bool signed_digits(const std::string& text) {
+  const size_t sign = sign_length(text);
+  return text.size() > sign && std::all_of(text.begin() + static_cast<long>(sign), text.end(),
+                                           [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // CLI11 says "Could not convert: --max-context = 99999999999": what failed, not why. An
 // integer option's checks passed (they read the text as a number), so a whole number is past
 // its type and anything else (1.5, 1e3) is no whole number; a flag takes true/false at most.
@@ -139,13 +155,8 @@ std::string conversion_message(const CLI::App* command, const std::string& what)
   const CLI::Option* option = command->get_option_no_throw(name);
   if (option == nullptr) return what;
   if (option->get_items_expected_max() == 0) return name + ": takes no value, or true or false (got " + value + ")";
-  const std::string type = option->get_type_name();
-  if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) return what;
-  const size_t sign = value.find_first_not_of("+-") == 1 ? 1 : 0;
-  const bool whole = value.size() > sign &&
-                     std::all_of(value.begin() + static_cast<long>(sign), value.end(),
-                                 [](char c) { return c >= '0' && c <= '9'; });
-  if (!whole) return name + ": must be a whole number (got " + value + ")";
+  if (!integer_option(*option)) return what;
+  if (!signed_digits(value)) return name + ": must be a whole number (got " + value + ")";
   return name + ": " + (value[0] == '-' ? "too small" : "too large") + " a number (got " + value + ")";
 }
 
@@ -154,16 +165,11 @@ std::string conversion_message(const CLI::App* command, const std::string& what)
 // number (at_least, between) would pass 10 while 8 was used. "0x" and "0b" prefixes stay.
 void read_leading_zeros_as_decimal(CLI::App& command) {
   for (CLI::Option* option : command.get_options()) {
-    const std::string type = option->get_type_name();
-    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) continue;
+    if (!integer_option(*option)) continue;
     option->transform(
         [](std::string text) {
-          const size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-          if (text.size() < sign + 2 || text[sign] != '0') return text;
-          if (!std::all_of(text.begin() + static_cast<long>(sign), text.end(),
-                           [](char c) { return c >= '0' && c <= '9'; })) {
-            return text;
-          }
+          const size_t sign = sign_length(text);
+          if (text.size() < sign + 2 || text[sign] != '0' || !signed_digits(text)) return text;
           const size_t first = std::min(text.find_first_not_of('0', sign), text.size() - 1);
           return text.substr(0, sign) + text.substr(first);
         },

@@ -127,11 +127,10 @@ BatchBenchResult Engine::bench_batch(const BatchBenchOptions& options) {
     const auto decode_end = std::chrono::steady_clock::now();
     device_used_now();
     if (options.on_run) {
-      const bool warmup = run < options.warmup;
-      options.on_run(BenchRunDone{
-          warmup, warmup ? run + 1 : run - options.warmup + 1, warmup ? options.warmup : options.repeat,
+      options.on_run(BenchRunDone::of_run(
+          run, options.warmup, options.repeat,
           static_cast<double>(options.batch) * options.prompt_tokens / seconds_between(prefill_start, decode_start),
-          static_cast<double>(options.batch) * options.gen_tokens / seconds_between(decode_start, decode_end)});
+          static_cast<double>(options.batch) * options.gen_tokens / seconds_between(decode_start, decode_end)));
     }
     if (run >= options.warmup) {
       prefill_times.push_back(seconds_between(prefill_start, decode_start));

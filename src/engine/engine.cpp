@@ -893,10 +893,8 @@ BenchResult Engine::bench(const BenchOptions& options) {
     double decode_time = timer->seconds();
     device_used_now();
     if (options.on_run) {
-      const bool warmup = run < options.warmup;
-      options.on_run(BenchRunDone{warmup, warmup ? run + 1 : run - options.warmup + 1,
-                                  warmup ? options.warmup : options.repeat, options.prompt_tokens / prompt_time,
-                                  options.gen_tokens / decode_time});
+      options.on_run(BenchRunDone::of_run(run, options.warmup, options.repeat, options.prompt_tokens / prompt_time,
+                                          options.gen_tokens / decode_time));
     }
     if (run >= options.warmup) {
       prompt_times.push_back(prompt_time);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "tokenizer/utf8.h"
+
 namespace qwenrt {
 namespace {
 
@@ -15,20 +17,12 @@ struct Decoded {
   size_t length;
 };
 
-// The code point at `at` of valid UTF-8 (what the editor inserts); a stray byte reads as
-// one character.
-Decoded decode(const std::string& text, size_t at) {
-  const auto lead = static_cast<unsigned char>(text[at]);
-  size_t length = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
-  if (lead >= 0x80 && lead < 0xc0) length = 1;
-  if (at + length > text.size()) return {0xfffd, 1};
-  char32_t value = length == 1   ? lead
-                   : length == 2 ? (lead & 0x1f)
-                   : length == 3 ? (lead & 0x0f)
-                                 : (lead & 0x07);
-  for (size_t i = 1; i < length; ++i)
-    value = (value << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3f);
-  return {value, length};
+// The code point at `at` and its length in bytes. The editor's text and prompt are
+// well-formed UTF-8: the editor inserts only characters that are.
+Decoded decode(std::string_view text, size_t at) {
+  size_t next = at;
+  const char32_t code_point = tok::next_code_point(text, next);
+  return {code_point, next - at};
 }
 
 // The byte length of a UTF-8 character from its first byte; 0 for a byte no character
@@ -156,14 +150,11 @@ bool LineEditor::utf8_byte(unsigned char byte) {
     if ((byte & 0xc0) == 0x80) {
       utf8_ += static_cast<char>(byte);
       if (utf8_.size() < sequence_length(static_cast<unsigned char>(utf8_[0]))) return true;
-      const Decoded character = decode(utf8_, 0);
-      static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-      // C1 controls (U+0080-U+009F) are no text either: a terminal may act on them.
-      const bool valid = character.code_point >= kLeast[utf8_.size()] &&
-                         character.code_point <= 0x10ffff &&
-                         (character.code_point < 0xd800 || character.code_point > 0xdfff) &&
-                         (character.code_point < 0x80 || character.code_point > 0x9f);
-      if (valid) insert(utf8_);
+      // Well-formed (no overlong form, surrogate or code point past U+10FFFF), and no C1
+      // control (U+0080-U+009F): a terminal may act on those.
+      if (tok::utf8_valid_prefix(utf8_) == utf8_.size() && decode(utf8_, 0).code_point > 0x9f) {
+        insert(utf8_);
+      }
       utf8_.clear();
       return true;
     }
@@ -381,7 +372,7 @@ void LineEditor::recall(int step) {
 }
 
 std::string LineEditor::render(std::string_view prompt, int columns, bool first) {
-  auto width_of = [](const std::string& text, size_t from, size_t to) {
+  auto width_of = [](std::string_view text, size_t from, size_t to) {
     int width = 0;
     for (size_t at = from; at < to;) {
       const Decoded character = decode(text, at);
@@ -390,11 +381,9 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     }
     return width;
   };
-  const std::string prompt_text(prompt);
-  const int prompt_width = width_of(prompt_text, 0, prompt_text.size());
+  const int prompt_width = width_of(prompt, 0, prompt.size());
   // The last column stays empty: a character there would wrap the cursor to the next row.
   const int room = std::max(1, columns - prompt_width - 1);
-  if (first_shown_ > cursor_ || first_shown_ > text_.size()) first_shown_ = cursor_;
   if (width_of(text_, 0, text_.size()) <= room) first_shown_ = 0;
   // The cursor's cell is shown with the character in it: the text up to that character's
   // end must fit (at the end of the text, up to the cursor: its cell is the spare column).
@@ -408,7 +397,7 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
   const int before_cursor = width_of(text_, first_shown_, cursor_);
   std::string out;
   if (!first) out += '\r';
-  out += prompt_text;
+  out += prompt;
   int shown = 0;
   for (size_t at = first_shown_; at < text_.size();) {
     const size_t next = next_stop(at);
