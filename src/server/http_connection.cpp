@@ -187,7 +187,7 @@ std::string ConnectionStream::peer() const {
   return peer_text(ip, port);
 }
 
-ssize_t ConnectionStream::fill() {
+ssize_t ConnectionStream::fill(bool append) {
   // Within a request the wait ends at its deadline; between requests a read waits as long.
   auto wait = limits_.request_time;
   if (in_request_) {
@@ -203,16 +203,33 @@ ssize_t ConnectionStream::fill() {
     }
     return -1;
   }
+  if (append && begin_ > 0) {  // the unread bytes to the buffer's front, room after them
+    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  const size_t at = append ? end_ : 0;
   for (;;) {
-    const ssize_t got = ::recv(sock_, buffer_.data(), buffer_.size(), 0);
+    const ssize_t got = ::recv(sock_, buffer_.data() + at, buffer_.size() - at, 0);
     if (got >= 0) {
-      begin_ = 0;
-      end_ = static_cast<size_t>(got);
+      begin_ = append ? begin_ : 0;
+      end_ = at + static_cast<size_t>(got);
       peer_ended_ = peer_ended_ || got == 0;
       return got;
     }
     if (errno != EINTR) return -1;
   }
+}
+
+bool ConnectionStream::gather_request_line() {
+  const auto has_newline = [this] {
+    return std::memchr(buffer_.data() + begin_, '\n', end_ - begin_) != nullptr;
+  };
+  // A line longer than the buffer is left to go as it came (httplib refuses it).
+  while (!has_newline() && end_ - begin_ < buffer_.size() && !peer_ended_) {
+    if (fill(true) < 0) return false;
+  }
+  return true;
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
@@ -221,8 +238,13 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     const ssize_t got = fill();
     if (got <= 0) return got;
   }
+  if (in_head_ && head_line_ == 0 && request_line_.empty()) {
+    // Before the request line's first byte goes, the whole line is gathered, so that its
+    // version can be read at its end even when it came in pieces.
+    if (!gather_request_line()) return -1;
+    serve_later_minor_as_1_1();
+  }
   size_t n = std::min(size, end_ - begin_);
-  if (in_head_ && head_line_ == 0 && request_line_.empty()) serve_later_minor_as_1_1();
   if (in_head_) {
     // Count the head up to its blank line ("\r\n\r\n"): past the bound it is refused.
     static constexpr char kEnd[] = "\r\n\r\n";
@@ -281,7 +303,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
 // A request line of a later HTTP/1.x is served as 1.1, the highest this server speaks (RFC
 // 9110 2.5): its minor digit is mended before httplib (which knows 1.0 and 1.1) reads it.
 // httplib reads a head a byte at a time, so this looks ahead once, before the line's first
-// byte goes; a line not yet whole in the buffer then is left to httplib's own 400.
+// byte goes, when the line is whole in the buffer (`gather_request_line`).
 void ConnectionStream::serve_later_minor_as_1_1() {
   const auto first = buffer_.begin() + static_cast<std::ptrdiff_t>(begin_);
   const auto last = buffer_.begin() + static_cast<std::ptrdiff_t>(end_);

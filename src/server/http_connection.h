@@ -101,7 +101,11 @@ class ConnectionStream final : public httplib::Stream {
   bool send_all(std::string_view data);
   // Reads what the socket has into the buffer (it is empty), waiting up to the request's
   // deadline (408 past it): bytes read, 0 at the peer's end, -1 on error or timeout.
-  ssize_t fill();
+  // With `append`, the bytes read go after those unread (moved to the buffer's front).
+  ssize_t fill(bool append = false);
+  // Reads until the buffer holds a whole request line (or is full, or the peer has ended):
+  // false on an error or the request's deadline (refused with 408).
+  bool gather_request_line();
   // Answers the request here with `error` (its status line's `reason`, `extra` header lines)
   // and closes the connection after.
   void refuse(const ApiError& error, const char* reason, const std::string& extra = "");

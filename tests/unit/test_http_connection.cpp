@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "server/http_connection.h"
 
@@ -94,6 +95,41 @@ TEST(ConnectionStream, ALaterMinorVersionIsReadAs11) {
     stream.end_request();
   }
   EXPECT_FALSE(stream.refused());
+}
+
+// The same when the request line comes in pieces, the last one its minor digit and line end.
+TEST(ConnectionStream, ALaterMinorVersionSplitAcrossReadsIsReadAs11) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 2000));
+  pair.send("GET /a HT");
+  std::thread writer([&pair] {
+    for (const char* piece : {"TP/1.", "2", "\r", "\nHost: x\r\n\r\n"}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      pair.send(piece);
+    }
+  });
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  std::string head;
+  const bool whole = read_head(stream, head);
+  writer.join();
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(head, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_FALSE(stream.refused());
+}
+
+// A request line that never ends within the request's time is refused with 408, as a head is.
+TEST(ConnectionStream, ARequestLineThatNeverEndsGets408) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 200));
+  pair.send("GET /a HTTP/1.");
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  std::string head;
+  EXPECT_FALSE(read_head(stream, head));
+  EXPECT_TRUE(head.empty());
+  EXPECT_TRUE(stream.refused());
+  EXPECT_EQ(pair.received().rfind("HTTP/1.1 408 ", 0), 0u);
 }
 
 TEST(ConnectionStream, AResponseItClosesAfterLosesHttplibsKeepAliveLine) {
