@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/random_bits.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -32,6 +35,22 @@
 
 namespace qwenrt::cli {
 namespace {
+
+#ifdef QWENRT_HAVE_HTTP
+// The responses' system_fingerprint: what the answers depend on besides the request and its
+// seed, hashed: this build's version, the device and dtype, and the model's config.json. A
+// client that sees it change knows a seeded request may answer differently.
+std::string system_fingerprint(const std::string& model_dir, const std::string& device, const std::string& dtype) {
+  std::string what = std::string("qwenrt ") + QWENRT_VERSION + '\0' + device + '\0' + dtype + '\0';
+  std::ifstream config(std::filesystem::path(model_dir) / "config.json", std::ios::binary);
+  what.append(std::istreambuf_iterator<char>(config), std::istreambuf_iterator<char>());
+  uint64_t hash = splitmix64(what.size());
+  for (unsigned char c : what) hash = splitmix64(hash ^ c);
+  char text[24];
+  std::snprintf(text, sizeof(text), "fp_%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+#endif
 
 struct ServeArgs {
   ModelArgs model;
@@ -245,6 +264,7 @@ int run_serve(const ServeArgs& args) {
   server_options.keep_alive_s = args.keep_alive_timeout;
   server_options.allowed_hosts = args.allowed_hosts;
   server_options.access_log = !args.no_access_log;
+  server_options.system_fingerprint = system_fingerprint(args.model.model_dir, model_args.device, args.model.dtype);
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_prompts = args.max_prompts;

@@ -767,7 +767,7 @@ void HttpServer::add_routes() {
         return;
       }
       auto builder = std::make_shared<ResponseBuilder>(*request, new_id(chat ? "chatcmpl" : "cmpl"), unix_time(),
-                                                       stream->prompt_tokens());
+                                                       stream->prompt_tokens(), options_.system_fingerprint);
       const bool streaming = request->stream;
       // The connection's socket, to notice a client that has gone between writes (each
       // engine step). Should it not be found (or not be looked for: --client-check writes),

@@ -37,6 +37,8 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;
   // A line on stderr for each request answered (access_log_line).
   bool access_log = true;
+  // The responses' system_fingerprint ("": null).
+  std::string system_fingerprint;
   // Seconds an idle kept-alive connection stays open for its next request.
   int keep_alive_s = 5;
   // Listening on a loopback address without an API key, requests must name it by a name of

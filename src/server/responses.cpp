@@ -27,8 +27,13 @@ json tool_call_json(const ToolCall& call) {
 
 }  // namespace
 
-ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens)
-    : request_(request), id_(std::move(id)), created_(created), prompt_tokens_(prompt_tokens) {
+ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens,
+                                 std::string system_fingerprint)
+    : request_(request),
+      id_(std::move(id)),
+      created_(created),
+      prompt_tokens_(prompt_tokens),
+      fingerprint_(std::move(system_fingerprint)) {
   for (int i = 0; i < request.choices(); ++i) choices_.emplace_back(request);
 }
 
@@ -83,6 +88,7 @@ json ResponseBuilder::chunk(json choices, int choice) const {
               {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
               {"created", created_},
               {"model", request_.model},
+              {"system_fingerprint", fingerprint_.empty() ? json(nullptr) : json(fingerprint_)},
               {"choices", std::move(choices)}};
   if (!request_.include_usage) return out;
   out["usage"] = nullptr;
@@ -321,6 +327,7 @@ std::string ResponseBuilder::body() const {
               {"object", request_.chat ? "chat.completion" : "text_completion"},
               {"created", created_},
               {"model", request_.model},
+              {"system_fingerprint", fingerprint_.empty() ? json(nullptr) : json(fingerprint_)},
               {"choices", choices},
               {"usage", usage()}};
   return out.dump(-1, ' ', false, json::error_handler_t::replace);

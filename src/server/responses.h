@@ -16,7 +16,8 @@ namespace qwenrt::server {
 
 class ResponseBuilder {
  public:
-  ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens);
+  ResponseBuilder(const GenerationRequest& request, std::string id, int64_t created, int prompt_tokens,
+                  std::string system_fingerprint = "");
   // Streaming: the SSE events (each "data: …\n\n") this event adds.
   void stream(const ChoiceEvent& event, std::string& out);
   // Streaming: the usage chunk (when asked for) and [DONE].
@@ -73,6 +74,7 @@ class ResponseBuilder {
   std::string id_;
   int64_t created_;
   int prompt_tokens_;
+  std::string fingerprint_;
   std::vector<Choice> choices_;
   std::optional<ApiError> error_;
 };

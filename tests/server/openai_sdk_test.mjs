@@ -140,6 +140,7 @@ await test('chat, whole response, usage', async () => {
   assert.equal(reply.usage.completion_tokens, 6);
   assert.ok(reply.usage.prompt_tokens > 5);
   assert.equal(reply.usage.total_tokens, reply.usage.prompt_tokens + 6);
+  assert.match(reply.system_fingerprint, /^fp_[0-9a-f]{16}$/);
 });
 
 await test('chat, streamed, equals the whole response, usage chunk', async () => {
@@ -149,13 +150,17 @@ await test('chat, streamed, equals the whole response, usage chunk', async () =>
   let text = '';
   let finish = null;
   let usage = null;
+  const fingerprints = new Set();
   for await (const chunk of stream) {
     if (chunk.usage) usage = chunk.usage;
+    fingerprints.add(chunk.system_fingerprint);
     for (const choice of chunk.choices) {
       text += choice.delta.content ?? '';
       if (choice.finish_reason) finish = choice.finish_reason;
     }
   }
+  // One server, one configuration: every chunk carries the whole response's fingerprint.
+  assert.deepEqual([...fingerprints], [whole.system_fingerprint]);
   assert.equal(text, whole.choices[0].message.content);
   assert.equal(finish, 'length');
   assert.deepEqual(usage, whole.usage);
@@ -212,6 +217,7 @@ await test('completions: several prompts in one request, each as if alone', asyn
   const prompts = items.map((item) => item.prompt);
   const whole = await client.completions.create({ model, prompt: prompts, max_tokens: length, temperature: 0, ignore_eos: true, n: 2 });
   assert.equal(whole.choices.length, 2 * items.length);
+  assert.match(whole.system_fingerprint, /^fp_[0-9a-f]{16}$/);
   whole.choices.forEach((choice, c) => {
     assert.equal(choice.index, c);
     // prompt c / n, choice c % n: greedy, so both choices of a prompt agree with transformers
