@@ -39,6 +39,7 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 std::atomic<bool> g_redraw{false};
 std::atomic<bool> g_keys_mode{false};
+std::atomic<bool> g_started_saved{false};  // g_started_mode holds the mode: written once, before this
 termios g_started_mode{}, g_edit_mode{};
 int g_wake[2] = {-1, -1};
 
@@ -62,12 +63,12 @@ extern "C" void on_sigint(int) {
   errno = saved;
 }
 
-// The terminal as the shell had it, before a stop or the end (nothing when no line is
-// being edited).
+// The terminal as the shell had it, before a stop or the end. Outside a line's editing the
+// terminal is in that mode already, so it is set whenever it is known: a signal that lands
+// while KeysMode switches modes still leaves the shell its own.
 void shell_mode() {
-  if (!g_keys_mode.load()) return;
-  paste_marks(false);
-  tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
+  if (g_keys_mode.load()) paste_marks(false);
+  if (g_started_saved.load()) tcsetattr(STDIN_FILENO, TCSANOW, &g_started_mode);
 }
 
 // Back from a stop: editing's mode again, and the line drawn again.
@@ -161,11 +162,19 @@ class KeysMode {
     keys.c_iflag &= ~static_cast<tcflag_t>(ICRNL);
     keys.c_cc[VMIN] = 1;
     keys.c_cc[VTIME] = 0;
-    g_started_mode = started;
+    // The shell's mode is taken once (the terminal is in it between lines); the handlers
+    // read it, so it is not written again while they may.
+    if (!g_started_saved.load()) {
+      g_started_mode = started;
+      g_started_saved.store(true);
+    }
     g_edit_mode = keys;
+    // Marked before the switch: a stop that lands between the two then finds editing's mode
+    // to give back after it (an end finds the shell's mode to restore either way).
+    g_keys_mode.store(true);
     // TCSANOW: what was typed ahead (during an answer) stays to be read.
     active_ = tcsetattr(STDIN_FILENO, TCSANOW, &keys) == 0;
-    g_keys_mode.store(active_);
+    if (!active_) g_keys_mode.store(false);
   }
   ~KeysMode() {
     if (!active_) return;
