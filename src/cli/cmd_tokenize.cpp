@@ -1,6 +1,5 @@
 // `qwenrt tokenize`: encode text to token ids, decode ids to text, or measure encode speed,
 // with the tokenizer of a model folder (or a tokenizer.json file).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
+#include "core/stats.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qwenrt::cli {
@@ -111,8 +111,7 @@ void bench(const Tokenizer& tokenizer, const TokenizeOptions& options) {
   const double cold = timed_encode(tokens);  // also the warm-up: fills the word cache
   std::vector<double> seconds;
   for (int pass = 0; pass < options.passes; ++pass) seconds.push_back(timed_encode(tokens));
-  std::sort(seconds.begin(), seconds.end());
-  const double median = seconds[seconds.size() / 2];
+  const double median = qwenrt::median(seconds);
   const double megabytes = static_cast<double>(text.size()) / 1e6;
   std::printf("input: %s, %.2f MB, %zu tokens (%.2f bytes/token)\n", options.bench.c_str(),
               megabytes, tokens,

@@ -8,21 +8,12 @@
 
 #include "core/error.h"
 #include "core/random_bits.h"
+#include "core/stats.h"
 #include "engine/kv_cache.h"
 #include "qwenrt/engine.h"
 
 namespace qwenrt {
 namespace {
-
-// Interpolated between the two nearest ranks (numpy's default): the median of an even count
-// is the mean of its middle two, as the single-stream bench takes it.
-double percentile(std::vector<double> values, double fraction) {
-  std::sort(values.begin(), values.end());
-  const double position = fraction * static_cast<double>(values.size() - 1);
-  const size_t below = static_cast<size_t>(position);
-  const size_t above = std::min(values.size() - 1, below + 1);
-  return values[below] + (values[above] - values[below]) * (position - static_cast<double>(below));
-}
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "core/units.h"
 #include "engine/kv_cache.h"
 #include "model/qwen.h"
@@ -823,16 +824,6 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
 }  // namespace qwenrt
 
 namespace qwenrt {
-
-namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-}  // namespace
 
 void check_bench_context(int64_t prompt, int64_t gen, int64_t max_context) {
   if (prompt + gen <= max_context) return;
