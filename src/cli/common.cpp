@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "model/config.h"
 #include "tokenizer/chat_prompt.h"
+#include "tokenizer/utf8.h"
 
 namespace qwenrt::cli {
 
@@ -74,8 +75,6 @@ std::string printable_line(const std::string& text, size_t max_bytes) {
   size_t i = 0;
   for (; i < text.size() && out.size() < max_bytes; ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
-    const bool c1 = byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
     char escape[8];
     if (byte == '\n') {
       out += "\\n";
@@ -86,7 +85,7 @@ std::string printable_line(const std::string& text, size_t max_bytes) {
     } else if (byte < 0x20 || byte == 0x7f) {
       std::snprintf(escape, sizeof(escape), "\\x%02x", byte);
       out += escape;
-    } else if (c1) {
+    } else if (tok::c1_control_at(text, i)) {
       std::snprintf(escape, sizeof(escape), "\\u%04x", static_cast<unsigned char>(text[++i]));
       out += escape;
     } else {

@@ -428,8 +428,7 @@ std::string terminal_text(std::string_view text) {
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+    if (tok::c1_control_at(text, i)) {
       out += "^[";
       out += static_cast<char>(static_cast<unsigned char>(text[++i]) - 0x40);
     } else if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7f) {

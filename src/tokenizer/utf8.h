@@ -33,6 +33,13 @@ inline size_t utf8_length(std::string_view text) {
   return count;
 }
 
+// Whether a C1 control character (U+0080–U+009F, which some terminals act on as they do on
+// ESC sequences) starts at `pos`: its encoding is C2 80 to C2 9F.
+inline bool c1_control_at(std::string_view text, size_t pos) {
+  return pos + 1 < text.size() && static_cast<uint8_t>(text[pos]) == 0xC2 &&
+         static_cast<uint8_t>(text[pos + 1]) >= 0x80 && static_cast<uint8_t>(text[pos + 1]) <= 0x9F;
+}
+
 // Appends the UTF-8 encoding of a code point (< 0x110000, not a surrogate).
 void append_utf8(char32_t code_point, std::string& out);
 

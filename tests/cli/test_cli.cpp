@@ -244,13 +244,15 @@ TEST(Cli, ErrorsQuotingAFileAreOneEscapedLine) {
   fs::path dir = fs::temp_directory_path() / ("qwenrt_evil_model_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   nlohmann::json config = nlohmann::json::parse(slurp(fs::path(fixture("qwen2_gqa")) / "config.json"));
-  config["architectures"] = {"Foo\nqwenrt: everything is fine\x1b[2J" + std::string(5000, 'A')};
+  // \xc2\x9b: U+009B, the C1 form of ESC [ (a control sequence opener some terminals act on).
+  config["architectures"] = {"Foo\nqwenrt: everything is fine\x1b[2J\xc2\x9b" "31m" + std::string(5000, 'A')};
   std::ofstream(dir / "config.json") << config.dump();
   RunResult result = run_qwenrt("generate --device cpu -m '" + dir.string() + "' --ids 1");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
   EXPECT_EQ(result.err.find('\x1b'), std::string::npos);
-  EXPECT_NE(result.err.find("'Foo\\nqwenrt: everything is fine\\x1b[2J"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("\xc2\x9b"), std::string::npos);
+  EXPECT_NE(result.err.find("'Foo\\nqwenrt: everything is fine\\x1b[2J\\u009b31mAAA"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find(" more bytes)"), std::string::npos);
   EXPECT_LT(result.err.size(), 2200u);
   fs::remove_all(dir);
