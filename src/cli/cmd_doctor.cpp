@@ -68,15 +68,14 @@ bool report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   // folder without one is said so; one whose tokenizer does not load fails the check.
   bool tokenizer_ok = true;
   std::string tokenizer_line;
-  const std::filesystem::path folder(args.model_dir);
-  const bool has_tokenizer =
-      std::filesystem::exists(folder / "tokenizer.json") || std::filesystem::exists(folder / "qwen.tiktoken");
+  const bool has_tokenizer = Tokenizer::present_in(args.model_dir);
   try {
     const Tokenizer tokenizer = Tokenizer::load(args.model_dir);
     tokenizer_line = std::to_string(tokenizer.vocab_size()) + " tokens";
   } catch (const std::exception& error) {
     tokenizer_ok = !has_tokenizer;
-    tokenizer_line = has_tokenizer ? std::string("cannot load: ") + error.what() : std::string("none (no tokenizer.json)");
+    tokenizer_line = has_tokenizer ? std::string("cannot load: ") + error.what()
+                                   : "none (no " + std::string(Tokenizer::file_names()) + ")";
     tokenizer_line += ": text prompts, chat and serve need one; generate --ids runs without";
   }
   const size_t element = 2;  // bf16 or fp16 on the GPU

@@ -37,6 +37,11 @@ class Tokenizer {
   // file. Throws qwenrt::Error: kIo (missing/unreadable), kInvalidModel (malformed),
   // kUnsupported (a tokenizer.json feature this implementation does not reproduce).
   static Tokenizer load(const std::filesystem::path& model_dir_or_tokenizer_json);
+  // Whether the folder holds a tokenizer file load() reads (tokenizer.json, or the original
+  // Qwen's qwen.tiktoken); without one, load() fails with kIo.
+  static bool present_in(const std::filesystem::path& model_dir);
+  // The names of those files, for messages ("tokenizer.json or qwen.tiktoken").
+  static const char* file_names();
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -15,6 +15,9 @@
 namespace qwenrt {
 namespace {
 
+constexpr const char* kJsonFile = "tokenizer.json";
+constexpr const char* kTiktokenFile = "qwen.tiktoken";
+
 using nlohmann::json;
 
 // Patterns HF's ByteLevel pre-tokenizer applies when use_regex is true (GPT-2's).
@@ -407,7 +410,7 @@ namespace {
 
 void Loader::load(Tokenizer::Impl& impl) {
   std::filesystem::path json_path = source_;
-  if (std::filesystem::is_directory(source_)) json_path = source_ / "tokenizer.json";
+  if (std::filesystem::is_directory(source_)) json_path = source_ / kJsonFile;
   if (!std::filesystem::exists(json_path)) {
     if (json_path != source_ && !std::filesystem::exists(source_ / "config.json")) {
       // Nothing of a model here at all: say so, not only that the first file looked for is missing.
@@ -452,13 +455,21 @@ bool names_qwen_v1_tokenizer(const std::filesystem::path& dir) {
   return false;
 }
 
+bool Tokenizer::present_in(const std::filesystem::path& model_dir) {
+  std::error_code ignored;
+  return std::filesystem::exists(model_dir / kJsonFile, ignored) ||
+         std::filesystem::exists(model_dir / kTiktokenFile, ignored);
+}
+
+const char* Tokenizer::file_names() { return "tokenizer.json or qwen.tiktoken"; }
+
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path) {
   // The original Qwen's folders carry qwen.tiktoken (and a tokenizer_config.json naming
   // QWenTokenizer) instead of tokenizer.json.
   if (path.extension() == ".tiktoken") return load_tiktoken_impl(path);
-  if (std::filesystem::is_directory(path) && !std::filesystem::exists(path / "tokenizer.json") &&
-      (std::filesystem::exists(path / "qwen.tiktoken") || names_qwen_v1_tokenizer(path))) {
-    return load_tiktoken_impl(path / "qwen.tiktoken");
+  if (std::filesystem::is_directory(path) && !std::filesystem::exists(path / kJsonFile) &&
+      (std::filesystem::exists(path / kTiktokenFile) || names_qwen_v1_tokenizer(path))) {
+    return load_tiktoken_impl(path / kTiktokenFile);
   }
   auto impl = std::make_unique<Tokenizer::Impl>();
   Loader(path).load(*impl);
