@@ -207,18 +207,17 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
       break;
     }
     case 0x0b:  // Ctrl-K
-      text_.erase(cursor_);
+      kill(cursor_, text_.size());
       break;
     case 0x15:  // Ctrl-U
-      text_.erase(0, cursor_);
-      cursor_ = 0;
+      kill(0, cursor_);
       break;
-    case 0x17: {  // Ctrl-W
-      const size_t from = previous_word(cursor_);
-      text_.erase(from, cursor_ - from);
-      cursor_ = from;
+    case 0x17:  // Ctrl-W
+      kill(previous_word(cursor_), cursor_);
       break;
-    }
+    case 0x19:  // Ctrl-Y
+      insert(killed_);
+      break;
     case 0x0c:  // Ctrl-L
       return Key::kClearScreen;
     case 0x10:  // Ctrl-P
@@ -288,20 +287,24 @@ LineEditor::Key LineEditor::escape_sequence(std::string_view sequence) {
         cursor_ = next_word(cursor_);
         break;
       case 'd':
-        text_.erase(cursor_, next_word(cursor_) - cursor_);
+        kill(cursor_, next_word(cursor_));
         break;
       case 0x7f:
-      case 0x08: {
-        const size_t from = previous_word(cursor_);
-        text_.erase(from, cursor_ - from);
-        cursor_ = from;
+      case 0x08:
+        kill(previous_word(cursor_), cursor_);
         break;
-      }
       default:
         break;
     }
   }
   return Key::kEdited;
+}
+
+void LineEditor::kill(size_t from, size_t to) {
+  if (to <= from) return;  // nothing cut: what Ctrl-Y brings back stays
+  killed_ = text_.substr(from, to - from);
+  text_.erase(from, to - from);
+  cursor_ = from;
 }
 
 void LineEditor::insert_byte(char byte) {

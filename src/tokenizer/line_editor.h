@@ -6,7 +6,8 @@
 //
 // Keys: the arrows, Home/End (also Ctrl-A/Ctrl-E), Ctrl-B/Ctrl-F, word moves with Alt-B/
 // Alt-F or Ctrl-arrows, Backspace, Delete (also Ctrl-D on a non-empty line), Ctrl-K and
-// Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Up/Down
+// Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Alt-D and
+// Alt-Backspace (the word after, before), Ctrl-Y (the text the last of those cut), Up/Down
 // and Ctrl-P/Ctrl-N (earlier lines), Ctrl-L (clear the screen), Enter (the line is done),
 // Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
 // Lines too wide for the terminal scroll sideways around the cursor. A message of several
@@ -68,6 +69,7 @@ class LineEditor {
   Key escape_sequence(std::string_view sequence);
   void insert(std::string_view bytes);
   void insert_byte(char byte);
+  void kill(size_t from, size_t to);  // cuts text_[from, to) into killed_; the cursor to `from`
   size_t previous_stop(size_t at) const;  // the start of the character before `at`
   size_t next_stop(size_t at) const;      // the end of the character at `at`
   size_t previous_word(size_t at) const;
@@ -81,6 +83,7 @@ class LineEditor {
   bool after_cr_ = false;    // the byte before was a CR: a LF now completes a CR LF pair
   bool pasting_ = false;     // between a bracketed paste's ESC[200~ and ESC[201~
   bool discarding_ = false;  // the rest of a paste cut short by Ctrl-C
+  std::string killed_;       // what Ctrl-K, Ctrl-U, Ctrl-W, Alt-D or Alt-Backspace cut last
   std::vector<std::string> history_;
   size_t recalled_ = 0;     // history_.size(): the line being typed, not a recalled one
   std::string typed_;       // the line being typed while an older one is shown

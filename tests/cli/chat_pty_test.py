@@ -217,6 +217,8 @@ def main():
         term.read_until(b"\r> his long \x1b[K\x1b[1D")
         term.send(b"\x0b" + b"\x17" * 4 + b"\r")  # Ctrl-K, then Ctrl-W back to "/help "
         assert b"commands:" in term.read_until(b"\n> ")
+        term.send(b"tats\x17/s\x19\r")  # Ctrl-W cuts "tats", Ctrl-Y puts it back after "/s": "/stats"
+        assert b"tokens/s" in term.read_until(b"\n> ")
         term.send(b"junk\x15/reset\r/stats\r")  # Ctrl-U; two lines in one write
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted

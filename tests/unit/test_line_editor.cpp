@@ -72,6 +72,21 @@ TEST(LineEditor, Deleting) {
   EXPECT_EQ(type(editor, "\x7f\x17\x15x\r").lines[0], "x");  // nothing to delete: nothing happens
 }
 
+// Ctrl-Y puts back what the last cut took (Ctrl-K, Ctrl-U, Ctrl-W, Alt-D, Alt-Backspace),
+// also on a later line; Backspace, Delete and a cut of nothing leave it as it was.
+TEST(LineEditor, CtrlYPutsBackTheLastCut) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "hello world\x17" + kHome + "\x19 \r").lines[0], "world hello ");  // Ctrl-W, Ctrl-Y
+  EXPECT_EQ(type(editor, "\x19\x19\r").lines[0], "worldworld");  // kept across lines, as often as asked
+  EXPECT_EQ(type(editor, "abcd" + kLeft + kLeft + "\x0b" + kHome + "\x19\r").lines[0], "cdab");  // Ctrl-K
+  EXPECT_EQ(type(editor, "abcd" + kLeft + "\x15" + kEnd + "\x19\r").lines[0], "dabc");          // Ctrl-U
+  EXPECT_EQ(type(editor, "one two" + kHome + "\x1b" "d" + kEnd + "\x19\r").lines[0], " twoone");  // Alt-D
+  EXPECT_EQ(type(editor, "one two\x1b\x7f" + kHome + "\x19\r").lines[0], "twoone ");             // Alt-Backspace
+  EXPECT_EQ(type(editor, "xy\x7f" + kHome + kDelete + "\x0b\x17\x19\r").lines[0], "two");  // nothing new cut
+  LineEditor fresh;
+  EXPECT_EQ(type(fresh, "a\x19\r").lines[0], "a");  // nothing cut yet: nothing put back
+}
+
 TEST(LineEditor, WordMoves) {
   LineEditor editor;
   EXPECT_EQ(type(editor, "one two three\x1b" "b\x1b" "bX\r").lines[0], "one Xtwo three");  // Alt-B
