@@ -63,6 +63,7 @@ void LineEditor::start() {
   typed_.clear();
   first_shown_ = 0;
   pasting_ = false;
+  searching_ = false;
 }
 
 std::string LineEditor::take_line() {
@@ -114,8 +115,73 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
     sequence.swap(escape_);
     return escape_sequence(sequence);
   }
+  if (searching_) {
+    if (byte >= 0x80 || (byte >= 0x20 && byte != 0x7f)) {
+      if (!utf8_byte(byte)) insert(std::string_view(reinterpret_cast<const char*>(&byte), 1));
+      return Key::kEdited;  // the query grows (insert, while searching)
+    }
+    switch (byte) {
+      case 0x12:  // Ctrl-R: an older line with the query
+        if (query_.empty()) {
+          query_ = last_query_;  // as readline: the last search's text again
+          if (!query_.empty()) search(history_.size());
+        } else if (match_ < history_.size()) {
+          search(match_);
+        }
+        return Key::kEdited;
+      case 0x7f:
+      case 0x08:  // Backspace: the query's last character off, searched again from the newest line
+        if (!query_.empty()) {
+          size_t at = query_.size() - 1;
+          while (at > 0 && (static_cast<unsigned char>(query_[at]) & 0xc0) == 0x80) --at;
+          query_.erase(at);
+        }
+        match_ = history_.size();
+        failed_ = false;
+        if (query_.empty()) {
+          text_ = searched_text_;
+          cursor_ = searched_cursor_;
+          first_shown_ = 0;
+        } else {
+          search(history_.size());
+        }
+        return Key::kEdited;
+      case 0x07:  // Ctrl-G: the line as it was before the search
+        end_search(false);
+        return Key::kEdited;
+      default:  // any other key takes the line found and then acts on it (Enter sends it)
+        end_search(true);
+        break;
+    }
+  }
   if (utf8_byte(byte)) return Key::kEdited;
   return key(byte);
+}
+
+void LineEditor::search(size_t below) {
+  for (size_t i = below; i-- > 0;) {
+    const size_t at = history_[i].rfind(query_);
+    if (at == std::string::npos) continue;
+    text_ = history_[i];
+    cursor_ = at;
+    first_shown_ = 0;
+    match_ = i;
+    failed_ = false;
+    return;
+  }
+  failed_ = true;  // the line shown stays; the query is kept, as typed
+}
+
+void LineEditor::end_search(bool accept) {
+  searching_ = false;
+  if (!query_.empty()) last_query_ = query_;
+  if (accept && match_ < history_.size()) {
+    recalled_ = match_;  // Up and Down go on from the line found
+    return;
+  }
+  text_ = searched_text_;
+  cursor_ = searched_cursor_;
+  first_shown_ = 0;
 }
 
 // Inside a bracketed paste everything is text: a line end is a newline of the message, a
@@ -218,6 +284,15 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
     case 0x19:  // Ctrl-Y
       insert(killed_);
       break;
+    case 0x12:  // Ctrl-R: search the earlier lines, newest first
+      searching_ = true;
+      query_.clear();
+      match_ = history_.size();
+      failed_ = false;
+      searched_text_ = text_;
+      searched_cursor_ = cursor_;
+      if (recalled_ == history_.size()) typed_ = text_;
+      break;
     case 0x0c:  // Ctrl-L
       return Key::kClearScreen;
     case 0x10:  // Ctrl-P
@@ -313,6 +388,11 @@ void LineEditor::insert_byte(char byte) {
 }
 
 void LineEditor::insert(std::string_view bytes) {
+  if (searching_) {  // typed while searching: the query's
+    query_ += bytes;
+    search(match_ < history_.size() ? match_ + 1 : history_.size());  // the line found still, if it has it
+    return;
+  }
   text_.insert(cursor_, bytes);
   cursor_ += bytes.size();
 }
@@ -384,6 +464,11 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     }
     return width;
   };
+  std::string search_prompt;
+  if (searching_) {  // the query in place of the prompt, as readline shows it
+    search_prompt = (failed_ ? "(failed reverse-i-search)`" : "(reverse-i-search)`") + query_ + "': ";
+    prompt = search_prompt;
+  }
   const int prompt_width = width_of(prompt, 0, prompt.size());
   // The last column stays empty: a character there would wrap the cursor to the next row.
   const int room = std::max(1, columns - prompt_width - 1);

@@ -8,7 +8,9 @@
 // Alt-F or Ctrl-arrows, Backspace, Delete (also Ctrl-D on a non-empty line), Ctrl-K and
 // Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Alt-D and
 // Alt-Backspace (the word after, before), Ctrl-Y (the text the last of those cut), Up/Down
-// and Ctrl-P/Ctrl-N (earlier lines), Ctrl-L (clear the screen), Enter (the line is done),
+// and Ctrl-P/Ctrl-N (earlier lines), Ctrl-R (search the earlier lines as typed, newest
+// first: Ctrl-R again for an older one, Ctrl-G back to the line as it was, any other key
+// takes the line found), Ctrl-L (clear the screen), Enter (the line is done),
 // Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
 // Lines too wide for the terminal scroll sideways around the cursor. A message of several
 // lines: pasted with the terminal's bracketed paste (ESC[200~ … ESC[201~, whose line ends
@@ -75,6 +77,9 @@ class LineEditor {
   size_t previous_word(size_t at) const;
   size_t next_word(size_t at) const;
   void recall(int step);  // through the history: -1 older, +1 newer
+  // Ctrl-R's search: the newest line before history_[below] that has query_ (cursor at it).
+  void search(size_t below);
+  void end_search(bool accept);  // accept: keep the line found; else the line as it was
 
   std::string text_;
   size_t cursor_ = 0;
@@ -89,6 +94,15 @@ class LineEditor {
   std::string typed_;       // the line being typed while an older one is shown
   size_t first_shown_ = 0;  // the byte where the shown part of a wide line starts
   int cursor_column_ = 0;
+  // Ctrl-R: the query, the line found (history_.size(): none yet), whether the last search
+  // failed, the line and cursor as they were, the query of the search before.
+  bool searching_ = false;
+  std::string query_;
+  size_t match_ = 0;
+  bool failed_ = false;
+  std::string searched_text_;
+  size_t searched_cursor_ = 0;
+  std::string last_query_;
 };
 
 // A model's text for a terminal: control characters other than newline and tab (escape

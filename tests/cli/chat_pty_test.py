@@ -219,6 +219,11 @@ def main():
         assert b"commands:" in term.read_until(b"\n> ")
         term.send(b"tats\x17/s\x19\r")  # Ctrl-W cuts "tats", Ctrl-Y puts it back after "/s": "/stats"
         assert b"tokens/s" in term.read_until(b"\n> ")
+        fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # wide again
+        term.send(b"\x12sta")  # Ctrl-R: the newest line with "sta", the query in the prompt's place
+        term.read_until(b"(reverse-i-search)`sta': /stats")
+        term.send(b"\r")
+        assert b"tokens/s" in term.read_until(b"\n> ")
         term.send(b"junk\x15/reset\r/stats\r")  # Ctrl-U; two lines in one write
         pasted = term.read_until(b"tokens/s")
         assert b"cleared" in pasted, pasted

@@ -150,6 +150,50 @@ TEST(LineEditor, UnknownKeysAreSwallowed) {
   EXPECT_EQ(type(editor, "\x0c").clears, 1);
 }
 
+// Ctrl-R searches the earlier lines, newest first, as readline's reverse-i-search does.
+TEST(LineEditor, CtrlRSearchesEarlierLines) {
+  LineEditor editor;
+  type(editor, "tell me a story\rwhat is 2+2\rtell me a joke\r");
+  // Typing narrows; Enter sends the line found.
+  EXPECT_EQ(type(editor, "\x12tell\r").lines, (std::vector<std::string>{"tell me a joke"}));
+  // Ctrl-R again: an older line with the same text ("tell me a joke" is newest now too).
+  EXPECT_EQ(type(editor, "\x12tell\x12\r").lines[0], "tell me a story");
+  // The query is shown in the prompt's place, the cursor at the match.
+  type(editor, "\x12" "2+");
+  EXPECT_EQ(editor.text(), "what is 2+2");
+  EXPECT_EQ(editor.cursor(), 8u);
+  EXPECT_EQ(editor.render("> ", 80), "\r(reverse-i-search)`2+': what is 2+2\x1b[K\x1b[3D");
+  // Text no line has: said so, the last line found kept; Backspace searches again.
+  type(editor, "x");
+  EXPECT_EQ(editor.render("> ", 80), "\r(failed reverse-i-search)`2+x': what is 2+2\x1b[K\x1b[3D");
+  type(editor, "\x7f");
+  EXPECT_EQ(editor.render("> ", 80), "\r(reverse-i-search)`2+': what is 2+2\x1b[K\x1b[3D");
+  // Another key takes the line and acts on it: End, then text typed into it.
+  EXPECT_EQ(type(editor, kEnd + "=4\r").lines[0], "what is 2+2=4");
+  EXPECT_EQ(editor.render("> ", 80), "\r> \x1b[K");
+  // Ctrl-G: the line as it was before the search, the search over.
+  EXPECT_EQ(type(editor, "draft\x12joke\x07!\r").lines[0], "draft!");
+  // Ctrl-R Ctrl-R: the last search's text again ("joke").
+  EXPECT_EQ(type(editor, "\x12\x12\r").lines[0], "tell me a joke");
+  // Up and Down go on from the line found; Down past the newest gives back the line typed
+  // before the search.
+  EXPECT_EQ(type(editor, "typed\x12story" + kEnd + kDown + kDown + kDown + kDown + kDown + "\r").lines[0], "typed");
+  EXPECT_EQ(type(editor, "\x12story" + kDown + "\r").lines[0], "what is 2+2=4");  // the line sent after it
+  // Ctrl-C (interrupt) ends a search with the line.
+  type(editor, "\x12joke");
+  editor.interrupt();
+  EXPECT_EQ(editor.render("> ", 80), "\r> \x1b[K");
+  EXPECT_EQ(type(editor, "ok\r").lines[0], "ok");
+  // No earlier lines: every search fails, and Enter sends the line as it was.
+  LineEditor fresh;
+  type(fresh, "mine\x12z");
+  EXPECT_EQ(fresh.render("> ", 80), "\r(failed reverse-i-search)`z': mine\x1b[K");
+  EXPECT_EQ(type(fresh, "\r").lines[0], "mine");
+  // UTF-8 in the query.
+  type(fresh, "日本語の文\r");
+  EXPECT_EQ(type(fresh, "\x12本語\x7f\r").lines[0], "日本語の文");
+}
+
 TEST(LineEditor, RenderPutsTheCursorAfterThePrompt) {
   LineEditor editor;
   EXPECT_EQ(editor.render("> ", 80, true), "> \x1b[K");
