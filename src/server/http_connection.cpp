@@ -175,6 +175,7 @@ void ConnectionStream::begin_request() {
   head_line_ = line_bytes_ = 0;
   past_colon_ = after_cr_ = false;
   request_line_.clear();
+  line_gathered_ = false;
   method_ended_ = false;
   started_ = std::chrono::steady_clock::now();
   deadline_ = *started_ + limits_.request_time;
@@ -222,12 +223,20 @@ ssize_t ConnectionStream::fill(bool append) {
 }
 
 bool ConnectionStream::gather_request_line() {
-  const auto has_newline = [this] {
-    return std::memchr(buffer_.data() + begin_, '\n', end_ - begin_) != nullptr;
-  };
-  // A line longer than the buffer is left to go as it came (httplib refuses it).
-  while (!has_newline() && end_ - begin_ < buffer_.size() && !peer_ended_) {
-    if (fill(true) < 0) return false;
+  for (;;) {
+    const std::string_view buffered(buffer_.data() + begin_, end_ - begin_);
+    // A line longer than the buffer is left to go as it came (httplib refuses it), and so
+    // is one whose method is already known to be refused (501 at once, not at its end).
+    if (buffered.find('\n') != std::string_view::npos || buffered.size() >= buffer_.size() || peer_ended_) break;
+    const size_t space = buffered.find(' ');
+    if (space != std::string_view::npos && unknown_method(std::string(buffered.substr(0, std::min(space, kMethodBytes))))) {
+      break;
+    }
+    // Should the request's time run out (408), its log line shows what had come.
+    request_line_.assign(buffered.substr(0, std::min(buffered.size(), kRequestLineBytes)));
+    const ssize_t got = fill(true);
+    request_line_.clear();  // the line is recorded as it goes to httplib
+    if (got < 0) return false;
   }
   return true;
 }
@@ -238,11 +247,11 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     const ssize_t got = fill();
     if (got <= 0) return got;
   }
-  if (in_head_ && head_line_ == 0 && request_line_.empty()) {
+  if (in_head_ && head_line_ == 0 && !line_gathered_) {
     // Before the request line's first byte goes, the whole line is gathered, so that its
     // version can be read at its end even when it came in pieces.
-    if (!gather_request_line()) return -1;
-    serve_later_minor_as_1_1();
+    if (!gather_request_line() || !check_version()) return -1;
+    line_gathered_ = true;
   }
   size_t n = std::min(size, end_ - begin_);
   if (in_head_) {
@@ -267,19 +276,6 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
         }
       }
       if (head_line_ == 0 && c != '\r' && c != '\n' && request_line_.size() < kRequestLineBytes) request_line_ += c;
-      if (c == '\n' && head_line_ == 1 && request_line_.size() < kRequestLineBytes) {
-        // A version past 1.x (an HTTP/2 client's preface, "PRI * HTTP/2.0") is a version this
-        // server does not speak (RFC 9110 15.6.6), not a malformed line.
-        const std::string version = request_line_.substr(request_line_.rfind(' ') + 1);
-        if (version.size() == 8 && version.starts_with("HTTP/") && version[5] >= '2' && version[5] <= '9' &&
-            version[6] == '.') {
-          refuse(ApiError(505, "invalid_request_error",
-                          version + " is not served here: this server speaks HTTP/1.1 (and 1.0)", "",
-                          "http_version_not_supported"),
-                 "HTTP Version Not Supported");
-          return -1;
-        }
-      }
       head_end_match_ = c == kEnd[head_end_match_] ? head_end_match_ + 1 : (c == '\r' ? 1 : 0);
       if (head_end_match_ == 4) {
         in_head_ = false;
@@ -300,22 +296,35 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   return static_cast<ssize_t>(n);
 }
 
-// A request line of a later HTTP/1.x is served as 1.1, the highest this server speaks (RFC
-// 9110 2.5): its minor digit is mended before httplib (which knows 1.0 and 1.1) reads it.
-// httplib reads a head a byte at a time, so this looks ahead once, before the line's first
-// byte goes, when the line is whole in the buffer (`gather_request_line`).
-void ConnectionStream::serve_later_minor_as_1_1() {
-  const auto first = buffer_.begin() + static_cast<std::ptrdiff_t>(begin_);
-  const auto last = buffer_.begin() + static_cast<std::ptrdiff_t>(end_);
-  auto newline = std::find(first, last, '\n');
-  if (newline == last) return;
-  auto end = newline;
-  if (end != first && *(end - 1) == '\r') --end;
-  static constexpr std::string_view kLater = " HTTP/1.";
-  if (end - first < static_cast<std::ptrdiff_t>(kLater.size() + 1)) return;
-  const auto digit = end - 1;
-  if (*digit < '2' || *digit > '9' || !std::equal(kLater.begin(), kLater.end(), digit - kLater.size())) return;
-  *digit = '1';
+// The version at the end of a request line whole in the buffer (`gather_request_line`). A
+// later HTTP/1.x is served as 1.1, the highest this server speaks (RFC 9110 2.5): its minor
+// digit is mended before httplib (which knows 1.0 and 1.1) reads it. A version past 1.x (an
+// HTTP/2 client's preface, "PRI * HTTP/2.0") is one this server does not speak (RFC 9110
+// 15.6.6): 505, not a malformed line. Anything else goes to httplib as it came. False when
+// refused.
+bool ConnectionStream::check_version() {
+  const std::string_view buffered(buffer_.data() + begin_, end_ - begin_);
+  size_t end = buffered.find('\n');
+  if (end == std::string_view::npos) return true;
+  if (end > 0 && buffered[end - 1] == '\r') --end;
+  const std::string_view line = buffered.substr(0, end);
+  const size_t space = line.rfind(' ');
+  if (space == std::string_view::npos) return true;
+  const std::string_view version = line.substr(space + 1);
+  if (version.size() != 8 || !version.starts_with("HTTP/") || version[6] != '.' || version[5] < '1' ||
+      version[5] > '9' || version[7] < '0' || version[7] > '9') {
+    return true;
+  }
+  if (version[5] == '1') {
+    if (version[7] >= '2') buffer_[begin_ + space + 8] = '1';
+    return true;
+  }
+  request_line_.assign(line.substr(0, std::min(line.size(), kRequestLineBytes)));
+  refuse(ApiError(505, "invalid_request_error",
+                  std::string(version) + " is not served here: this server speaks HTTP/1.1 (and 1.0)", "",
+                  "http_version_not_supported"),
+         "HTTP Version Not Supported");
+  return false;
 }
 
 const char* ConnectionStream::check_head_byte(char c) {

@@ -111,8 +111,9 @@ class ConnectionStream final : public httplib::Stream {
   void refuse(const ApiError& error, const char* reason, const std::string& extra = "");
   // Checks one byte of the head's lines: a reason to refuse it, or null.
   const char* check_head_byte(char c);
-  // Mends a buffered request line of HTTP/1.2 to 1.9 to read 1.1.
-  void serve_later_minor_as_1_1();
+  // A gathered request line's version: HTTP/1.2 to 1.9 mended to read 1.1; past 1.x
+  // refused with 505 (false).
+  bool check_version();
 
   socket_t sock_;
   ConnectionLimits limits_;
@@ -130,6 +131,7 @@ class ConnectionStream final : public httplib::Stream {
   // The request line as far as it has arrived (a bounded prefix); its method is what comes
   // before its first space.
   std::string request_line_;
+  bool line_gathered_ = false;  // the request line was whole in the buffer (or could not be) before its first byte went
   bool method_ended_ = false;
   bool refused_ = false;
   bool close_requested_ = false;

@@ -118,10 +118,18 @@ TEST(ConnectionStream, ALaterMinorVersionSplitAcrossReadsIsReadAs11) {
   EXPECT_FALSE(stream.refused());
 }
 
-// A request line that never ends within the request's time is refused with 408, as a head is.
+// A request line that never ends within the request's time is refused with 408, as a head
+// is; the refusal's log line shows what of it had come.
 TEST(ConnectionStream, ARequestLineThatNeverEndsGets408) {
   Pair pair;
-  ConnectionStream stream(pair.server, limits(1024, 200));
+  ConnectionLimits with_log = limits(1024, 200);
+  int logged_status = 0;
+  std::string logged_line;
+  with_log.refused = [&](int status, const std::string& line, const std::string&) {
+    logged_status = status;
+    logged_line = line;
+  };
+  ConnectionStream stream(pair.server, with_log);
   pair.send("GET /a HTTP/1.");
   ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
   stream.begin_request();
@@ -130,6 +138,23 @@ TEST(ConnectionStream, ARequestLineThatNeverEndsGets408) {
   EXPECT_TRUE(head.empty());
   EXPECT_TRUE(stream.refused());
   EXPECT_EQ(pair.received().rfind("HTTP/1.1 408 ", 0), 0u);
+  EXPECT_EQ(logged_status, 408);
+  EXPECT_EQ(logged_line, "GET /a HTTP/1.");
+}
+
+// An unknown method is answered once its space has come, not when the line ends (which may
+// be never: 501 at once rather than 408 after the request's time).
+TEST(ConnectionStream, AnUnknownMethodIsAnsweredBeforeItsLineEnds) {
+  Pair pair;
+  ConnectionStream stream(pair.server, limits(1024, 5000));
+  pair.send("BREW / HT");
+  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
+  stream.begin_request();
+  const auto start = std::chrono::steady_clock::now();
+  std::string head;
+  EXPECT_FALSE(read_head(stream, head));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+  EXPECT_EQ(pair.received().rfind("HTTP/1.1 501 ", 0), 0u);
 }
 
 TEST(ConnectionStream, AResponseItClosesAfterLosesHttplibsKeepAliveLine) {
@@ -253,9 +278,12 @@ TEST(ConnectionStream, AMethodHttplibDoesNotKnowIsAnswered501) {
       {"BREW /pot HTTP/1.1", 501}, {"get / HTTP/1.1", 501}, {"M-SEARCH * HTTP/1.1", 501},
       {"GET / HTTP/1.1", 0},       {"PATCH /v1/models HTTP/1.1", 0}, {"TRACE / HTTP/1.1", 0},
       {"PRI * HTTP/2.0", 505},     {"GET / HTTP/3.0", 505},    {"G(T / HTTP/1.1", 0},  {std::string(40, 'X') + " / HTTP/1.1", 0},
+      {"GET /" + std::string(600, 'a') + " HTTP/2.0", 505},  // past the 512 bytes a log line keeps
   };
   for (const auto& [line, status] : lines) {
     for (const bool bytewise : {false, true}) {
+      // (A socket pair holds a few hundred one-byte writes: a long line goes in one.)
+      if (bytewise && line.size() > 100) continue;
       Pair pair;
       ConnectionStream stream(pair.server, limits(4096, 2000));
       const std::string head = line + "\r\nHost: x\r\n\r\n";
