@@ -38,8 +38,9 @@ namespace {
 
 #ifdef QWENRT_HAVE_HTTP
 // The responses' system_fingerprint: what the answers depend on besides the request and its
-// seed, hashed: this build's version, the device and dtype, and the model's config.json. A
-// client that sees it change knows a seeded request may answer differently.
+// seed, hashed: this build's version, the device (its name: "cuda:0 (NVIDIA H200)", "cpu")
+// and the activation dtype, and the model's config.json. A client that sees it change knows
+// a seeded request may answer differently.
 std::string system_fingerprint(const std::string& model_dir, const std::string& device, const std::string& dtype) {
   std::string what = std::string("qwenrt ") + QWENRT_VERSION + '\0' + device + '\0' + dtype + '\0';
   std::ifstream config(std::filesystem::path(model_dir) / "config.json", std::ios::binary);
@@ -264,7 +265,8 @@ int run_serve(const ServeArgs& args) {
   server_options.keep_alive_s = args.keep_alive_timeout;
   server_options.allowed_hosts = args.allowed_hosts;
   server_options.access_log = !args.no_access_log;
-  server_options.system_fingerprint = system_fingerprint(args.model.model_dir, model_args.device, args.model.dtype);
+  server_options.system_fingerprint = system_fingerprint(args.model.model_dir, engine.backend().device_info().name,
+                                                         dtype_name(engine.backend().activation_dtype()));
   server::RequestLimits& limits = server_options.limits;
   limits.max_n = args.max_n;
   limits.max_prompts = args.max_prompts;
