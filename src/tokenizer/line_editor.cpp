@@ -126,7 +126,7 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
           query_ = last_query_;  // as readline: the last search's text again
           if (!query_.empty()) search(history_.size());
         } else if (match_ < history_.size()) {
-          search(match_);
+          search(match_, /*other_text=*/true);  // a line alike the one shown would show nothing new
         }
         return Key::kEdited;
       case 0x7f:
@@ -158,12 +158,13 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
   return key(byte);
 }
 
-void LineEditor::search(size_t below) {
+void LineEditor::search(size_t below, bool other_text) {
   for (size_t i = below; i-- > 0;) {
     const size_t at = history_[i].rfind(query_);
-    if (at == std::string::npos) continue;
+    if (at == std::string::npos || (other_text && history_[i] == text_)) continue;
     text_ = history_[i];
-    cursor_ = at;
+    // On the character the match starts in (a query may start with a combining mark).
+    cursor_ = at < text_.size() && code_point_width(decode(text_, at).code_point) == 0 ? previous_stop(at) : at;
     first_shown_ = 0;
     match_ = i;
     failed_ = false;
@@ -465,8 +466,22 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     return width;
   };
   std::string search_prompt;
-  if (searching_) {  // the query in place of the prompt, as readline shows it
-    search_prompt = (failed_ ? "(failed reverse-i-search)`" : "(reverse-i-search)`") + query_ + "': ";
+  if (searching_) {
+    // The query in place of the prompt, as readline shows it, within two thirds of the row
+    // (a row that wrapped could not be drawn again in place): shorter labels, then the
+    // query's end alone.
+    const int most = std::max(1, columns - std::max(1, columns / 3) - 1);
+    const std::string_view labels[] = {failed_ ? "(failed reverse-i-search)" : "(reverse-i-search)",
+                                       failed_ ? "(failed)" : "", ""};
+    size_t from = 0;  // where the query's shown end starts
+    for (const std::string_view label : labels) {
+      search_prompt = std::string(label) + "`" + query_ + "': ";
+      if (width_of(search_prompt, 0, search_prompt.size()) <= most) break;
+    }
+    while (width_of(search_prompt, 0, search_prompt.size()) > most && from < query_.size()) {
+      from += decode(query_, from).length;
+      search_prompt = "`\u2026" + query_.substr(from) + "': ";  // `…end':
+    }
     prompt = search_prompt;
   }
   const int prompt_width = width_of(prompt, 0, prompt.size());

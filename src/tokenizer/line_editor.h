@@ -77,8 +77,9 @@ class LineEditor {
   size_t previous_word(size_t at) const;
   size_t next_word(size_t at) const;
   void recall(int step);  // through the history: -1 older, +1 newer
-  // Ctrl-R's search: the newest line before history_[below] that has query_ (cursor at it).
-  void search(size_t below);
+  // Ctrl-R's search: the newest line before history_[below] that has query_ (cursor at it);
+  // with `other_text`, lines alike the one shown are passed over.
+  void search(size_t below, bool other_text = false);
   void end_search(bool accept);  // accept: keep the line found; else the line as it was
 
   std::string text_;

@@ -194,6 +194,30 @@ TEST(LineEditor, CtrlRSearchesEarlierLines) {
   EXPECT_EQ(type(fresh, "\x12本語\x7f\r").lines[0], "日本語の文");
 }
 
+TEST(LineEditor, CtrlRPassesOverLinesAlikeAndKeepsItsPromptInTheRow) {
+  LineEditor editor;
+  type(editor, "say xa\rsay b\rsay xa\rsay xa!\r");
+  // "say xa" twice in the history: Ctrl-R again goes past the older copy of the line shown.
+  type(editor, "\x12xa\x12");
+  EXPECT_EQ(editor.text(), "say xa");
+  EXPECT_EQ(type(editor, "\x12\x07\r").lines[0], "");  // no other line: failed, and Ctrl-G
+  // A narrow terminal: the prompt keeps to two thirds of the row (13 of 20 columns here),
+  // with a shorter label, then the query's end alone; the row never wraps.
+  type(editor, "\x12say");
+  EXPECT_EQ(editor.render("> ", 40), "\r(reverse-i-search)`say': say xa!\x1b[K\x1b[7D");
+  EXPECT_EQ(editor.render("> ", 20), "\r`say': say xa!\x1b[K\x1b[7D");
+  type(editor, "zz");  // failed: the line found before stays, its cursor where it was
+  EXPECT_EQ(editor.render("> ", 40), "\r(failed)`sayzz': say xa!\x1b[K\x1b[7D");
+  EXPECT_EQ(editor.render("> ", 20), "\r`sayzz': say xa!\x1b[K\x1b[7D");
+  type(editor, "zzzzz");
+  EXPECT_EQ(editor.render("> ", 20), "\r`\u2026yzzzzzzz': say xa\x1b[K\x1b[6D");
+  editor.interrupt();
+  // A query that starts with a combining mark: the cursor on the character it belongs to.
+  type(editor, "e\xcc\x81" "cole\r");
+  type(editor, "\x12\xcc\x81");
+  EXPECT_EQ(editor.cursor(), 0u);
+}
+
 TEST(LineEditor, RenderPutsTheCursorAfterThePrompt) {
   LineEditor editor;
   EXPECT_EQ(editor.render("> ", 80, true), "> \x1b[K");
