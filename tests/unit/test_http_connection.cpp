@@ -58,6 +58,16 @@ ConnectionLimits limits(size_t head_bytes, int request_ms) {
 
 const auto kForever = [] { return true; };
 
+// A request begun on what was sent, its head read as read_head reads it.
+bool read_request_head(ConnectionStream& stream, std::string& head) {
+  if (!stream.wait_for_request(std::chrono::milliseconds(1000), kForever)) {
+    ADD_FAILURE() << "no request came";
+    return false;
+  }
+  stream.begin_request();
+  return read_head(stream, head);
+}
+
 TEST(ConnectionStream, PipelinedRequestsAndEmptyLinesBetweenThem) {
   Pair pair;
   ConnectionStream stream(pair.server, limits(1024, 2000));
@@ -108,10 +118,8 @@ TEST(ConnectionStream, ALaterMinorVersionSplitAcrossReadsIsReadAs11) {
       pair.send(piece);
     }
   });
-  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
-  stream.begin_request();
   std::string head;
-  const bool whole = read_head(stream, head);
+  const bool whole = read_request_head(stream, head);
   writer.join();
   ASSERT_TRUE(whole);
   EXPECT_EQ(head, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -131,10 +139,8 @@ TEST(ConnectionStream, ARequestLineThatNeverEndsGets408) {
   };
   ConnectionStream stream(pair.server, with_log);
   pair.send("GET /a HTTP/1.");
-  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
-  stream.begin_request();
   std::string head;
-  EXPECT_FALSE(read_head(stream, head));
+  EXPECT_FALSE(read_request_head(stream, head));
   EXPECT_TRUE(head.empty());
   EXPECT_TRUE(stream.refused());
   EXPECT_EQ(pair.received().rfind("HTTP/1.1 408 ", 0), 0u);
@@ -148,11 +154,9 @@ TEST(ConnectionStream, AnUnknownMethodIsAnsweredBeforeItsLineEnds) {
   Pair pair;
   ConnectionStream stream(pair.server, limits(1024, 5000));
   pair.send("BREW / HT");
-  ASSERT_TRUE(stream.wait_for_request(std::chrono::milliseconds(1000), kForever));
-  stream.begin_request();
   const auto start = std::chrono::steady_clock::now();
   std::string head;
-  EXPECT_FALSE(read_head(stream, head));
+  EXPECT_FALSE(read_request_head(stream, head));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
   EXPECT_EQ(pair.received().rfind("HTTP/1.1 501 ", 0), 0u);
 }
