@@ -75,7 +75,7 @@ bool report_model(const DoctorArgs& args, const GpuRuntimeInfo& gpus) {
   } catch (const std::exception& error) {
     tokenizer_ok = !has_tokenizer;
     tokenizer_line = has_tokenizer ? std::string("cannot load: ") + error.what()
-                                   : "none (no " + std::string(Tokenizer::file_names()) + ")";
+                                   : "none (no " + Tokenizer::file_names() + ")";
     tokenizer_line += ": text prompts, chat and serve need one; generate --ids runs without";
   }
   const size_t element = 2;  // bf16 or fp16 on the GPU

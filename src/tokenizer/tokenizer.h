@@ -41,7 +41,7 @@ class Tokenizer {
   // Qwen's qwen.tiktoken); without one, load() fails with kIo.
   static bool present_in(const std::filesystem::path& model_dir);
   // The names of those files, for messages ("tokenizer.json or qwen.tiktoken").
-  static const char* file_names();
+  static std::string file_names();
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

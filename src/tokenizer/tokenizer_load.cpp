@@ -461,7 +461,7 @@ bool Tokenizer::present_in(const std::filesystem::path& model_dir) {
          std::filesystem::exists(model_dir / kTiktokenFile, ignored);
 }
 
-const char* Tokenizer::file_names() { return "tokenizer.json or qwen.tiktoken"; }
+std::string Tokenizer::file_names() { return std::string(kJsonFile) + " or " + kTiktokenFile; }
 
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(const std::filesystem::path& path) {
   // The original Qwen's folders carry qwen.tiktoken (and a tokenizer_config.json naming
