@@ -64,6 +64,7 @@ void LineEditor::start() {
   first_shown_ = 0;
   pasting_ = false;
   searching_ = false;
+  search_escape_ = false;
 }
 
 std::string LineEditor::take_line() {
@@ -96,6 +97,12 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
   const bool alt_backspace = escape_.size() == 1 && (byte == 0x7f || byte == 0x08);
   if (!escape_.empty() && !alt_backspace && ((byte < 0x20 && byte != 0x1b) || byte == 0x7f))
     escape_.clear();
+  if (search_escape_) {
+    // The Esc that ended a search stands alone, as readline's does: the key after it is
+    // itself, not Alt and the key (an arrow's or Home's sequence is still one).
+    search_escape_ = false;
+    if (escape_.size() == 1 && byte != '[' && byte != 'O') escape_.clear();
+  }
   if (!escape_.empty()) {
     if (escape_.size() == 1) {
       if (byte == 0x1b) return Key::kEdited;  // ESC ESC: the first one stood alone
@@ -148,6 +155,11 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
         return Key::kEdited;
       case 0x07:  // Ctrl-G: the line as it was before the search
         end_search(false);
+        return Key::kEdited;
+      case 0x1b:  // Esc: the line found taken, or the start of an arrow's sequence
+        end_search(true);
+        escape_.assign(1, '\x1b');
+        search_escape_ = true;
         return Key::kEdited;
       default:  // any other key takes the line found and then acts on it (Enter sends it)
         end_search(true);

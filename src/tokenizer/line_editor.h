@@ -9,8 +9,9 @@
 // Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Alt-D and
 // Alt-Backspace (the word after, before), Ctrl-Y (the text the last of those cut), Up/Down
 // and Ctrl-P/Ctrl-N (earlier lines), Ctrl-R (search the earlier lines as typed, newest
-// first: Ctrl-R again for an older one, Ctrl-G back to the line as it was, any other key
-// takes the line found), Ctrl-L (clear the screen), Enter (the line is done),
+// first: Ctrl-R again for an older one, Ctrl-G back to the line as it was, Esc or any other
+// key takes the line found, the other key then acting on it), Ctrl-L (clear the screen),
+// Enter (the line is done),
 // Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
 // Lines too wide for the terminal scroll sideways around the cursor. A message of several
 // lines: pasted with the terminal's bracketed paste (ESC[200~ … ESC[201~, whose line ends
@@ -104,6 +105,7 @@ class LineEditor {
   std::string searched_text_;
   size_t searched_cursor_ = 0;
   std::string last_query_;
+  bool search_escape_ = false;  // escape_ holds the Esc that ended a search
 };
 
 // A model's text for a terminal: control characters other than newline and tab (escape

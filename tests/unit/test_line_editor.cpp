@@ -194,6 +194,17 @@ TEST(LineEditor, CtrlRSearchesEarlierLines) {
   EXPECT_EQ(type(fresh, "\x12本語\x7f\r").lines[0], "日本語の文");
 }
 
+// Esc takes the line found and stands alone, as readline's does: the key after it is itself
+// (not Alt-D, Alt-Backspace); an arrow after a search is still an arrow.
+TEST(LineEditor, EscEndsASearchAlone) {
+  LineEditor editor;
+  type(editor, "tell me a story\rtell me a joke\r");
+  EXPECT_EQ(type(editor, "\x12story\x1b" "d\r").lines[0], "tell me a dstory");
+  EXPECT_EQ(type(editor, "\x12" "dstory\x1b\x7f\r").lines[0], "tell me adstory");
+  EXPECT_EQ(type(editor, "\x12joke" + kLeft + "!\r").lines[0], "tell me a! joke");
+  EXPECT_EQ(type(editor, "\x12joke\x1b\x1b" "d\r").lines[0], "tell me a! ");  // Esc, then Alt-D
+}
+
 TEST(LineEditor, CtrlRPassesOverLinesAlikeAndKeepsItsPromptInTheRow) {
   LineEditor editor;
   type(editor, "say xa\rsay b\rsay xa\rsay xa!\r");
