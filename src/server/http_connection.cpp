@@ -204,17 +204,14 @@ ssize_t ConnectionStream::fill(bool append) {
     }
     return -1;
   }
-  if (append && begin_ > 0) {  // the unread bytes to the buffer's front, room after them
-    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-  }
-  const size_t at = append ? end_ : 0;
+  // With `append`, the unread bytes go to the buffer's front, the new ones after them.
+  const size_t kept = append ? end_ - begin_ : 0;
+  if (kept > 0) std::memmove(buffer_.data(), buffer_.data() + begin_, kept);
   for (;;) {
-    const ssize_t got = ::recv(sock_, buffer_.data() + at, buffer_.size() - at, 0);
+    const ssize_t got = ::recv(sock_, buffer_.data() + kept, buffer_.size() - kept, 0);
     if (got >= 0) {
-      begin_ = append ? begin_ : 0;
-      end_ = at + static_cast<size_t>(got);
+      begin_ = 0;
+      end_ = kept + static_cast<size_t>(got);
       peer_ended_ = peer_ended_ || got == 0;
       return got;
     }

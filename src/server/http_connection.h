@@ -131,7 +131,9 @@ class ConnectionStream final : public httplib::Stream {
   // The request line as far as it has arrived (a bounded prefix); its method is what comes
   // before its first space.
   std::string request_line_;
-  bool line_gathered_ = false;  // the request line was whole in the buffer (or could not be) before its first byte went
+  // The request line was gathered (whole in the buffer, or as much as could be) before its
+  // first byte went to httplib.
+  bool line_gathered_ = false;
   bool method_ended_ = false;
   bool refused_ = false;
   bool close_requested_ = false;

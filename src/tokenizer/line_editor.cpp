@@ -35,6 +35,13 @@ size_t sequence_length(unsigned char lead) {
   return 0;
 }
 
+// The first byte of the character that ends at `at` (> 0).
+size_t start_of_character_before(std::string_view text, size_t at) {
+  size_t start = at - 1;
+  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xc0) == 0x80) --start;
+  return start;
+}
+
 bool is_space(char32_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == 0x3000;
 }
@@ -138,17 +145,11 @@ LineEditor::Key LineEditor::take(unsigned char byte) {
         return Key::kEdited;
       case 0x7f:
       case 0x08:  // Backspace: the query's last character off, searched again from the newest line
-        if (!query_.empty()) {
-          size_t at = query_.size() - 1;
-          while (at > 0 && (static_cast<unsigned char>(query_[at]) & 0xc0) == 0x80) --at;
-          query_.erase(at);
-        }
+        if (!query_.empty()) query_.erase(start_of_character_before(query_, query_.size()));
         match_ = history_.size();
         failed_ = false;
         if (query_.empty()) {
-          text_ = searched_text_;
-          cursor_ = searched_cursor_;
-          first_shown_ = 0;
+          show_searched_line();
         } else {
           search(history_.size());
         }
@@ -192,6 +193,10 @@ void LineEditor::end_search(bool accept) {
     recalled_ = match_;  // Up and Down go on from the line found
     return;
   }
+  show_searched_line();
+}
+
+void LineEditor::show_searched_line() {
   text_ = searched_text_;
   cursor_ = searched_cursor_;
   first_shown_ = 0;
@@ -412,8 +417,7 @@ void LineEditor::insert(std::string_view bytes) {
 
 size_t LineEditor::previous_stop(size_t at) const {
   while (at > 0) {
-    size_t start = at - 1;
-    while (start > 0 && (static_cast<unsigned char>(text_[start]) & 0xc0) == 0x80) --start;
+    const size_t start = start_of_character_before(text_, at);
     const bool mark = code_point_width(decode(text_, start).code_point) == 0;
     at = start;
     if (!mark) break;  // a mark goes with the character before it

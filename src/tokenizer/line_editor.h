@@ -82,6 +82,7 @@ class LineEditor {
   // with `other_text`, lines alike the one shown are passed over.
   void search(size_t below, bool other_text = false);
   void end_search(bool accept);  // accept: keep the line found; else the line as it was
+  void show_searched_line();     // the line and cursor as they were when the search began
 
   std::string text_;
   size_t cursor_ = 0;
