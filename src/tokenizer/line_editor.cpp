@@ -72,6 +72,7 @@ void LineEditor::start() {
   pasting_ = false;
   searching_ = false;
   search_escape_ = false;
+  killing_ = after_kill_ = false;
 }
 
 std::string LineEditor::take_line() {
@@ -86,6 +87,10 @@ std::string LineEditor::take_line() {
 
 LineEditor::Key LineEditor::feed(unsigned char byte) {
   const Key key = take(byte);
+  if (escape_.empty() && utf8_.empty()) {  // a whole key: did it cut? (the next cut joins it)
+    after_kill_ = killing_;
+    killing_ = false;
+  }
   // Every edit is at the cursor: with the shown part starting at or before it, text put in
   // or taken out never moves that start off a character's first byte.
   first_shown_ = std::min(first_shown_, cursor_);
@@ -302,6 +307,9 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
     case 0x19:  // Ctrl-Y
       insert(killed_);
       break;
+    case 0x14:  // Ctrl-T
+      transpose();
+      break;
     case 0x12:  // Ctrl-R: search the earlier lines, newest first
       searching_ = true;
       query_.clear();
@@ -395,9 +403,30 @@ LineEditor::Key LineEditor::escape_sequence(std::string_view sequence) {
 
 void LineEditor::kill(size_t from, size_t to) {
   if (to <= from) return;  // nothing cut: what Ctrl-Y brings back stays
-  killed_ = text_.substr(from, to - from);
+  std::string cut = text_.substr(from, to - from);
+  // Cuts in a row make one piece to put back, in the order they stood (as readline's): a cut
+  // before the cursor goes in front, one after it behind.
+  if (!after_kill_) {
+    killed_ = std::move(cut);
+  } else if (from < cursor_) {
+    killed_.insert(0, cut);
+  } else {
+    killed_ += cut;
+  }
+  killing_ = true;
   text_.erase(from, to - from);
   cursor_ = from;
+}
+
+void LineEditor::transpose() {
+  // The character before the cursor and the one at it change places and the cursor moves
+  // past both; at the end of the line, the last two (as readline's Ctrl-T).
+  const size_t at = cursor_ == text_.size() ? previous_stop(cursor_) : cursor_;
+  if (at == 0) return;
+  const size_t before = previous_stop(at);
+  const size_t after = next_stop(at);
+  text_.replace(before, after - before, text_.substr(at, after - at) + text_.substr(before, at - before));
+  cursor_ = after;
 }
 
 void LineEditor::insert_byte(char byte) {

@@ -73,6 +73,7 @@ class LineEditor {
   void insert(std::string_view bytes);
   void insert_byte(char byte);
   void kill(size_t from, size_t to);  // cuts text_[from, to) into killed_; the cursor to `from`
+  void transpose();                   // Ctrl-T
   size_t previous_stop(size_t at) const;  // the start of the character before `at`
   size_t next_stop(size_t at) const;      // the end of the character at `at`
   size_t previous_word(size_t at) const;
@@ -92,6 +93,8 @@ class LineEditor {
   bool pasting_ = false;     // between a bracketed paste's ESC[200~ and ESC[201~
   bool discarding_ = false;  // the rest of a paste cut short by Ctrl-C
   std::string killed_;       // what Ctrl-K, Ctrl-U, Ctrl-W, Alt-D or Alt-Backspace cut last
+  bool killing_ = false;     // the key being read cut something
+  bool after_kill_ = false;  // the key before cut something: a cut now joins what it cut
   std::vector<std::string> history_;
   size_t recalled_ = 0;     // history_.size(): the line being typed, not a recalled one
   std::string typed_;       // the line being typed while an older one is shown

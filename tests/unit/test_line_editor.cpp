@@ -87,6 +87,34 @@ TEST(LineEditor, CtrlYPutsBackTheLastCut) {
   EXPECT_EQ(type(fresh, "a\x19\r").lines[0], "a");  // nothing cut yet: nothing put back
 }
 
+TEST(LineEditor, CutsInARowArePutBackTogether) {
+  LineEditor editor;
+  // Two Ctrl-W: both words, in their order; Ctrl-K after Ctrl-U: the whole line.
+  EXPECT_EQ(type(editor, "one two three\x17\x17" + kHome + "\x19\r").lines[0], "two threeone ");
+  EXPECT_EQ(type(editor, "abcdef" + kLeft + kLeft + "\x15\x0b\x19\r").lines[0], "abcdef");
+  // Alt-D twice from the start: both words after the cursor, in order.
+  EXPECT_EQ(type(editor, "one two three" + kHome + "\x1b" "d\x1b" "d" + kEnd + "\x19\r").lines[0],
+            " threeone two");
+  // A key between the cuts (a move, a typed letter) starts a new piece.
+  EXPECT_EQ(type(editor, "one two three\x17" + kLeft + "\x17" + kEnd + "\x19\r").lines[0], "one  two");
+  EXPECT_EQ(type(editor, "ab cd\x17x\x7f\x17\x19\r").lines[0], "ab ");
+  // A new line does too.
+  EXPECT_EQ(type(editor, "first\x17\rsecond\x17\x19\r").lines[1], "second");
+}
+
+TEST(LineEditor, CtrlTSwapsTwoCharacters) {
+  LineEditor editor;
+  EXPECT_EQ(type(editor, "abcd" + kLeft + "\x14\r").lines[0], "abdc");    // before and at the cursor
+  EXPECT_EQ(type(editor, "abcd" + kLeft + kLeft + "\x14X\r").lines[0], "acbXd");  // the cursor moves past both
+  EXPECT_EQ(type(editor, "abcd\x14\r").lines[0], "abdc");  // at the end: the last two
+  EXPECT_EQ(type(editor, "ab" + kHome + "\x14\r").lines[0], "ab");  // at the start: nothing
+  EXPECT_EQ(type(editor, "a\x14\r").lines[0], "a");
+  EXPECT_EQ(type(editor, "\x14\r").lines[0], "");
+  // Characters, not bytes: two-byte and combined ones change places whole.
+  EXPECT_EQ(type(editor, "x\xc3\xa9\x14\r").lines[0], "\xc3\xa9x");
+  EXPECT_EQ(type(editor, "ye\xcc\x81\x14\r").lines[0], "e\xcc\x81y");
+}
+
 TEST(LineEditor, WordMoves) {
   LineEditor editor;
   EXPECT_EQ(type(editor, "one two three\x1b" "b\x1b" "bX\r").lines[0], "one Xtwo three");  // Alt-B
