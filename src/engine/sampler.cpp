@@ -1,4 +1,5 @@
 #include "engine/sampler.h"
+#include "engine/sampling_ranges.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,23 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
     params.top_k = config.default_top_k.value_or(0);
     params.min_p = config.default_min_p.value_or(0.f);
     params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
+  }
+  return params;
+}
+
+SamplingParams api_default_sampling(const ModelConfig& config) {
+  if (config.default_do_sample) return model_default_sampling(config);
+  namespace range = sampling_range;
+  const auto given = [](const auto& value, const ValueRange& valid) {
+    return value.has_value() && valid.contains(static_cast<double>(*value));
+  };
+  SamplingParams params;
+  params.temperature = given(config.default_temperature, range::kTemperature) ? *config.default_temperature : 1.f;
+  if (given(config.default_top_p, range::kTopP)) params.top_p = *config.default_top_p;
+  if (given(config.default_top_k, range::kTopK)) params.top_k = *config.default_top_k;
+  if (given(config.default_min_p, range::kMinP)) params.min_p = *config.default_min_p;
+  if (given(config.default_repetition_penalty, range::kApiRepetitionPenalty)) {
+    params.repetition_penalty = *config.default_repetition_penalty;
   }
   return params;
 }

@@ -30,6 +30,13 @@ inline float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
 // presence/frequency penalties are not part of it.
 SamplingParams model_default_sampling(const ModelConfig& config);
 
+// Where the server starts: OpenAI's API samples at temperature 1 unless told otherwise, so
+// generation_config.json's temperature, top_p, top_k, min_p and repetition_penalty count
+// whether or not it sets do_sample (as vLLM reads that file); a base model's do_sample false,
+// which transformers' generate() and the CLI take as greedy, does not make an API client's
+// n choices or seeds come out alike. A value outside its range is passed over.
+SamplingParams api_default_sampling(const ModelConfig& config);
+
 // Applies the penalties of `params` to `logits` [vocab] in place.
 void apply_penalties(float* logits, int vocab, const SamplingParams& params,
                      const int32_t* history, int history_len);

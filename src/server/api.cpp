@@ -508,9 +508,13 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.n = static_cast<int>(integer_field(body, "n", 1, 1, limits.max_n));
   out.logit_bias = parse_logit_bias(body, limits.vocab_size);
 
-  // Sampling: generation_config.json's recommendation (as the CLI uses it), then the request.
+  // Sampling: OpenAI's defaults with generation_config.json's values, then the request's.
   SamplingParams& s = out.sampling;
-  if (model.config != nullptr) s = model_default_sampling(*model.config);
+  if (model.config != nullptr) {
+    s = api_default_sampling(*model.config);
+  } else {
+    s.temperature = 1.f;
+  }
   namespace range = sampling_range;
   s.temperature = static_cast<float>(number_field(body, "temperature", s.temperature, range::kTemperature));
   s.top_p = static_cast<float>(number_field(body, "top_p", s.top_p, range::kTopP));

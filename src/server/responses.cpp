@@ -117,6 +117,23 @@ json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) co
 
 namespace {
 
+// A token as the legacy completions logprobs name it: its text, or where its bytes are no
+// whole UTF-8 (a piece of a character), "bytes:" and each byte as \xNN, as OpenAI's
+// completions spell them: two pieces of characters are two keys of top_logprobs, not one
+// U+FFFD that keeps only the likelier.
+std::string legacy_token(const LogprobToken& token) {
+  if (tok::utf8_valid_prefix(token.bytes) == token.bytes.size()) return token.text;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "bytes:";
+  for (const char c : token.bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    out += "\\x";
+    out += kHex[byte >> 4];
+    out += kHex[byte & 15];
+  }
+  return out;
+}
+
 // The characters the bytes of an unfinished character show as when cut off (U+FFFDs).
 size_t cut_length(const std::string& unfinished) {
   std::string cut;
@@ -129,21 +146,22 @@ size_t cut_length(const std::string& unfinished) {
 void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text) {
   const std::vector<LogprobEntry>& entries = event.logprobs;
   for (const LogprobEntry& entry : entries) {
-    out.tokens.push_back(entry.text);
+    const std::string token = legacy_token(entry);
+    out.tokens.push_back(token);
     if (entry.none) {
       out.token_logprobs.push_back(nullptr);
       out.top_logprobs.push_back(nullptr);
     } else {
       out.token_logprobs.push_back(entry.logprob);
-      // Keyed by text: alternatives that show alike (bytes of unfinished characters, all
-      // U+FFFD) share a key, which keeps the most likely one's log-prob. The token itself is
-      // always there (OpenAI's legacy rule: up to logprobs + 1 entries), also when it is not
-      // among the most likely.
+      // Keyed by the token: the token itself is always there (OpenAI's legacy rule: up to
+      // logprobs + 1 entries), also when it is not among the most likely. Tokens alike (ids
+      // of no bytes) share a key, which keeps the likelier's log-prob.
       json top = json::object();
       for (const LogprobToken& alternative : entry.top) {
-        if (!top.contains(alternative.text)) top[alternative.text] = alternative.logprob;
+        const std::string key = legacy_token(alternative);
+        if (!top.contains(key)) top[key] = alternative.logprob;
       }
-      if (!top.contains(entry.text)) top[entry.text] = entry.logprob;
+      top[token] = entry.logprob;
       out.top_logprobs.push_back(top);
     }
     // Where the token starts in `text`: the characters decoded before it, as the streaming

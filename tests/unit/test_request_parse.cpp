@@ -200,6 +200,14 @@ TEST(RequestParse, SeedsAreSixtyFourBitsAndNothingIsClamped) {
   }
 }
 
+// A request without a temperature samples at 1, as OpenAI's API documents, though the
+// fixture's generation_config.json says do_sample false (greedy for generate and chat).
+TEST(RequestParse, WithoutATemperatureARequestSamples) {
+  EXPECT_EQ(completion(R"({"prompt":"hi"})").sampling.temperature, 1.f);
+  EXPECT_EQ(completion(R"({"prompt":"hi","temperature":0})").sampling.temperature, 0.f);
+  EXPECT_EQ(completion(R"({"prompt":"hi","temperature":0.5})").sampling.temperature, 0.5f);
+}
+
 // A field of an object names its path: stream_options.include_usage.
 TEST(RequestParse, StreamOptionsErrorsNameTheirPath) {
   for (const char* name : {"include_usage", "continuous_usage_stats"}) {

@@ -1,7 +1,7 @@
 // Completions' logprobs as ResponseBuilder writes them, from hand-made events: where each
 // token's text_offset points when tokens are single bytes of multi-byte characters, special
 // tokens or the token that ends the choice, streamed and whole alike; and top_logprobs keys
-// that show alike.
+// of pieces of characters.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -84,23 +84,32 @@ TEST(CompletionLogprobs, TextOffsetsCountTheDecodersCharacters) {
   }
 }
 
-TEST(CompletionLogprobs, AlternativesThatShowAlikeKeepTheMostLikely) {
+// Pieces of characters each show as U+FFFD: OpenAI's completions spell them "bytes:\\xNN",
+// so that each keeps its own key in top_logprobs and the drawn one its own log-prob.
+TEST(CompletionLogprobs, PiecesOfCharactersAreSpelledAsTheirBytes) {
   const GenerationRequest request = completion_with_logprobs();
   ResponseBuilder builder(request, "cmpl-1", 0, 1);
   ChoiceEvent event;
   event.tokens = 1;
-  LogprobEntry e = entry({"x"});
-  // Most likely first, as the sampler lists them: two bytes that both show as U+FFFD.
-  e.top = {LogprobToken{"\xEF\xBF\xBD", "\xE4", -0.5f}, LogprobToken{"\xEF\xBF\xBD", "\xE5", -2.0f},
+  LogprobEntry e = entry({"\xE6"});
+  e.text = "\xEF\xBF\xBD";
+  e.logprob = -4.f;
+  // Most likely first, as the sampler lists them.
+  e.top = {LogprobToken{"\xEF\xBF\xBD", "\xE4", -0.5f}, LogprobToken{" \xEF\xBF\xBD", " \xF0\x9F", -2.0f},
            LogprobToken{"x", "x", -3.0f}};
   event.logprobs.push_back(e);
   event.finish_reason = "length";
   builder.collect(event);
   const auto body = nlohmann::json::parse(builder.body());
-  const auto& top = body["choices"][0]["logprobs"]["top_logprobs"][0];
-  ASSERT_EQ(top.size(), 2u);
-  EXPECT_FLOAT_EQ(top["\xEF\xBF\xBD"].get<float>(), -0.5f);
-  EXPECT_FLOAT_EQ(top["x"].get<float>(), -3.0f);
+  const auto& logprobs = body["choices"][0]["logprobs"];
+  EXPECT_EQ(logprobs["tokens"][0], "bytes:\\xe6");
+  EXPECT_FLOAT_EQ(logprobs["token_logprobs"][0].get<float>(), -4.f);
+  const auto& top = logprobs["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 4u);
+  EXPECT_FLOAT_EQ(top["bytes:\\xe6"].get<float>(), -4.f);
+  EXPECT_FLOAT_EQ(top["bytes:\\xe4"].get<float>(), -0.5f);
+  EXPECT_FLOAT_EQ(top["bytes:\\x20\\xf0\\x9f"].get<float>(), -2.f);
+  EXPECT_FLOAT_EQ(top["x"].get<float>(), -3.f);
 }
 
 TEST(CompletionLogprobs, TheTokenItselfIsAlwaysListed) {

@@ -407,5 +407,28 @@ TEST(SamplingRanges, FirstValueOutOfRangeIsNamed) {
   EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'frequency_penalty' must be a finite number (got inf)");
 }
 
+// generate and chat read generation_config.json as transformers does (do_sample false:
+// greedy); the server as OpenAI's API and vLLM do (temperature 1 unless the file or the
+// request gives one, do_sample or not).
+TEST(Sampler, TheServersDefaultsSampleWhereTheCommandLinesAreGreedy) {
+  ModelConfig config;
+  EXPECT_EQ(model_default_sampling(config).temperature, 0.f);
+  EXPECT_EQ(api_default_sampling(config).temperature, 1.f);
+  config.default_temperature = 0.7f;
+  config.default_top_k = 20;
+  config.default_top_p = 1.5f;  // out of range: passed over
+  const SamplingParams base = api_default_sampling(config);
+  EXPECT_EQ(model_default_sampling(config).temperature, 0.f);
+  EXPECT_EQ(base.temperature, 0.7f);
+  EXPECT_EQ(base.top_k, 20);
+  EXPECT_EQ(base.top_p, 1.f);
+  config.default_do_sample = true;
+  config.default_top_p = 0.8f;
+  const SamplingParams sampled = api_default_sampling(config);
+  EXPECT_EQ(sampled.temperature, model_default_sampling(config).temperature);
+  EXPECT_EQ(sampled.top_p, 0.8f);
+  EXPECT_EQ(sampled.top_k, 20);
+}
+
 }  // namespace
 }  // namespace qwenrt
