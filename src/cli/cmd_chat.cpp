@@ -25,6 +25,7 @@
 #include "tokenizer/line_editor.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -201,6 +202,8 @@ class TerminalLines {
     const char* term = std::getenv("TERM");
     edit_ = term == nullptr || std::strcmp(term, "dumb") != 0;
   }
+
+  bool edits() const { return edit_; }  // escape sequences are understood (not TERM=dumb)
 
   // Forgets what was read and not used (the rest of a paste), and what the terminal holds
   // unread: after Ctrl-C stopped an answer, the lines queued behind it are not sent.
@@ -420,8 +423,18 @@ class ChatSession {
         }
       } else if (!std::getline(std::cin, line)) {
         return finish();  // the end of piped input
+      } else if (!line.empty() && line.back() == '\r') {
+        line.pop_back();  // a file written with CR LF line ends
       }
       if (line.find_first_not_of(" \t\n") == std::string::npos) continue;  // nothing to send
+      if (const size_t valid = tok::utf8_valid_prefix(line); valid != line.size()) {
+        // Only piped input can carry such bytes (the editor drops a broken character): this
+        // message is left out and the rest still read, as one too long for the context.
+        note("this " + std::string(line[0] == '/' ? "command" : "message") + " is not valid UTF-8 (byte " +
+             std::to_string(valid + 1) + " of it): not sent");
+        ++unanswered_;
+        continue;
+      }
       if (line[0] == '/') {
         if (!command(line)) return finish();
         continue;
@@ -446,30 +459,47 @@ class ChatSession {
     std::string rest = line.size() > name.size() ? line.substr(name.size() + 1) : "";
     if (name == "/exit" || name == "/quit") return false;
     if (name == "/reset") {
-      messages_ = nlohmann::ordered_json::array();
-      session_->reset();
+      clear_conversation();
       note("conversation cleared");
     } else if (name == "/system") {
-      system_ = rest;
-      has_system_ = !rest.empty();
-      messages_ = nlohmann::ordered_json::array();
-      session_->reset();
+      has_system_ = rest.find_first_not_of(" \t") != std::string::npos;
+      system_ = has_system_ ? rest : "";
+      clear_conversation();
       note(has_system_ ? "system prompt set; conversation cleared" : "system prompt removed; conversation cleared");
     } else if (name == "/stats") {
-      char text[320];
-      std::snprintf(text, sizeof(text),
-                    "last answer: %zu tokens, %.1f tokens/s, first token after %.1f ms; prompt %d tokens, "
-                    "%d of them cached from earlier turns; context %d of %d tokens",
-                    last_.ids.size(), last_.decode_seconds > 0 ? (last_.ids.size() - 1) / last_.decode_seconds : 0.0,
-                    last_.time_to_first_token * 1e3, last_.prompt_tokens, last_.reused_tokens, last_context_,
-                    engine_.memory_plan().max_context);
-      note(text);
+      note(stats());
     } else if (name == "/help") {
       std::printf("%s", kHelp);
     } else {
       note("unknown command " + name + "; /help lists them");
     }
     return true;
+  }
+
+  void clear_conversation() {
+    messages_ = nlohmann::ordered_json::array();
+    session_->reset();
+    last_ = {};
+    last_context_ = 0;
+  }
+
+  // /stats: the last answer's speed and the context it left.
+  std::string stats() const {
+    const int context = engine_.memory_plan().max_context;
+    if (last_.ids.empty()) return "no answer yet in this conversation; context 0 of " + std::to_string(context) + " tokens";
+    const size_t tokens = last_.ids.size();
+    char text[320];
+    // The first token comes with the prompt; the rate is over the ones after it.
+    char rate[48] = "";
+    if (tokens > 1 && last_.decode_seconds > 0) {
+      std::snprintf(rate, sizeof(rate), ", %.1f tokens/s", static_cast<double>(tokens - 1) / last_.decode_seconds);
+    }
+    std::snprintf(text, sizeof(text),
+                  "last answer: %zu token%s%s, first token after %.1f ms; prompt %d tokens, %d of them cached from "
+                  "earlier turns; context %d of %d tokens",
+                  tokens, tokens == 1 ? "" : "s", rate, last_.time_to_first_token * 1e3, last_.prompt_tokens,
+                  last_.reused_tokens, last_context_, context);
+    return text;
   }
 
   // The model's text; on a terminal its control characters are shown, not acted on.
@@ -523,11 +553,11 @@ class ChatSession {
     StreamDecoder decoder(tokenizer_, /*skip_special=*/true);
     std::string reply;
     bool thinking = false;
-    const bool dim = interactive_;
+    const bool dim = interactive_ && terminal_.edits();  // thinking dimmed, where escapes are understood
     // The session keeps the KV cache of earlier turns: only the new part of the prompt runs.
     last_ = engine_.generate(*session_, prompt, options, [&](int32_t id) {
       if (g_interrupted.load()) return false;
-      if (id == think_open_) {
+      if (id == think_open_ && !thinking) {
         thinking = true;
         if (dim && !args_.hide_thinking) std::printf("\x1b[2m");
       }

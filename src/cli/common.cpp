@@ -192,7 +192,10 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
                                      : "sampling temperature; 0 = greedy (default: greedy; generation_config.json is "
                                        "not read, so runs compare like with like)")
       ->check(in_range(sampling_range::kTemperature));
-  command->add_option("--top-k", args.top_k, "keep the k most likely tokens (0: off)")
+  command->add_option("--top-k", args.top_k,
+                      model_defaults ? "keep the k most likely tokens (0: off; where generation_config.json sets "
+                                       "do_sample without a top_k, 50, as transformers)"
+                                     : "keep the k most likely tokens (0: off)")
       ->check(in_range(sampling_range::kTopK));
   command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")
       ->check(in_range(sampling_range::kTopP));

@@ -13,7 +13,7 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
   if (config.default_do_sample) {
     params.temperature = config.default_temperature.value_or(1.f);
     params.top_p = config.default_top_p.value_or(1.f);
-    params.top_k = config.default_top_k.value_or(0);
+    params.top_k = config.default_top_k.value_or(50);  // transformers' GenerationConfig default
     params.min_p = config.default_min_p.value_or(0.f);
     params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
   }
@@ -21,7 +21,6 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
 }
 
 SamplingParams api_default_sampling(const ModelConfig& config) {
-  if (config.default_do_sample) return model_default_sampling(config);
   namespace range = sampling_range;
   const auto given = [](const auto& value, const ValueRange& valid) {
     return value.has_value() && valid.contains(static_cast<double>(*value));

@@ -25,16 +25,18 @@ inline float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
   return unit_float(sample_bits(seed, step, row));
 }
 
-// What generation_config.json recommends (its do_sample settings), else greedy: where
-// generate, chat and the server start before their own options apply. The seed and the
-// presence/frequency penalties are not part of it.
+// What generation_config.json recommends (its do_sample settings; what it leaves out at
+// transformers' defaults, top_k 50 among them), else greedy: where generate and chat start
+// before their own options apply. The seed and the presence/frequency penalties are not part
+// of it.
 SamplingParams model_default_sampling(const ModelConfig& config);
 
 // Where the server starts: OpenAI's API samples at temperature 1 unless told otherwise, so
 // generation_config.json's temperature, top_p, top_k, min_p and repetition_penalty count
 // whether or not it sets do_sample (as vLLM reads that file); a base model's do_sample false,
 // which transformers' generate() and the CLI take as greedy, does not make an API client's
-// n choices or seeds come out alike. A value outside its range is passed over.
+// n choices or seeds come out alike. What the file leaves out is off (no top_k 50), and a
+// value outside its range is passed over.
 SamplingParams api_default_sampling(const ModelConfig& config);
 
 // Applies the penalties of `params` to `logits` [vocab] in place.

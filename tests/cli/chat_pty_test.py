@@ -193,7 +193,7 @@ def main():
         term.send(b"hello there /reset\x01\x1bd\x1bd" + delete + b"\r")  # Ctrl-A, Alt-D twice, Delete
         assert b"cleared" in term.read_until(b"\n> ")
         term.send(b"/sats" + left * 3 + b"t\x05 now\x17\r")  # "/stats"; Ctrl-E, " now", Ctrl-W: "/stats "
-        assert b"tokens/s" in term.read_until(b"\n> ")
+        assert b"no answer yet" in term.read_until(b"\n> ")  # the conversation was cleared
         # Stopped and continued (as after Ctrl-Z and fg): the line is drawn again and edited
         # as before, the terminal back in editing's mode (no line mode, no echo).
         term.send(b"/hel")
@@ -218,14 +218,14 @@ def main():
         term.send(b"\x0b" + b"\x17" * 4 + b"\r")  # Ctrl-K, then Ctrl-W back to "/help "
         assert b"commands:" in term.read_until(b"\n> ")
         term.send(b"tats\x17/s\x19\r")  # Ctrl-W cuts "tats", Ctrl-Y puts it back after "/s": "/stats"
-        assert b"tokens/s" in term.read_until(b"\n> ")
+        assert b"; context " in term.read_until(b"\n> ")  # what /stats tells
         fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # wide again
         term.send(b"\x12sta")  # Ctrl-R: the newest line with "sta", the query in the prompt's place
         term.read_until(b"(reverse-i-search)`sta': /stats")
         term.send(b"\r")
-        assert b"tokens/s" in term.read_until(b"\n> ")
+        assert b"; context " in term.read_until(b"\n> ")
         term.send(b"junk\x15/reset\r/stats\r")  # Ctrl-U; two lines in one write
-        pasted = term.read_until(b"tokens/s")
+        pasted = term.read_until(b"; context ")
         assert b"cleared" in pasted, pasted
         term.read_until(b"\n> ")
         # Keys, Ctrl-C, more keys and Enter in one read: the Ctrl-C drops the line at the
@@ -296,10 +296,20 @@ def main():
         assert refused.returncode == 1, refused.stderr  # a script sees the unanswered message
         assert b"does not fit" in refused.stderr, refused.stderr
         assert b"1 message was not answered" in refused.stderr, refused.stderr
-        assert re.search(rb"last answer: [1-8] tokens", refused.stderr), refused.stderr
+        assert re.search(rb"last answer: [1-8] tokens?", refused.stderr), refused.stderr
+        # 8. A line that is not UTF-8 is left out as such a message is; CR LF line ends are line
+        # ends (a file from Windows); /stats after /reset has no answer to tell of.
+        crlf = subprocess.run([binary, "chat", "-m", folder, "--device", "cpu", "-n", "4"],
+                              input=b"a\xffb\r\nhello\r\n/stats\r\n/reset\r\n/stats\r\n", capture_output=True,
+                              timeout=120)
+        assert crlf.returncode == 1, crlf.stderr
+        assert b"not valid UTF-8 (byte 2 of it)" in crlf.stderr, crlf.stderr
+        assert crlf.stdout.count(b"\n") == 1, crlf.stdout  # "hello" answered
+        assert re.search(rb"last answer: [1-4] tokens?", crlf.stderr), crlf.stderr
+        assert b"no answer yet" in crlf.stderr and b"unknown command" not in crlf.stderr, crlf.stderr
         print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
               "line editing and history, TERM=dumb, "
-              "piped stdin, oldest turns dropped, an oversized message refused: ok")
+              "piped stdin, oldest turns dropped, an oversized message refused, a line not UTF-8, CR LF: ok")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

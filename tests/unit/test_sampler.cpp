@@ -428,6 +428,11 @@ TEST(Sampler, TheServersDefaultsSampleWhereTheCommandLinesAreGreedy) {
   EXPECT_EQ(sampled.temperature, model_default_sampling(config).temperature);
   EXPECT_EQ(sampled.top_p, 0.8f);
   EXPECT_EQ(sampled.top_k, 20);
+  // A top_k the file leaves out: transformers' 50 for generate and chat; off for the server,
+  // as vLLM (which takes only the values the file gives).
+  config.default_top_k.reset();
+  EXPECT_EQ(model_default_sampling(config).top_k, 50);
+  EXPECT_EQ(api_default_sampling(config).top_k, 0);
 }
 
 }  // namespace
