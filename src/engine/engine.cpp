@@ -125,12 +125,17 @@ void Engine::init(const ModelConfig& config, const EngineOptions& options,
   const size_t kv_bytes_per_token = QwenModel::kv_bytes_per_token(config, dtype);
   const size_t kv_bytes_per_block = kv_bytes_per_token * limits.block_size;
   if (options.kv_cache_gb > 0) {
-    limits.num_blocks = static_cast<int>(
-        std::min(options.kv_cache_gb * static_cast<double>(1ull << 30) / static_cast<double>(kv_bytes_per_block),
-                 static_cast<double>(1 << 30)));
+    const double blocks = options.kv_cache_gb * static_cast<double>(1ull << 30) / static_cast<double>(kv_bytes_per_block);
+    char given[32];  // as typed, near enough: %f would print 1e-07 as 0.000000
+    std::snprintf(given, sizeof(given), "%.6g", options.kv_cache_gb);
+    if (blocks >= static_cast<double>(1 << 30) + 1) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "--kv-cache-gb " + std::string(given) + " is more than the KV cache can address (2^30 blocks: " +
+                      format_gib(static_cast<double>(1 << 30) * static_cast<double>(kv_bytes_per_block)) +
+                      " for this model)");
+    }
+    limits.num_blocks = static_cast<int>(blocks);
     if (limits.num_blocks < 1) {
-      char given[32];  // as typed, near enough: %f would print 1e-07 as 0.000000
-      std::snprintf(given, sizeof(given), "%.6g", options.kv_cache_gb);
       throw Error(ErrorCategory::kInvalidArgument, "--kv-cache-gb " + std::string(given) +
                                                        " is smaller than one KV block (" +
                                                        std::to_string(kv_bytes_per_block) + " bytes)");

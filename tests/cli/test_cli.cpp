@@ -145,6 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --min-p 2", 2, "--min-p"},
                       BadArgs{"generate -m MODEL --ids 1 --repetition-penalty 0", 2, "--repetition-penalty"},
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb 1e-07 is smaller than one KV block"},
+                      BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 20000", 2, "--kv-cache-gb 20000 is more than the KV cache can address"},
                       BadArgs{"generate -m MODEL -p hi", 1, "tokenizer.json"},
                       BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"},
                       // Not a number, NaN and infinities: refused by name, readably.
