@@ -226,8 +226,9 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   cmd->add_flag("--think", args->think, "Qwen3: let the model think first (enable_thinking=true)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: answer without thinking (enable_thinking=false)");
   cmd->add_option("--stop", args->stop,
-                  "stop when this text appears (repeatable); it is not printed. \\n, \\t, \\r and \\\\ in it are a "
-                  "line break, a tab, a carriage return and a backslash, so --stop \"\\n\\n\" stops at a blank line")
+                  "stop when this text appears (repeatable); its text is not printed (the ids that make it are, "
+                  "as transformers and vLLM keep them). \\n, \\t, \\r and \\\\ in it are a line break, a tab, a "
+                  "carriage return and a backslash, so --stop \"\\n\\n\" stops at a blank line")
       ->transform(CLI::Validator(
           [](std::string& text) {
             // An empty stop string would match before any text: refused, as serve refuses it.
