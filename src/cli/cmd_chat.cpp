@@ -383,8 +383,8 @@ class ChatSession {
  public:
   ChatSession(const ChatArgs& args, const CLI::App& cmd)
       : args_(args),
-        tokenizer_(Tokenizer::load(args.model.model_dir)),
-        template_(ChatTemplate::load(args.model.model_dir, args.chat_template)),
+        tokenizer_(Tokenizer::load(args.model.tokenizer_folder())),
+        template_(ChatTemplate::load(args.model.tokenizer_folder(), args.chat_template)),
         engine_(args.model.model_dir, engine_options(args.model)),
         session_(engine_.new_session()),
         interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)),
@@ -651,6 +651,7 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand("chat", "Interactive chat with the model's own chat template, streamed");
   cmd->footer(kHelp);
   add_model_options(cmd, args->model);
+  add_tokenizer_option(cmd, args->model);
   add_sampling_options(cmd, args->sampling);
   cmd->add_option("--system", args->system, "system prompt (default: the template's own)");
   cmd->add_option("--chat-template", args->chat_template,

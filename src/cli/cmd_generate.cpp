@@ -49,18 +49,18 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     }
   }
   if (args.think && args.no_think) throw Error(ErrorCategory::kInvalidArgument, "give --think or --no-think, not both");
-  // Text in and out needs the model folder's tokenizer.
+  // Text in and out needs the tokenizer (the model folder's, or --tokenizer).
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> prompt;
   if (cmd.count("--ids")) {
     prompt = parse_ids(args.ids);
     if (prompt.empty()) throw Error(ErrorCategory::kInvalidArgument, "--ids: no token ids given");
   } else {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.model_dir));
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.tokenizer_folder()));
     if (cmd.count("--prompt")) {
       prompt = tokenizer->encode(args.prompt, /*allow_special=*/true);
     } else {
-      ChatTemplate chat_template = ChatTemplate::load(args.model.model_dir, args.chat_template);
+      ChatTemplate chat_template = ChatTemplate::load(args.model.tokenizer_folder(), args.chat_template);
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       if (cmd.count("--system")) messages.push_back({{"role", "system"}, {"content", args.system}});
       messages.push_back({{"role", "user"}, {"content", args.chat}});
@@ -71,7 +71,7 @@ int run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     if (prompt.empty()) throw Error(ErrorCategory::kInvalidArgument, "the prompt encodes to no tokens");
   }
   if (!args.stop.empty() && !tokenizer) {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.model_dir));
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.model.tokenizer_folder()));
   }
   Engine engine(args.model.model_dir, engine_options(args.model));
   // Ids the tokenizer made that the model has no row for: the folder's tokenizer and
@@ -213,6 +213,7 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand(
       "generate", "Continue a prompt: token ids (--ids), raw text (-p) or one chat message (--chat)");
   add_model_options(cmd, args->model);
+  add_tokenizer_option(cmd, args->model);
   cmd->add_option("--ids", args->ids, "prompt token ids, e.g. \"151644 872 198\"");
   cmd->add_option("-p,--prompt", args->prompt,
                   "prompt text, encoded as is (special-token strings become control tokens, as in transformers)");

@@ -55,7 +55,6 @@ std::string system_fingerprint(const std::string& model_dir, const std::string& 
 
 struct ServeArgs {
   ModelArgs model;
-  std::string tokenizer;
   std::string chat_template;  // a file replacing the folder's template
   std::string default_template_kwargs;  // JSON object
   std::string host = "127.0.0.1";
@@ -220,7 +219,7 @@ int run_serve(const ServeArgs& args) {
   if (std::string why; !server::can_listen(args.host, args.port, why)) {
     throw Error(ErrorCategory::kIo, "cannot listen on " + args.host + ":" + std::to_string(args.port) + ": " + why);
   }
-  const std::string tokenizer_dir = args.tokenizer.empty() ? args.model.model_dir : args.tokenizer;
+  const std::string& tokenizer_dir = args.model.tokenizer_folder();
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir);
   std::unique_ptr<ChatTemplate> chat_template;
   bool chat_template_failed = false;
@@ -379,8 +378,7 @@ void add_serve_command(CLI::App& root, int& exit_code) {
   cmd->get_option("--kv-cache-gb")
       ->description("KV cache size in GiB, shared by all sequences (0: on a GPU, --kv-memory-fraction of the free "
                     "memory less weights and workspace; on the CPU, 65,536 tokens)");
-  cmd->add_option("--tokenizer", args->tokenizer, "folder with tokenizer.json and tokenizer_config.json (default: the model's)")
-      ->check(not_empty);
+  add_tokenizer_option(cmd, args->model);
   cmd->add_option("--chat-template", args->chat_template,
                   "file with the chat template to use instead of the folder's: a Jinja template (e.g. a "
                   "chat_template.jinja) or a tokenizer_config.json whose chat_template is taken; the special "

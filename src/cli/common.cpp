@@ -162,6 +162,14 @@ CLI::Validator device_name() {
       "", "");
 }
 
+void add_tokenizer_option(CLI::App* command, ModelArgs& args) {
+  command
+      ->add_option("--tokenizer", args.tokenizer_dir,
+                   "folder with tokenizer.json (or qwen.tiktoken), tokenizer_config.json and the chat template "
+                   "(default: the model's)")
+      ->check(CLI::ExistingDirectory);
+}
+
 void add_model_options(CLI::App* command, ModelArgs& args) {
   command->add_option("-m,--model", args.model_dir, "Hugging Face model folder (config.json, *.safetensors)")
       ->required()

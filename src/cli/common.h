@@ -21,6 +21,9 @@ struct ModelArgs {
   int threads = 0;
   int max_context = 0;
   double kv_cache_gb = 0;
+  std::string tokenizer_dir;  // --tokenizer, where the command takes it; empty: the model's folder
+
+  const std::string& tokenizer_folder() const { return tokenizer_dir.empty() ? model_dir : tokenizer_dir; }
 };
 
 struct SamplingArgs {
@@ -59,6 +62,8 @@ void print_sampling(const SamplingParams& params, const ModelConfig& config);
 
 // Adds -m/--model, --device, --dtype, --threads, --max-context, --kv-cache-gb.
 void add_model_options(CLI::App* command, ModelArgs& args);
+// --tokenizer DIR: the tokenizer (and chat template) from another folder than the model's.
+void add_tokenizer_option(CLI::App* command, ModelArgs& args);
 // Turns the parsed options into EngineOptions (with a load progress bar on a terminal).
 EngineOptions engine_options(const ModelArgs& args);
 // A note on stderr when `context` positions (`what` names them) are past those the model was

@@ -474,6 +474,34 @@ TEST(CliChatTemplate, ReplacesTheFoldersTemplate) {
   fs::remove_all(dir);
 }
 
+// A model folder without a tokenizer (as save_pretrained of the model alone writes it) is
+// given one from another folder, as serve and tokenize take it.
+TEST(CliTokenizer, GenerateAndChatTakeTheTokenizerFromAnotherFolder) {
+  const std::string serve_dir = (fs::path(QWENRT_TEST_DATA) / "serve").string();
+  const std::string model = " --device cpu -m '" + fixture("qwen3_qknorm") + "'";
+  RunResult without = run_qwenrt("generate" + model + " -p Hello -n 2");
+  EXPECT_EQ(without.exit_code, 1) << without.err;
+  EXPECT_NE(without.err.find("tokenizer.json"), std::string::npos) << without.err;
+  RunResult ids = run_qwenrt("tokenize --tokenizer '" + serve_dir + "/tokenizer.json' Hello");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  RunResult text = run_qwenrt("generate" + model + " --tokenizer '" + serve_dir + "' -p Hello -n 3 --format json");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const auto json = nlohmann::json::parse(text.out);
+  EXPECT_TRUE(json.contains("text")) << text.out;
+  // The same prompt as its ids gives the same tokens: the text was encoded by that tokenizer.
+  std::string id_list = ids.out.substr(ids.out.find('[') + 1);
+  id_list = id_list.substr(0, id_list.find(']'));
+  std::replace(id_list.begin(), id_list.end(), ',', ' ');
+  RunResult by_ids = run_qwenrt("generate" + model + " --ids '" + id_list + "' -n 3 --format json");
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.err;
+  EXPECT_EQ(json["ids"], nlohmann::json::parse(by_ids.out)["ids"]) << text.out << by_ids.out;
+  RunResult chat = run_qwenrt("chat" + model + " --tokenizer '" + serve_dir + "' -n 3");  // stdin empty: loads, ends
+  EXPECT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_EQ(run_qwenrt("chat" + model + " -n 3").exit_code, 1);
+  RunResult missing = run_qwenrt("chat" + model + " --tokenizer /no/such/folder");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+}
+
 TEST(CliBench, JsonReportOnAFixture) {
   RunResult result = run_qwenrt("bench --device cpu -m '" + fixture("qwen3_qknorm") +
                                 "' --prompt 20 --gen 5 --repeat 2 --threads 1 --format json");
