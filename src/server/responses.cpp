@@ -6,7 +6,8 @@
 
 namespace qwenrt::server {
 
-using nlohmann::json;
+// Keys in the order they are written: OpenAI's order, and completions' top_logprobs most likely first.
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -40,13 +40,13 @@ class ResponseBuilder {
     bool started = false;
     std::string content, reasoning;
     std::vector<ToolCall> tool_calls;
-    nlohmann::json logprobs = nlohmann::json::array();  // chat: entries; completions: see below
+    nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();  // chat: entries; completions: see below
     std::vector<std::string> tokens;
-    nlohmann::json token_logprobs = nlohmann::json::array();  // null for an echoed prompt's first token
-    nlohmann::json top_logprobs = nlohmann::json::array();
+    nlohmann::ordered_json token_logprobs = nlohmann::ordered_json::array();  // null for an echoed prompt's first token
+    nlohmann::ordered_json top_logprobs = nlohmann::ordered_json::array();
     std::vector<size_t> text_offsets;
     std::string finish;
-    nlohmann::json stop_reason;  // vLLM's: the stop string or stop token id that ended it, else null
+    nlohmann::ordered_json stop_reason;  // vLLM's: the stop string or stop token id that ended it, else null
     int completion_tokens = 0;
     int cached_prompt_tokens = 0;  // its prompt's tokens the prefix cache held
     // Completions' text_offset: characters of the text so far, and the bytes of a character
@@ -59,16 +59,16 @@ class ResponseBuilder {
   Choice& choice_of(const ChoiceEvent& event);
   static void add_tool_call(Choice& choice, const ToolCallDelta& delta);
   // A chunk of `choices`; `choice`: the choice it carries, whose usage so far it shows where asked.
-  nlohmann::json chunk(nlohmann::json choices, int choice = -1) const;
-  nlohmann::json usage() const;
+  nlohmann::ordered_json chunk(nlohmann::ordered_json choices, int choice = -1) const;
+  nlohmann::ordered_json usage() const;
   std::string finish_reason(const Choice& choice) const;
   // Takes a finishing event's reason and stop_reason into `choice`.
   static void finish(Choice& choice, const ChoiceEvent& event);
-  nlohmann::json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
+  nlohmann::ordered_json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
   // or for a streamed chunk the choice), whose character count places them.
   static void add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text);
-  static nlohmann::json completion_logprobs(const Choice& choice);
+  static nlohmann::ordered_json completion_logprobs(const Choice& choice);
 
   const GenerationRequest& request_;
   std::string id_;

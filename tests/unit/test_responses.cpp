@@ -110,6 +110,15 @@ TEST(CompletionLogprobs, PiecesOfCharactersAreSpelledAsTheirBytes) {
   EXPECT_FLOAT_EQ(top["bytes:\\xe4"].get<float>(), -0.5f);
   EXPECT_FLOAT_EQ(top["bytes:\\x20\\xf0\\x9f"].get<float>(), -2.f);
   EXPECT_FLOAT_EQ(top["x"].get<float>(), -3.f);
+  // Most likely first, the drawn token last when it is not among them (a client may take the
+  // first key as the most likely, as OpenAI's lists them); the response's own keys in OpenAI's order.
+  const auto ordered = nlohmann::ordered_json::parse(builder.body());
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : ordered["choices"][0]["logprobs"]["top_logprobs"][0].items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"bytes:\\xe4", "bytes:\\x20\\xf0\\x9f", "x", "bytes:\\xe6"}));
+  keys.clear();
+  for (const auto& [key, value] : ordered.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}));
 }
 
 TEST(CompletionLogprobs, TheTokenItselfIsAlwaysListed) {
