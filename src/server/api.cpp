@@ -492,6 +492,12 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   }
   const char* max_name = field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   // With echo the answer may be the prompt alone (its log-probabilities, as evaluations ask).
+  if (int64_t zero = -1; !out.chat && !out.echo && field(body, max_name) != nullptr &&
+                         whole_number(*field(body, max_name), zero) && zero == 0) {
+    throw invalid_request("'" + std::string(max_name) + "' must be at least 1 (0 only with 'echo', for the prompt's "
+                              "log-probabilities)",
+                          max_name);
+  }
   const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), out.echo ? 0 : 1, INT32_MAX);
   if (max_tokens > room) {
     throw ApiError(400, "invalid_request_error",
@@ -506,6 +512,9 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.include_stop = bool_field(body, "include_stop_str_in_output", false);
   out.skip_special = bool_field(body, "skip_special_tokens", true);
   out.n = static_cast<int>(integer_field(body, "n", 1, 1, limits.max_n));
+  if (field(body, "best_of") != nullptr && out.n > 1) {  // only best_of 1 gets here
+    throw invalid_request("'best_of' (1) must be at least 'n' (" + std::to_string(out.n) + ")", "best_of");
+  }
   out.logit_bias = parse_logit_bias(body, limits.vocab_size);
 
   // Sampling: OpenAI's defaults with generation_config.json's values, then the request's.

@@ -200,6 +200,26 @@ TEST(RequestParse, SeedsAreSixtyFourBitsAndNothingIsClamped) {
   }
 }
 
+// best_of is 1 or refused; as OpenAI's, it may not be below n.
+TEST(RequestParse, BestOfIsAtLeastN) {
+  EXPECT_EQ(status_of(R"({"prompt":"hi","best_of":1})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","best_of":1,"n":2})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt":"hi","best_of":2,"n":2})"), 400);  // unsupported
+}
+
+// max_tokens 0 is for echo alone, and the message says so.
+TEST(RequestParse, MaxTokensZeroNamesEcho) {
+  try {
+    completion(R"({"prompt":"hi","max_tokens":0})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "max_tokens");
+    EXPECT_NE(std::string(error.what()).find("0 only with 'echo'"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(status_of(R"({"prompt":"hi","max_tokens":0,"echo":true})"), 200);
+}
+
 // A request without a temperature samples at 1, as OpenAI's API documents, though the
 // fixture's generation_config.json says do_sample false (greedy for generate and chat).
 TEST(RequestParse, WithoutATemperatureARequestSamples) {
