@@ -1,7 +1,8 @@
 // qwenrt chat: interactive multi-turn chat with the model's own chat template, streamed.
 // Ctrl-C stops the answer being written (not the program); at the prompt it drops the line
 // being typed (Ctrl-D or /exit leaves); the line is edited with tokenizer/line_editor. Works with
-// piped stdin: prompts, editing and decorations are only for a terminal.
+// piped stdin: prompts, editing and decorations are only for a terminal, and Ctrl-C ends the
+// program (exit 130) after stopping the answer.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -422,7 +423,8 @@ class ChatSession {
           return finish();  // Ctrl-D
         }
       } else if (!std::getline(std::cin, line)) {
-        return finish();  // the end of piped input
+        // The end of piped input, or a Ctrl-C while waiting for it (the read is not restarted).
+        return g_interrupted.load() ? kExitInterrupted : finish();
       } else if (!line.empty() && line.back() == '\r') {
         line.pop_back();  // a file written with CR LF line ends
       }
@@ -440,6 +442,9 @@ class ChatSession {
         continue;
       }
       answer(line);
+      // Piped input is a script's: Ctrl-C stops it as it stops other programs (the answer
+      // already ended and told so), not only the answer as at a terminal.
+      if (!interactive_ && g_interrupted.load()) return kExitInterrupted;
       if (std::ferror(stdout)) return kExitError;  // main says the output failed
     }
   }

@@ -307,6 +307,18 @@ def main():
         assert crlf.stdout.count(b"\n") == 1, crlf.stdout  # "hello" answered
         assert re.search(rb"last answer: [1-4] tokens?", crlf.stderr), crlf.stderr
         assert b"no answer yet" in crlf.stderr and b"unknown command" not in crlf.stderr, crlf.stderr
+        # 9. Ctrl-C with piped input stops the answer, then the program (exit 130): a script's
+        # input is not read on after it.
+        proc = subprocess.Popen([binary, "chat", "-m", folder, "--device", "cpu", "-n", "12000",
+                                 "--max-context", "16384"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdin.write(b"Tell me a long story\n")
+        proc.stdin.flush()
+        proc.stdout.read(8)  # the answer has begun
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(input=b"/stats\n", timeout=60)  # not read
+        assert proc.returncode == 130, (proc.returncode, err)
+        assert b"stopped" in err and b"last answer" not in err, err
         print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
               "line editing and history, TERM=dumb, "
               "piped stdin, oldest turns dropped, an oversized message refused, a line not UTF-8, CR LF: ok")
