@@ -658,7 +658,7 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   add_model_options(cmd, args->model);
   add_tokenizer_option(cmd, args->model);
   add_sampling_options(cmd, args->sampling);
-  cmd->add_option("--system", args->system, "system prompt (default: the template's own)");
+  cmd->add_option("--system", args->system, "system prompt (default: the template's own)")->check(utf8_text());
   cmd->add_option("--chat-template", args->chat_template,
                   "file with the chat template to use instead of the folder's: a Jinja template or a "
                   "tokenizer_config.json whose chat_template is taken")

@@ -16,6 +16,7 @@
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/line_editor.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -216,10 +217,13 @@ void add_generate_command(CLI::App& root, int& exit_code) {
   add_tokenizer_option(cmd, args->model);
   cmd->add_option("--ids", args->ids, "prompt token ids, e.g. \"151644 872 198\"");
   cmd->add_option("-p,--prompt", args->prompt,
-                  "prompt text, encoded as is (special-token strings become control tokens, as in transformers)");
+                  "prompt text, encoded as is (special-token strings become control tokens, as in transformers)")
+      ->check(utf8_text());
   cmd->add_option("--chat", args->chat,
-                  "one user message, wrapped in the model's chat template (its text stays plain text)");
-  cmd->add_option("--system", args->system, "system prompt for --chat (default: the template's own)");
+                  "one user message, wrapped in the model's chat template (its text stays plain text)")
+      ->check(utf8_text());
+  cmd->add_option("--system", args->system, "system prompt for --chat (default: the template's own)")
+      ->check(utf8_text());
   cmd->add_option("--chat-template", args->chat_template,
                   "file with the chat template for --chat instead of the folder's: a Jinja template or a "
                   "tokenizer_config.json whose chat_template is taken")
@@ -234,6 +238,9 @@ void add_generate_command(CLI::App& root, int& exit_code) {
           [](std::string& text) {
             // An empty stop string would match before any text: refused, as serve refuses it.
             if (text.empty()) return std::string("a stop string must not be empty");
+            if (const size_t valid = tok::utf8_valid_prefix(text); valid != text.size()) {
+              return "not valid UTF-8 (byte " + std::to_string(valid + 1) + " of it): it could never match";
+            }
             text = unescape_stop(text);
             return std::string();
           },

@@ -162,6 +162,16 @@ CLI::Validator device_name() {
       "", "");
 }
 
+CLI::Validator utf8_text() {
+  return CLI::Validator(
+      [](std::string& value) {
+        const size_t valid = tok::utf8_valid_prefix(value);
+        return valid == value.size() ? std::string()
+                                     : "not valid UTF-8 (byte " + std::to_string(valid + 1) + " of it)";
+      },
+      "", "");
+}
+
 void add_tokenizer_option(CLI::App* command, ModelArgs& args) {
   command
       ->add_option("--tokenizer", args.tokenizer_dir,

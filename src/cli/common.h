@@ -46,6 +46,7 @@ CLI::Validator between(double low, double high, bool low_open = false);  // [low
 CLI::Validator finite_number();                                       // any finite number
 CLI::Validator in_range(const ValueRange& range);                     // a range of engine/sampling_ranges.h
 CLI::Validator device_name();  // --device: auto, cpu, gpu[:N], cuda[:N], checked before anything loads
+CLI::Validator utf8_text();    // text for the model: valid UTF-8 (the first bad byte named)
 
 // --threads at most: far past any machine's cores, short of what makes a pool of threads
 // the work itself (100,000 took minutes to start).

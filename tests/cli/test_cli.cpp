@@ -147,6 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 0.0000001", 2, "--kv-cache-gb 1e-07 is smaller than one KV block"},
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 20000", 2, "--kv-cache-gb 20000 is more than the KV cache can address"},
                       BadArgs{"generate -m MODEL -p hi", 1, "tokenizer.json"},
+                      BadArgs{"generate -m MODEL --chat \"$(printf 'a\\377b')\"", 2, "--chat: not valid UTF-8 (byte 2 of it)"},
+                      BadArgs{"generate -m MODEL --ids 1 --stop \"$(printf '\\377')\"", 2, "--stop: not valid UTF-8 (byte 1"},
                       BadArgs{"score -m MODEL --ids '1 2' --format yaml", 2, "yaml"},
                       // Not a number, NaN and infinities: refused by name, readably.
                       BadArgs{"generate -m MODEL --ids 1 --temperature nan", 2, "--temperature: must be a finite number (got nan)"},
