@@ -341,7 +341,7 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
   });
   // Where answers depend on the Origin, so do those the connection gives itself.
   if (!options_.cors_origins.empty()) http_->set_refusal_headers("Vary: Origin\r\n");
-  model_json_ = nlohmann::json{{"id", options_.limits.served_model_name},
+  model_json_ = nlohmann::ordered_json{{"id", options_.limits.served_model_name},
                                {"object", "model"},
                                {"created", created_},
                                {"owned_by", "qwenrt"},
