@@ -26,7 +26,6 @@
 #include "tokenizer/line_editor.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -429,11 +428,10 @@ class ChatSession {
         line.pop_back();  // a file written with CR LF line ends
       }
       if (line.find_first_not_of(" \t\n") == std::string::npos) continue;  // nothing to send
-      if (const size_t valid = tok::utf8_valid_prefix(line); valid != line.size()) {
+      if (const std::string problem = utf8_problem(line); !problem.empty()) {
         // Only piped input can carry such bytes (the editor drops a broken character): this
         // message is left out and the rest still read, as one too long for the context.
-        note("this " + std::string(line[0] == '/' ? "command" : "message") + " is not valid UTF-8 (byte " +
-             std::to_string(valid + 1) + " of it): not sent");
+        note("this " + std::string(line[0] == '/' ? "command" : "message") + " is " + problem + ": not sent");
         ++unanswered_;
         continue;
       }

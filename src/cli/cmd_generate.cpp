@@ -16,7 +16,6 @@
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/line_editor.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace qwenrt::cli {
 namespace {
@@ -238,9 +237,7 @@ void add_generate_command(CLI::App& root, int& exit_code) {
           [](std::string& text) {
             // An empty stop string would match before any text: refused, as serve refuses it.
             if (text.empty()) return std::string("a stop string must not be empty");
-            if (const size_t valid = tok::utf8_valid_prefix(text); valid != text.size()) {
-              return "not valid UTF-8 (byte " + std::to_string(valid + 1) + " of it): it could never match";
-            }
+            if (std::string problem = utf8_problem(text); !problem.empty()) return problem + ": it could never match";
             text = unescape_stop(text);
             return std::string();
           },

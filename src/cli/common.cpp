@@ -162,14 +162,13 @@ CLI::Validator device_name() {
       "", "");
 }
 
+std::string utf8_problem(const std::string& text) {
+  const size_t valid = tok::utf8_valid_prefix(text);
+  return valid == text.size() ? std::string() : "not valid UTF-8 (byte " + std::to_string(valid + 1) + " of it)";
+}
+
 CLI::Validator utf8_text() {
-  return CLI::Validator(
-      [](std::string& value) {
-        const size_t valid = tok::utf8_valid_prefix(value);
-        return valid == value.size() ? std::string()
-                                     : "not valid UTF-8 (byte " + std::to_string(valid + 1) + " of it)";
-      },
-      "", "");
+  return CLI::Validator([](std::string& value) { return utf8_problem(value); }, "", "");
 }
 
 void add_tokenizer_option(CLI::App* command, ModelArgs& args) {

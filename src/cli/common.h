@@ -47,6 +47,8 @@ CLI::Validator finite_number();                                       // any fin
 CLI::Validator in_range(const ValueRange& range);                     // a range of engine/sampling_ranges.h
 CLI::Validator device_name();  // --device: auto, cpu, gpu[:N], cuda[:N], checked before anything loads
 CLI::Validator utf8_text();    // text for the model: valid UTF-8 (the first bad byte named)
+// "not valid UTF-8 (byte N of it)" for text that is not, naming its first bad byte; else "".
+std::string utf8_problem(const std::string& text);
 
 // --threads at most: far past any machine's cores, short of what makes a pool of threads
 // the work itself (100,000 took minutes to start).

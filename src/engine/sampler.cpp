@@ -1,10 +1,11 @@
 #include "engine/sampler.h"
-#include "engine/sampling_ranges.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <unordered_map>
+
+#include "engine/sampling_ranges.h"
 
 namespace qwenrt {
 
