@@ -50,7 +50,8 @@ void add_score_command(CLI::App& root, int& exit_code) {
   add_model_options(cmd, args->model);
   cmd->add_option("--ids", args->ids, "token ids to score, e.g. \"1 2 3 4\" (at least two)")->required();
   cmd->add_option("--format", args->format,
-                  "text: a table; json: {\"logprobs\", \"argmax\" (most likely token per position), \"nll_mean\", \"ppl\"}")
+                  "text: a table; json: {\"logprobs\", \"argmax\" (most likely token per position), \"nll_mean\", \"ppl\", "
+                  "\"tokens\" (how many were scored), \"seconds\" (its wall time)}")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->callback([args, &exit_code]() { exit_code = run_score(*args); });

@@ -297,10 +297,22 @@ int run_serve(const ServeArgs& args) {
   if (args.model.memory_report) print_memory_report(engine);
   http.set_ready(true);
 
+  // Whether the line that says the server is up was written: a signal before it (the
+  // connection threads still starting) stops the start as one during loading does.
+  std::mutex up_mutex;
+  bool up = false, stopped_before_up = false;
   std::thread waiter([&] {
     int signal_number = 0;
     sigwait(&signals, &signal_number);
-    std::fprintf(stderr, "signal %d: draining (up to %d s)\n", signal_number, args.drain_timeout);
+    {
+      std::lock_guard<std::mutex> lock(up_mutex);
+      stopped_before_up = !up;
+      if (stopped_before_up) {
+        std::fprintf(stderr, "signal %d during start-up: stopping, nothing served\n", signal_number);
+      } else {
+        std::fprintf(stderr, "signal %d: draining (up to %d s)\n", signal_number, args.drain_timeout);
+      }
+    }
     http.begin_drain();
     const auto first = std::chrono::steady_clock::now();
     const auto deadline = first + std::chrono::seconds(args.drain_timeout);
@@ -345,6 +357,9 @@ int run_serve(const ServeArgs& args) {
   }
   // The line that says the server is up comes once its connection threads exist.
   http.serve([&] {
+    std::lock_guard<std::mutex> lock(up_mutex);
+    if (stopped_before_up) return;
+    up = true;
     std::fprintf(stderr, "serving '%s' on http://%s:%d (%d sequence%s per step, %d KV blocks of %d tokens)%s\n",
                  limits.served_model_name.c_str(), args.host.c_str(), http.bound_port(), engine.max_seqs(),
                  engine.max_seqs() == 1 ? "" : "s",
@@ -469,8 +484,9 @@ void add_serve_command(CLI::App& root, int& exit_code) {
       ->check(CLI::IsMember({"socket", "writes"}))
       ->capture_default_str();
   cmd->add_option("--allowed-host", args->allowed_hosts,
-                  "on a loopback --host (the default), a host name requests may name besides localhost, "
-                  "127.0.0.1 and [::1] (e.g. one mapped to 127.0.0.1 in /etc/hosts, or a tunnel's public name that "
+                  "on a loopback --host (the default), a host name requests may name besides this machine's own "
+                  "(localhost and names under .localhost, 127.0.0.0/8, [::1], its host name, names under .local "
+                  "and .internal) (e.g. one mapped to 127.0.0.1 in /etc/hosts, or a tunnel's public name that "
                   "reaches the server unchanged); repeat for several; '*' for any. Others get 421: a web page can "
                   "reach a loopback server by another name only by pointing its own name's DNS at it (DNS "
                   "rebinding). Not checked on other addresses")

@@ -181,8 +181,13 @@ double number_field(const json& body, const char* name, double fallback, const V
                               value->dump() + ")",
                           name);
   }
-  if (!range.contains(number) || (range.low_open && narrowed == static_cast<float>(range.low))) {
+  if (!range.contains(number)) {
     throw invalid_request(std::string("'") + name + "' must be " + range.text() + " (got " + value->dump() + ")", name);
+  }
+  if (range.low_open && narrowed == static_cast<float>(range.low)) {  // 1e-300 against (0, 1]: 0 as a float
+    throw invalid_request(std::string("'") + name + "' must be " + range.text() +
+                              " and not round to its open end in a 32-bit float (got " + value->dump() + ")",
+                          name);
   }
   return number;
 }

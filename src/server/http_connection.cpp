@@ -173,7 +173,7 @@ void ConnectionStream::begin_request() {
   head_bytes_ = 0;
   head_end_match_ = 0;
   head_line_ = line_bytes_ = 0;
-  past_colon_ = after_cr_ = false;
+  past_colon_ = after_cr_ = space_in_name_ = false;
   request_line_.clear();
   line_gathered_ = false;
   method_ended_ = false;
@@ -334,16 +334,22 @@ const char* ConnectionStream::check_head_byte(char c) {
     if (head_line_ > 0 && line_bytes_ > 0 && !past_colon_) return "has no colon";
     ++head_line_;
     line_bytes_ = 0;
-    past_colon_ = false;
+    past_colon_ = space_in_name_ = false;
     return nullptr;
   }
   const size_t at = line_bytes_++;
   if (head_line_ == 0 || past_colon_) return nullptr;  // the request line, a field's value
   if (c == ':') {
     past_colon_ = true;
-    return at == 0 ? "has an empty name" : nullptr;
+    if (at == 0) return "has an empty name";
+    return space_in_name_ ? "has whitespace before its colon" : nullptr;
   }
-  if (c == ' ' || c == '\t') return at == 0 ? "is folded (obs-fold)" : "has whitespace before its colon";
+  if (c == ' ' || c == '\t') {
+    if (at == 0) return "is folded (obs-fold)";
+    // A line with no colon at all ("Foo bar") is told as such at its end.
+    space_in_name_ = true;
+    return nullptr;
+  }
   return token_char(c) ? nullptr : "has a name that is not a token";
 }
 

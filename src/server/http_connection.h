@@ -128,6 +128,7 @@ class ConnectionStream final : public httplib::Stream {
   // The head's current line: which (0: the request line), bytes into it, past its colon, after a CR.
   size_t head_line_ = 0, line_bytes_ = 0;
   bool past_colon_ = false, after_cr_ = false;
+  bool space_in_name_ = false;  // whitespace inside this field line's name (refused at its colon)
   // The request line as far as it has arrived (a bounded prefix); its method is what comes
   // before its first space.
   std::string request_line_;

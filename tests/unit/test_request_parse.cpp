@@ -207,6 +207,17 @@ TEST(RequestParse, BestOfIsAtLeastN) {
   EXPECT_EQ(status_of(R"({"prompt":"hi","best_of":2,"n":2})"), 400);  // unsupported
 }
 
+// A number the sampler's float cannot tell from a range's open end is refused as that.
+TEST(RequestParse, ANumberThatRoundsToAnOpenEndSaysSo) {
+  try {
+    completion(R"({"prompt":"hi","top_p":1e-300})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.param, "top_p");
+    EXPECT_NE(std::string(error.what()).find("32-bit float"), std::string::npos) << error.what();
+  }
+}
+
 // max_tokens 0 is for echo alone, and the message says so.
 TEST(RequestParse, MaxTokensZeroNamesEcho) {
   try {
