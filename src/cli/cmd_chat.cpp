@@ -379,6 +379,11 @@ const char* kHelp =
     "conversation outgrows --max-context, its oldest turns are dropped so the answer keeps\n"
     "room (the smaller of -n and a quarter of the context).\n";
 
+const char* kExitCodes =
+    "Exit codes: 0 success (/exit, Ctrl-D, the end of piped input); 1 a runtime error, or with piped\n"
+    "input a message that was not answered (too long, or not UTF-8); 2 bad arguments; 130 interrupted\n"
+    "(with piped input, Ctrl-C).\n";
+
 class ChatSession {
  public:
   ChatSession(const ChatArgs& args, const CLI::App& cmd)
@@ -652,7 +657,7 @@ int run_chat(const ChatArgs& args, const CLI::App& cmd) {
 void add_chat_command(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ChatArgs>();
   CLI::App* cmd = root.add_subcommand("chat", "Interactive chat with the model's own chat template, streamed");
-  cmd->footer(kHelp);
+  cmd->footer(std::string(kHelp) + kExitCodes);
   add_model_options(cmd, args->model);
   add_tokenizer_option(cmd, args->model);
   add_sampling_options(cmd, args->sampling);

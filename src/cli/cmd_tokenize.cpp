@@ -169,7 +169,7 @@ void add_tokenize_command(CLI::App& root, int& exit_code) {
       "  qwenrt tokenize -m DIR --bench corpus.txt                 MB/s and tokens/s\n"
       "Exit codes: 0 success; 1 a tokenizer or input file that cannot be read (a --jsonl or\n"
       "--bench file that does not exist included); 2 bad arguments (a -m or --tokenizer path that\n"
-      "does not exist included); 130 interrupted");
+      "does not exist included, and a --jsonl line that is not {\"text\": ...}); 130 interrupted");
 
   CLI::Option_group* source =
       cmd->add_option_group("tokenizer", "where the tokenizer comes from (one of)");
