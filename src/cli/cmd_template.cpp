@@ -80,7 +80,13 @@ void run_template(const TemplateOptions& opt) {
     nlohmann::ordered_json list = messages["messages"];
     messages = std::move(list);
   }
-  if (!opt.tools_file.empty()) tools = read_json(opt.tools_file, "tools");
+  if (!opt.tools_file.empty()) {
+    if (!tools.is_null()) {
+      throw Error(ErrorCategory::kInvalidArgument, "tools come from --tools or from the messages file's \"tools\", "
+                                                   "not both (" + opt.messages_file + " has them)");
+    }
+    tools = read_json(opt.tools_file, "tools");
+  }
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
   for (const auto& v : opt.vars) add_var(vars, v);
   const std::string prompt = tmpl.render(messages, tools, opt.add_generation_prompt, vars);

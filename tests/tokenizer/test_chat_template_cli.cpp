@@ -120,6 +120,13 @@ TEST_F(TemplateCli, BadInputExitsWithAnError) {
   fs::create_directories(bad_template);
   std::ofstream(bad_template / "tokenizer_config.json") << R"({"chat_template": "{% if %}"})";
   EXPECT_NE(run("template -m " + bad_template.string() + " --messages " + messages.string()).exit_code, 0);
+  // Tools from the conversation file and from --tools: which to take is not guessed.
+  const fs::path conv = write("conv.json", Json{{"messages", Json::array({{{"role", "user"}, {"content", "x"}}})},
+                                                {"tools", Json::array()}});
+  const fs::path tools = write("tools.json", Json::array());
+  const Result both = run("template -m " + dir_.string() + " --messages " + conv.string() + " --tools " + tools.string());
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(both.out.empty()) << both.out;
 }
 
 TEST_F(TemplateCli, HelpExplainsTheOptions) {
