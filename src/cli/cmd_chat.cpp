@@ -373,7 +373,7 @@ const char* kHelp =
     "and Alt-Backspace/Alt-D (cut the word before/after), Ctrl-Y (put back the last cut; cuts\n"
     "in a row go back as one), Ctrl-T (swap the two characters at the cursor), Ctrl-L (clear\n"
     "the screen). A message of several lines: paste it (one message, its line ends shown as\n"
-    "\u23ce), or end a line with \\ to go on.\n"
+    "\u23ce, tabs as \u21e5), or end a line with \\ to go on.\n"
     "With TERM=dumb the terminal's own line mode is used (a line a message).\n"
     "Earlier turns stay in the KV cache, so only each new message is prefilled. When the\n"
     "conversation outgrows --max-context, its oldest turns are dropped so the answer keeps\n"

@@ -53,7 +53,7 @@ bool blank(const std::string& text) {
 }  // namespace
 
 int LineEditor::code_point_width(char32_t c) {
-  if (c == '\t' || c == '\n') return 1;  // shown as a space, and as ⏎
+  if (c == '\t' || c == '\n') return 1;  // shown as ⇥ and as ⏎
   // Hangul's medial and final jamo join the initial before them into one syllable's cell.
   if ((c >= 0x1160 && c <= 0x11ff) || (c >= 0xd7b0 && c <= 0xd7ff)) return 0;
   // Unicode's East Asian widths and marks (utf8proc, as the tokenizer's text rules): 0 for
@@ -331,7 +331,7 @@ LineEditor::Key LineEditor::key(unsigned char byte) {
       escape_.assign(1, '\x1b');
       break;
     default:
-      // A tab is text (shown as a space); other control keys mean nothing here.
+      // A tab is text (shown as ⇥); other control keys mean nothing here.
       if (byte >= 0x20 || byte == '\t') insert_byte(static_cast<char>(byte));
       break;
   }
@@ -505,7 +505,7 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     int width = 0;
     for (size_t at = from; at < to;) {
       const Decoded character = decode(text, at);
-      width += code_point_width(character.code_point);  // a tab is shown as one space
+      width += code_point_width(character.code_point);  // a tab is shown as ⇥, one column
       at += character.length;
     }
     return width;
@@ -552,7 +552,7 @@ std::string LineEditor::render(std::string_view prompt, int columns, bool first)
     const int width = width_of(text_, at, next);
     if (shown + width > room) break;
     if (text_[at] == '\t') {
-      out += ' ';
+      out += "\u21e5";  // ⇥, one column: a tab kept as typed or pasted, not a space
     } else if (text_[at] == '\n') {
       out += "\u23ce";  // ⏎, one column
     } else {

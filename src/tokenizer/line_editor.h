@@ -15,7 +15,7 @@
 // Ctrl-D on an empty line (the end of input). Unknown escape sequences are swallowed whole.
 // Lines too wide for the terminal scroll sideways around the cursor. A message of several
 // lines: pasted with the terminal's bracketed paste (ESC[200~ … ESC[201~, whose line ends
-// are text), or typed with a backslash before Enter; its line ends are shown as ⏎.
+// are text), or typed with a backslash before Enter; its line ends are shown as ⏎ (and tabs as ⇥).
 #pragma once
 
 #include <cstddef>
@@ -61,7 +61,7 @@ class LineEditor {
 
   // Columns a code point takes in a terminal: 0 for combining marks and zero-width ones, 2
   // for East Asian wide and fullwidth characters and emoji, 1 otherwise (a tab: 1, it is
-  // shown as a space).
+  // shown as ⇥).
   static int code_point_width(char32_t c);
 
  private:

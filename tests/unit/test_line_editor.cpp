@@ -266,8 +266,8 @@ TEST(LineEditor, RenderPutsTheCursorAfterThePrompt) {
   EXPECT_EQ(editor.render("> ", 80), "\r> hello\x1b[K\x1b[2D");
   type(editor, "\x01\x0b" "你好" + kLeft);  // two columns a character
   EXPECT_EQ(editor.render("> ", 80), "\r> 你好\x1b[K\x1b[2D");
-  type(editor, "\x01\x0b" "a\tb");  // a tab is shown as a space: the columns stay known
-  EXPECT_EQ(editor.render("> ", 80), "\r> a b\x1b[K");
+  type(editor, "\x01\x0b" "a\tb");  // a tab is shown as ⇥, one column: the columns stay known
+  EXPECT_EQ(editor.render("> ", 80), "\r> a\u21e5b\x1b[K");
 }
 
 TEST(LineEditor, AWideLineScrollsAroundTheCursor) {
@@ -370,7 +370,7 @@ TEST(LineEditor, Widths) {
   EXPECT_EQ(LineEditor::code_point_width(0x0947), 0);   // Devanagari vowel sign E
   EXPECT_EQ(LineEditor::code_point_width(0x1161), 0);   // Hangul medial vowel (a conjoining jamo)
   EXPECT_EQ(LineEditor::code_point_width(0x1f7f0), 2);  // 🟰
-  EXPECT_EQ(LineEditor::code_point_width(U'\t'), 1);    // shown as a space
+  EXPECT_EQ(LineEditor::code_point_width(U'\t'), 1);    // shown as ⇥
 }
 
 // A model's text reaches a terminal with its control characters shown, not acted on.
