@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/history_file.h"
 #include "core/error.h"
 #include "tokenizer/line_editor.h"
 #include "tokenizer/chat_prompt.h"
@@ -205,6 +206,12 @@ class TerminalLines {
 
   bool edits() const { return edit_; }  // escape sequences are understood (not TERM=dumb)
 
+  // Up/Down and Ctrl-R also reach the messages `file` holds, and each new one is added to it.
+  void keep_history(HistoryFile* file) {
+    history_ = file;
+    for (std::string& message : file->load(LineEditor::kMaxHistory)) editor_.remember(std::move(message));
+  }
+
   // Forgets what was read and not used (the rest of a paste), and what the terminal holds
   // unread: after Ctrl-C stopped an answer, the lines queued behind it are not sent.
   void drop_unread() {
@@ -311,6 +318,9 @@ class TerminalLines {
         // the row the editor drew.
         show("\r\x1b[K" + prompt + editor_.text() + "\n");
         line = editor_.take_line();
+        if (history_ != nullptr && editor_.remembered() && !history_->append(line)) {
+          show("[--history " + history_->path() + ": a write failed; later messages are not kept]\n");
+        }
         return PromptInput::kLine;
       }
       pending_.clear();
@@ -349,6 +359,7 @@ class TerminalLines {
 
   bool edit_ = true;
   LineEditor editor_;    // keeps the history of the lines sent
+  HistoryFile* history_ = nullptr;  // --history: where that history is kept between sessions
   std::string pending_;  // read and not yet used
 };
 
@@ -362,6 +373,7 @@ struct ChatArgs {
   bool verbose = false;
   int max_new_tokens = 2048;
   std::string chat_template;  // a file replacing the folder's template
+  std::string history;        // --history FILE
 };
 
 const char* kHelp =
@@ -390,6 +402,7 @@ class ChatSession {
       : args_(args),
         tokenizer_(Tokenizer::load(args.model.tokenizer_folder())),
         template_(ChatTemplate::load(args.model.tokenizer_folder(), args.chat_template)),
+        history_file_(args.history.empty() ? nullptr : std::make_unique<HistoryFile>(args.history)),
         engine_(args.model.model_dir, engine_options(args.model)),
         session_(engine_.new_session()),
         interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)),
@@ -404,6 +417,8 @@ class ChatSession {
     }
     think_open_ = tokenizer_.token_to_id("<think>").value_or(-1);
     think_close_ = tokenizer_.token_to_id("</think>").value_or(-1);
+    // Lines typed at a terminal only: piped input is a script's, not kept.
+    if (history_file_ && interactive_) terminal_.keep_history(history_file_.get());
   }
 
   int run() {
@@ -599,9 +614,11 @@ class ChatSession {
   }
 
   const ChatArgs& args_;
-  // The tokenizer and template first: a mistake there is told before the weights load.
+  // The tokenizer, template and history file first: a mistake there is told before the
+  // weights load.
   Tokenizer tokenizer_;
   ChatTemplate template_;
+  std::unique_ptr<HistoryFile> history_file_;
   Engine engine_;
   std::unique_ptr<Session> session_;  // after engine_: destroyed first
   int unanswered_ = 0;                 // messages refused (too long): a script sees exit code 1
@@ -662,6 +679,9 @@ void add_chat_command(CLI::App& root, int& exit_code) {
   add_tokenizer_option(cmd, args->model);
   add_sampling_options(cmd, args->sampling);
   cmd->add_option("--system", args->system, "system prompt (default: the template's own)")->check(utf8_text());
+  cmd->add_option("--history", args->history,
+                  "keep the messages typed at the terminal in FILE (created with mode 0600; the newest 1,000), "
+                  "for Up/Down and Ctrl-R in later sessions. Default: none kept (what you type may be private)");
   cmd->add_option("--chat-template", args->chat_template,
                   "file with the chat template to use instead of the folder's: a Jinja template or a "
                   "tokenizer_config.json whose chat_template is taken")

@@ -9,7 +9,6 @@
 namespace qwenrt {
 namespace {
 
-constexpr size_t kMaxHistory = 1000;
 constexpr size_t kMaxEscape = 32;  // longer "sequences" are noise: dropped
 
 struct Decoded {
@@ -75,12 +74,17 @@ void LineEditor::start() {
   killing_ = after_kill_ = false;
 }
 
+bool LineEditor::remember(std::string line) {
+  if (blank(line) || (!history_.empty() && history_.back() == line)) return false;
+  history_.push_back(std::move(line));
+  if (history_.size() > kMaxHistory) history_.erase(history_.begin());
+  recalled_ = history_.size();
+  return true;
+}
+
 std::string LineEditor::take_line() {
   std::string line = std::move(text_);
-  if (!blank(line) && (history_.empty() || history_.back() != line)) {
-    history_.push_back(line);
-    if (history_.size() > kMaxHistory) history_.erase(history_.begin());
-  }
+  remembered_ = remember(line);
   start();
   return line;
 }

@@ -7,7 +7,8 @@
 // Keys: the arrows, Home/End (also Ctrl-A/Ctrl-E), Ctrl-B/Ctrl-F, word moves with Alt-B/
 // Alt-F or Ctrl-arrows, Backspace, Delete (also Ctrl-D on a non-empty line), Ctrl-K and
 // Ctrl-U (delete to the end, to the start), Ctrl-W (the word before the cursor), Alt-D and
-// Alt-Backspace (the word after, before), Ctrl-Y (the text the last of those cut), Up/Down
+// Alt-Backspace (the word after, before), Ctrl-Y (the text the last of those cut, cuts in a
+// row together), Ctrl-T (swap the two characters at the cursor), Up/Down
 // and Ctrl-P/Ctrl-N (earlier lines), Ctrl-R (search the earlier lines as typed, newest
 // first: Ctrl-R again for an older one, Ctrl-G back to the line as it was, Esc or any other
 // key takes the line found, the other key then acting on it), Ctrl-L (clear the screen),
@@ -46,8 +47,14 @@ class LineEditor {
   Key feed(unsigned char byte);
 
   // The finished line (after kLine), added to the history when it is not blank and not the
-  // same as the newest entry.
+  // same as the newest entry (remembered() then says so).
   std::string take_line();
+  bool remembered() const { return remembered_; }  // the last take_line() added to the history
+
+  // Adds an earlier line to the history as take_line() would (lines of an earlier session);
+  // false when it was not added (blank, or the same as the newest entry).
+  bool remember(std::string line);
+  static constexpr size_t kMaxHistory = 1000;  // the oldest lines go past this
 
   // What to write to redraw the line at the cursor's row: a carriage return, the prompt, the
   // part of the text that fits in `columns`, erase to the end of the row, and the cursor put
@@ -92,6 +99,7 @@ class LineEditor {
   bool after_cr_ = false;    // the byte before was a CR: a LF now completes a CR LF pair
   bool pasting_ = false;     // between a bracketed paste's ESC[200~ and ESC[201~
   bool discarding_ = false;  // the rest of a paste cut short by Ctrl-C
+  bool remembered_ = false;  // the last take_line() added to the history
   std::string killed_;       // what Ctrl-K, Ctrl-U, Ctrl-W, Alt-D or Alt-Backspace cut last
   bool killing_ = false;     // the key being read cut something
   bool after_kill_ = false;  // the key before cut something: a cut now joins what it cut

@@ -319,9 +319,34 @@ def main():
         out, err = proc.communicate(input=b"/stats\n", timeout=60)  # not read
         assert proc.returncode == 130, (proc.returncode, err)
         assert b"stopped" in err and b"last answer" not in err, err
+        # 10. --history keeps the lines typed at the terminal for later sessions (a message of
+        # two lines as one), in a file only its owner reads; piped input is not kept.
+        history = os.path.join(folder, "history.txt")
+        with_history = [binary, "chat", "-m", folder, "--device", "cpu", "-n", "2", "--history", history]
+        term = Terminal(with_history, term="xterm-256color")
+        term.read_until(b"\n> ")
+        term.send(b"/stats\r")
+        term.read_until(b"\n> ")
+        term.send(b"\x1b[200~two\r\nlines \\ here\x1b[201~\r")
+        term.read_until(b"\r\n> ", timeout=120)
+        term.send(b"\x04")
+        assert term.wait() == 0
+        assert os.stat(history).st_mode & 0o777 == 0o600, oct(os.stat(history).st_mode)
+        with open(history, "rb") as f:
+            assert f.read() == b"/stats\ntwo\\nlines \\\\ here\n"
+        term = Terminal(with_history, term="xterm-256color")
+        term.read_until(b"\n> ")
+        term.send(b"\x1b[A\x1b[A\r")  # Up twice: the first session's /stats
+        assert b"; context " in term.read_until(b"\n> ")
+        term.send(b"\x04")
+        assert term.wait() == 0
+        piped_history = subprocess.run(with_history, input=b"hello\n", capture_output=True, timeout=120)
+        assert piped_history.returncode == 0, piped_history.stderr
+        with open(history, "rb") as f:
+            assert f.read().count(b"\n") == 3  # the second session's /stats; not the piped hello
         print("chat pty test: message, /stats, cached second turn, /reset, Ctrl-C during an answer, /exit, "
               "line editing and history, TERM=dumb, "
-              "piped stdin, oldest turns dropped, an oversized message refused, a line not UTF-8, CR LF: ok")
+              "piped stdin, oldest turns dropped, an oversized message refused, a line not UTF-8, CR LF, --history: ok")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
