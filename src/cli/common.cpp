@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "engine/sampler.h"
 #include "model/config.h"
 #include "tokenizer/chat_prompt.h"
@@ -83,8 +84,7 @@ std::string printable_line(const std::string& text, size_t max_bytes) {
     } else if (byte == '\r') {
       out += "\\r";
     } else if (byte < 0x20 || byte == 0x7f) {
-      std::snprintf(escape, sizeof(escape), "\\x%02x", byte);
-      out += escape;
+      append_byte_escape(out, byte);
     } else if (tok::c1_control_at(text, i)) {
       std::snprintf(escape, sizeof(escape), "\\u%04x", static_cast<unsigned char>(text[++i]));
       out += escape;

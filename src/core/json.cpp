@@ -228,6 +228,13 @@ std::string json_error_text(const std::exception& error) {
   return quote_for_message(text, 240);
 }
 
+void append_byte_escape(std::string& out, unsigned char byte) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += "\\x";
+  out.push_back(kHex[byte >> 4]);
+  out.push_back(kHex[byte & 15]);
+}
+
 std::string quote_for_message(std::string_view text, size_t max_bytes) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -241,10 +248,7 @@ std::string quote_for_message(std::string_view text, size_t max_bytes) {
     if (c == '\n') {
       out += "\\n";
     } else if (c < 0x20 || c == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
+      append_byte_escape(out, c);
     } else {
       out.push_back(static_cast<char>(c));
     }

@@ -65,6 +65,9 @@ std::string json_error_text(const std::exception& error);
 // `text` quoted for an error message: control characters escaped, cut to `max_bytes`.
 std::string quote_for_message(std::string_view text, size_t max_bytes = 80);
 
+// Appends `byte` as \xNN (two lowercase hex digits): a byte shown where it cannot be itself.
+void append_byte_escape(std::string& out, unsigned char byte);
+
 // ---- typed getters ----
 // `where` names the object in messages ("config.json", "request body", "messages[2]");
 // errors read "<where>: '<key>' must be ...". A key that is absent or null gives nullopt.

@@ -496,12 +496,14 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
                    out.chat ? "messages" : "prompt", "context_length_exceeded");
   }
   const char* max_name = field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
-  // With echo the answer may be the prompt alone (its log-probabilities, as evaluations ask).
-  if (int64_t zero = -1; !out.chat && !out.echo && field(body, max_name) != nullptr &&
-                         whole_number(*field(body, max_name), zero) && zero == 0) {
-    throw invalid_request("'" + std::string(max_name) + "' must be at least 1 (0 only with 'echo', for the prompt's "
-                              "log-probabilities)",
-                          max_name);
+  // With echo the answer may be the prompt alone (its log-probabilities, as evaluations ask);
+  // a completion that asks for 0 without it is told so.
+  if (const json* asked = field(body, max_name); asked != nullptr && !out.chat && !out.echo) {
+    if (int64_t zero = -1; whole_number(*asked, zero) && zero == 0) {
+      throw invalid_request("'" + std::string(max_name) + "' must be at least 1 (0 only with 'echo', for the "
+                                "prompt's log-probabilities)",
+                            max_name);
+    }
   }
   const int64_t max_tokens = integer_field(body, max_name, std::min(default_max_tokens, room), out.echo ? 0 : 1, INT32_MAX);
   if (max_tokens > room) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/json.h"
 #include "tokenizer/utf8.h"
 
 namespace qwenrt::server {
@@ -124,14 +125,8 @@ namespace {
 // U+FFFD that keeps only the likelier.
 std::string legacy_token(const LogprobToken& token) {
   if (tok::utf8_valid_prefix(token.bytes) == token.bytes.size()) return token.text;
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "bytes:";
-  for (const char c : token.bytes) {
-    const auto byte = static_cast<unsigned char>(c);
-    out += "\\x";
-    out += kHex[byte >> 4];
-    out += kHex[byte & 15];
-  }
+  for (const char c : token.bytes) append_byte_escape(out, static_cast<unsigned char>(c));
   return out;
 }
 
