@@ -30,21 +30,85 @@ std::string new_call_id() {
   return text;
 }
 
+// Where a JSON string whose text starts at `i` (past its opening quote) ends: its closing
+// quote, or text.size() while it is unfinished.
+size_t string_end(std::string_view text, size_t i) {
+  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) escaped = !escaped && text[i] == '\\';
+  return i;
+}
+
+// The text of the value of the last member `key` of the JSON object `body` (valid JSON,
+// as parsed), as written: a number keeps all its digits, an object its layout.
+std::string_view member_text(std::string_view body, std::string_view key) {
+  std::string_view found;
+  size_t i = body.find('{') + 1;
+  while (i < body.size()) {
+    const size_t quote = body.find('"', i);
+    if (quote == std::string_view::npos) break;
+    const size_t key_end = string_end(body, quote + 1);
+    const nlohmann::json name = nlohmann::json::parse(body.substr(quote, key_end + 1 - quote), nullptr, false);
+    size_t start = body.find(':', key_end + 1) + 1;
+    while (start < body.size() && is_space(body[start])) ++start;
+    // The value ends at the first ',' or '}' outside its strings and brackets.
+    size_t end = start;
+    for (int depth = 0; end < body.size(); ++end) {
+      const char c = body[end];
+      if (c == '"') {
+        end = string_end(body, end + 1);
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (depth-- == 0) break;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+    }
+    size_t trimmed = end;
+    while (trimmed > start && is_space(body[trimmed - 1])) --trimmed;
+    if (name.is_string() && name.get<std::string>() == key) found = body.substr(start, trimmed - start);
+    if (end >= body.size() || body[end] == '}') break;
+    i = end + 1;
+  }
+  return found;
+}
+
 bool parse_tool_call(std::string_view body, ToolCall& call) {
-  // Ordered: the arguments keep the model's key order (sent back in a later turn, they
-  // render to the tokens the model wrote).
   if (body.find('\0') != std::string_view::npos) return false;  // the parser would stop there
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object() || !parsed.contains("name") || !parsed["name"].is_string()) return false;
+  const auto arguments = parsed.find("arguments");
+  // An object with other keys but no "arguments" (say "parameters") is not Qwen's call:
+  // taken as one, its arguments would be lost. It stays text, as in vLLM.
+  if (arguments == parsed.end() && parsed.size() > 1) return false;
   call.id = new_call_id();
   call.name = parsed["name"].get<std::string>();
-  const auto arguments = parsed.find("arguments");
   if (arguments == parsed.end() || arguments->is_null()) {
     call.arguments = "{}";
+  } else if (arguments->is_string()) {
+    call.arguments = arguments->get<std::string>();
   } else {
-    call.arguments = arguments->is_string() ? arguments->get<std::string>() : arguments->dump();
+    // The model's own text (its key order and numbers: sent back in a later turn, it renders
+    // to the tokens the model wrote), as a call read as it streams gives it.
+    call.arguments = std::string(member_text(body, "arguments"));
   }
   return true;
+}
+
+// One character of JSON text, given whether the text before it ends inside a string (and
+// after a backslash there): whether it is part of a string, its quotes included.
+bool step_string(char c, bool& in_string, bool& escaped) {
+  if (in_string) {
+    if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      in_string = false;
+    }
+    return true;
+  }
+  in_string = c == '"';
+  return in_string;
 }
 
 enum class Head { kMore, kNo, kYes };
@@ -61,13 +125,6 @@ Head expect_literals(std::string_view text, size_t& i, std::span<const std::stri
     }
   }
   return Head::kYes;
-}
-
-// Where a JSON string whose text starts at `i` (past its opening quote) ends: its closing
-// quote, or text.size() while it is unfinished.
-size_t string_end(std::string_view text, size_t i) {
-  for (bool escaped = false; i < text.size() && (escaped || text[i] != '"'); ++i) escaped = !escaped && text[i] == '\\';
-  return i;
 }
 
 // Where the call's object closes in `text`, read from inside it after its arguments (stray
@@ -125,7 +182,8 @@ std::string cut_name(std::string_view text) {
 
 OutputParser::OutputParser(bool parse_reasoning, bool parse_tool_calls, bool reasoning_open, bool single_tool_call)
     : parse_reasoning_(parse_reasoning), parse_tool_calls_(parse_tool_calls), single_tool_call_(single_tool_call),
-      state_(!parse_reasoning ? State::kContent : reasoning_open ? State::kReasoning : State::kStart) {}
+      reasoning_open_(reasoning_open),
+      state_(!parse_reasoning ? State::kContent : State::kStart) {}
 
 ParsedDelta OutputParser::push(std::string_view text) {
   buffer_ += text;
@@ -186,7 +244,9 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           continue;
         }
         if (!at_end && kThinkOpen.substr(0, buffer_.size()) == buffer_) return;  // may still become <think>
-        state_ = State::kContent;
+        // Where the prompt opened <think>, the model is inside it (and a <think> it writes
+        // again at the start is not reasoning text, as vLLM's Qwen3 reasoning parser has it).
+        state_ = reasoning_open_ ? State::kReasoning : State::kContent;
         continue;
       }
       case State::kReasoning: {
@@ -223,12 +283,13 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         return;
       }
       case State::kToolCall: {
-        const size_t close = buffer_.find(kToolCallClose);
+        // A tag inside one of the block's JSON strings is text of that string.
+        const size_t close = find_outside_strings(buffer_, kToolCallClose);
         if (block_state_ != Block::kArguments) {
           // Outside the arguments the model may open the next call without closing this one:
           // the block ends there (unless its head completes before the tag: then the tag is
           // text of the arguments).
-          const size_t open = buffer_.find(kToolCallOpen);
+          const size_t open = find_outside_strings(buffer_, kToolCallOpen);
           if (open != std::string::npos && open < close) {
             const size_t read = read_block(out, std::string_view(buffer_).substr(0, open));
             buffer_.erase(0, read);
@@ -258,6 +319,20 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
   }
 }
 
+bool OutputParser::follow_string(char c) { return step_string(c, in_string_, escaped_); }
+
+void OutputParser::follow_strings(std::string_view text) {
+  for (char c : text) follow_string(c);
+}
+
+size_t OutputParser::find_outside_strings(std::string_view text, std::string_view tag) const {
+  bool in_string = in_string_, escaped = escaped_;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!step_string(text[i], in_string, escaped) && text.substr(i, tag.size()) == tag) return i;
+  }
+  return std::string::npos;
+}
+
 // A block begins: with parallel calls off, a call after the first is read as any other but
 // not given out.
 void OutputParser::open_block() {
@@ -282,11 +357,14 @@ void OutputParser::add_arguments(ParsedDelta& out, std::string_view text) {
 size_t OutputParser::read_block(ParsedDelta& out, std::string_view text) {
   if (block_state_ == Block::kHead) {
     block_ += text;
+    follow_strings(text);
+    // A head is short: one not complete within kMaxHead bytes (whitespace without end, say)
+    // is read whole at the block's close, not matched again at every token.
     std::string name;
     size_t start = 0;
-    const Head head = match_head(block_, name, start);
-    if (head == Head::kMore) return text.size();
-    if (head == Head::kNo) {
+    const Head head = match_head(std::string_view(block_).substr(0, kMaxHead), name, start);
+    if (head == Head::kMore && block_.size() < kMaxHead) return text.size();
+    if (head != Head::kYes) {
       block_state_ = Block::kWhole;
       return text.size();
     }
@@ -305,25 +383,19 @@ size_t OutputParser::read_block(ParsedDelta& out, std::string_view text) {
     // The head is complete only once the arguments' "{" is seen, so it lies in `text`.
     const std::string rest = block_.substr(start);
     block_.clear();
+    in_string_ = escaped_ = false;  // at that "{"
     return text.size() - rest.size() + read_block(out, rest);
   }
   if (block_state_ == Block::kWhole || block_state_ == Block::kAfter) {
     block_ += text;  // after the arguments: the block's own closing brace, kept until its close
+    follow_strings(text);
     return text.size();
   }
   size_t end = 0;
   while (end < text.size() && block_state_ == Block::kArguments) {
     const char c = text[end++];
-    if (in_string_) {
-      if (escaped_) {
-        escaped_ = false;
-      } else if (c == '\\') {
-        escaped_ = true;
-      } else if (c == '"') {
-        in_string_ = false;
-      }
-    } else if (c == '"') {
-      in_string_ = true;
+    if (follow_string(c)) {
+      continue;
     } else if (c == '{' || c == '[') {
       open_brackets_ += c;
     } else if (c == '}' || c == ']') {

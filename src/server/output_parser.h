@@ -7,9 +7,11 @@
 // is given at once and its arguments as the model writes them (the model's own text, up to
 // the object's matching brace; text after the call's own closing brace is content), so a
 // streamed call grows token by token. Such a call is kept even where its arguments turn out
-// not to be valid JSON (cut off by max_tokens, say): streamed and whole answers agree. Any other block is read whole at its close: a call if
-// it is valid JSON with a name (arguments then as compact JSON, or the string the model
-// gave), else passed through as content, unchanged.
+// not to be valid JSON (cut off by max_tokens, say): streamed and whole answers agree. Any
+// other block is read whole at its close: a call if it is valid JSON with a name and no key
+// but "arguments" beside it (arguments then as the model wrote them, or the string the model
+// gave), else passed through as content, unchanged. A tag inside one of the block's JSON
+// strings is text of that string, not the block's close or the next call's opening.
 #pragma once
 
 #include <string>
@@ -70,8 +72,15 @@ class OutputParser {
   size_t read_block(ParsedDelta& out, std::string_view text);
   void end_block(ParsedDelta& out, bool closed);
   void add_arguments(ParsedDelta& out, std::string_view text);
+  // The block's JSON strings: follow_string takes the next character (true: it is part of a
+  // string, its quotes included), follow_strings a text; find_outside_strings finds `tag`
+  // in text that follows the block, where it is not inside a string.
+  bool follow_string(char c);
+  void follow_strings(std::string_view text);
+  size_t find_outside_strings(std::string_view text, std::string_view tag) const;
+  static constexpr size_t kMaxHead = 512;  // bytes a call's head may take before its arguments
 
-  bool parse_reasoning_, parse_tool_calls_, single_tool_call_;
+  bool parse_reasoning_, parse_tool_calls_, single_tool_call_, reasoning_open_;
   State state_;
   std::string buffer_;       // text not yet classified
   std::string held_space_;   // trailing whitespace of content, shown once more content follows
@@ -83,7 +92,7 @@ class OutputParser {
   std::string open_brackets_;  // the arguments' unclosed { and [, innermost last
   bool dropping_ = false;      // a call after the first with parallel calls off: read, not given out
   bool forced_calls_ = false;  // the answer is forced calls (push_forced_opening): every block is one
-  bool in_string_ = false, escaped_ = false;
+  bool in_string_ = false, escaped_ = false;  // where the block's text ends: inside a JSON string
 };
 
 }  // namespace qwenrt::server

@@ -117,11 +117,12 @@ TEST(OutputParser, ArgumentsKeepTheModelsKeyOrder) {
                                   7, true, true);
   ASSERT_EQ(parsed.calls.size(), 1u);
   EXPECT_EQ(parsed.calls[0].second, "{\"zeta\": 1, \"city\": \"Paris\", \"b\": {\"y\": 2, \"x\": 3}}");
-  // Read whole (the name after the arguments): compact, in the model's order.
-  Parsed whole = parse_in_pieces("<tool_call>{\"arguments\": {\"zeta\": 1, \"city\": \"Paris\"}, \"name\": \"f\"}</tool_call>",
+  // Read whole (the name after the arguments): as written too, numbers with all their digits.
+  Parsed whole = parse_in_pieces("<tool_call>{\"arguments\": {\"zeta\": 1, \"id\": 123456789012345678901234567890, "
+                                 "\"city\": \"Paris\"} , \"name\": \"f\"}</tool_call>",
                                  7, true, true);
   ASSERT_EQ(whole.calls.size(), 1u);
-  EXPECT_EQ(whole.calls[0].second, "{\"zeta\":1,\"city\":\"Paris\"}");
+  EXPECT_EQ(whole.calls[0].second, "{\"zeta\": 1, \"id\": 123456789012345678901234567890, \"city\": \"Paris\"}");
 }
 
 TEST(OutputParser, ArgumentsStreamAsTheModelWritesThem) {
@@ -342,6 +343,65 @@ TEST(OutputParser, OneCallWhenParallelCallsAreOff) {
       EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
       EXPECT_EQ(parsed.content, " Done.") << piece << " " << single;
     }
+  }
+}
+
+TEST(OutputParser, TagsInsideTheCallsStringsAreText) {
+  // Code or documentation in an argument may hold Qwen's own tags: the call's JSON strings
+  // decide, not the first tag in sight.
+  const std::string streamed =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"code\": \"a</tool_call>b<tool_call>\\\"c\"}}\n</tool_call> ok";
+  const std::string whole = "<tool_call>{\"arguments\": {\"x\": \"<tool_call>\", \"y\": \"</tool_call>\"}, \"name\": \"g\"}</tool_call>";
+  for (size_t piece = 1; piece <= streamed.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(streamed, piece, true, true, false);
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].second, "{\"code\": \"a</tool_call>b<tool_call>\\\"c\"}") << piece;
+    EXPECT_EQ(parsed.content, " ok") << piece;
+  }
+  for (size_t piece = 1; piece <= whole.size(); ++piece) {
+    Parsed parsed = parse_in_pieces(whole, piece, true, true, false);
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].first, "g");
+    EXPECT_EQ(parsed.calls[0].second, "{\"x\": \"<tool_call>\", \"y\": \"</tool_call>\"}") << piece;
+    EXPECT_EQ(parsed.content, "") << piece;
+  }
+  // Outside the strings a tag still ends the block: a call left open, then the next one.
+  Parsed two = parse_in_pieces("<tool_call>{\"name\": \"a\"}<tool_call>{\"name\": \"b\"}</tool_call>", 3, true, true);
+  ASSERT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.calls[1].first, "b");
+}
+
+TEST(OutputParser, ACallWithOtherKeysThanArgumentsIsText) {
+  // {"name", "parameters"} is no call of Qwen's: taken as one, its arguments would be lost.
+  const std::string text = "<tool_call>{\"name\": \"f\", \"parameters\": {\"a\": 1}}</tool_call>";
+  Parsed parsed = parse_in_pieces(text, 4, true, true, false);
+  EXPECT_TRUE(parsed.calls.empty());
+  EXPECT_EQ(parsed.content, text);
+  // A name alone is a call without arguments.
+  Parsed bare = parse_in_pieces("<tool_call>{\"name\": \"f\"}</tool_call>", 4, true, true);
+  ASSERT_EQ(bare.calls.size(), 1u);
+  EXPECT_EQ(bare.calls[0].second, "{}");
+}
+
+TEST(OutputParser, ALongHeadIsReadWholeAtItsClose) {
+  // Whitespace without end after "{" is not matched again at every token.
+  const std::string text = "<tool_call>{" + std::string(20000, '\n') + "\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
+  for (size_t piece : {1, 7, 20000}) {
+    Parsed parsed = parse_in_pieces(text, piece, true, true);
+    ASSERT_EQ(parsed.calls.size(), 1u) << piece;
+    EXPECT_EQ(parsed.calls[0].second, "{\"a\": 1}") << piece;
+  }
+}
+
+TEST(OutputParser, AThinkTagRepeatedAfterThePromptOpenedItIsNotReasoning) {
+  const std::string text = "<think>\nHmm.</think>\n\nYes.";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    OutputParser parser(true, false, /*reasoning_open=*/true);
+    Parsed parsed;
+    for (size_t i = 0; i < text.size(); i += piece) add(parsed, parser.push(text.substr(i, piece)));
+    add(parsed, parser.flush());
+    EXPECT_EQ(parsed.reasoning, "\nHmm.") << piece;
+    EXPECT_EQ(parsed.content, "Yes.") << piece;
   }
 }
 
