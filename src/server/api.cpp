@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -438,6 +439,24 @@ void parse_response_format(const json& body, const ModelText& model, GenerationR
     } catch (const Error& error) {
       throw invalid_request(std::string("'response_format.json_schema.schema': ") + error.what(),
                             "response_format.json_schema.schema");
+    }
+    // OpenAI's rules for the rest of it: a name of 1-64 letters, digits, '_' and '-'; strict
+    // true or false (the grammar holds the answer to the schema either way).
+    const json* name = field(*spec, "name");
+    if (name == nullptr || !name->is_string()) {
+      throw invalid_request("'response_format.json_schema.name' is required (a string)",
+                            "response_format.json_schema.name");
+    }
+    const std::string& text = name->get_ref<const std::string&>();
+    if (text.empty() || text.size() > 64 || !std::all_of(text.begin(), text.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+        })) {
+      throw invalid_request("'response_format.json_schema.name' must be 1 to 64 letters, digits, '_' or '-' (got " +
+                                quote_for_message(text) + ")",
+                            "response_format.json_schema.name");
+    }
+    if (const json* strict = field(*spec, "strict"); strict != nullptr && !strict->is_boolean() && !strict->is_null()) {
+      throw invalid_request("'response_format.json_schema.strict' must be true or false", "response_format.json_schema.strict");
     }
   } else {
     throw ApiError(400, "invalid_request_error",

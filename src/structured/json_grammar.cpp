@@ -316,6 +316,54 @@ const std::set<std::string, std::less<>> kRefused = {
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "not", "if", "then",
     "else", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef"};
 
+// The string `format`s enforced, as the patterns of the strings they name (in their common
+// forms: a generated value always fits its format, not every value that fits can be generated),
+// and the longest such string (-1: no bound). Others only annotate, as JSON Schema has them.
+constexpr const char* kDate =
+    "([12]\\d{3}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|[12]\\d{3}-(0[469]|11)-(0[1-9]|[12]\\d|30)|"
+    "[12]\\d{3}-02-(0[1-9]|1\\d|2[0-8])|([12]\\d(0[48]|[2468][048]|[13579][26])|(1[26]|2[048])00)-02-29)";
+constexpr const char* kTime = "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+constexpr const char* kIpv4Part = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+constexpr const char* kHexGroup = "[0-9a-fA-F]{1,4}";
+constexpr const char* kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+constexpr const char* kDurationTime = "T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S)";
+
+const std::map<std::string, std::pair<std::string, int32_t>, std::less<>>& formats() {
+  static const std::map<std::string, std::pair<std::string, int32_t>, std::less<>> table = [] {
+    const std::string date = kDate, time = kTime, ipv4 = kIpv4Part, hex = kHexGroup, label = kLabel;
+    const std::string duration_time = kDurationTime;
+    // Eight groups; or fewer with "::" for one or more groups of zeros: `head` groups before
+    // it and 1 to 7 - head after, or any of them before it and none after, or none before.
+    std::string ipv6 = "(" + hex + ":){7}" + hex;
+    for (int head = 1; head <= 6; ++head) {
+      ipv6 += "|(" + hex + ":){" + std::to_string(head) + "}(:" + hex + "){1," + std::to_string(7 - head) + "}";
+    }
+    ipv6 += "|(" + hex + ":){1,7}:|:(:" + hex + "){1,7}|::";
+    std::map<std::string, std::pair<std::string, int32_t>, std::less<>> out;
+    out["date"] = {"^" + date + "$", -1};
+    out["time"] = {"^" + time + "$", -1};
+    out["date-time"] = {"^" + date + "T" + time + "$", -1};
+    out["duration"] = {"^P((\\d+D|\\d+M(\\d+D)?|\\d+Y(\\d+M(\\d+D)?)?)(" + duration_time + ")?|" + duration_time +
+                           "|\\d+W)$",
+                       -1};
+    out["uuid"] = {"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", -1};
+    out["ipv4"] = {"^(" + ipv4 + "\\.){3}" + ipv4 + "$", -1};
+    out["ipv6"] = {"^(" + ipv6 + ")$", -1};
+    out["hostname"] = {"^" + label + "(\\." + label + ")*$", 253};
+    out["email"] = {"^[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@" + label + "(\\." + label + ")+$", 254};
+    return out;
+  }();
+  return table;
+}
+
+// The enforced format a string schema names; null for none or one that only annotates.
+const std::pair<std::string, int32_t>* enforced_format(const ordered_json& schema) {
+  const auto it = schema.find("format");
+  if (it == schema.end() || !it->is_string()) return nullptr;
+  const auto known = formats().find(it->get_ref<const std::string&>());
+  return known == formats().end() ? nullptr : &known->second;
+}
+
 constexpr int kMaxSchemaDepth = 64;
 constexpr size_t kMaxNodes = 20000;
 constexpr int64_t kMaxPatternStatesInAll = 200000;  // automaton states of a schema's patterns together
@@ -496,10 +544,13 @@ class Compiler {
   static int32_t count(const ordered_json& schema, const char* key, const std::string& path, int32_t fallback) {
     const auto it = schema.find(key);
     if (it == schema.end()) return fallback;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1'000'000) {
-      fail(path, std::string("'") + key + "' must be a non-negative integer");
+    // A whole number written as one (5.0 too, as JSON Schema counts it).
+    const bool whole = it->is_number_integer() || (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+    if (!whole || it->get<double>() < 0) fail(path, std::string("'") + key + "' must be a non-negative integer");
+    if (it->get<double>() > 1'000'000) {
+      fail(path, std::string("'") + key + "' over 1000000 is not supported");
     }
-    return static_cast<int32_t>(it->get<int64_t>());
+    return static_cast<int32_t>(it->get<double>());
   }
 
   // `multipleOf`: a positive integer up to 2^31 - 1 (as a number: 5.0 too); 0 where the
@@ -521,9 +572,15 @@ class Compiler {
   const BytePattern* automaton(const ordered_json& schema, const std::string& path, int32_t min_length,
                                int32_t max_length, PatternKey& key) {
     const auto it = schema.find("pattern");
-    if (it == schema.end()) return nullptr;
-    if (!it->is_string()) fail(path, "'pattern' must be a string");
-    const std::string& text = it->get_ref<const std::string&>();
+    const std::pair<std::string, int32_t>* format = enforced_format(schema);
+    if (it == schema.end() && format == nullptr) return nullptr;
+    if (it != schema.end() && format != nullptr) fail(path, "'format' beside 'pattern' is not supported");
+    if (it != schema.end() && !it->is_string()) fail(path, "'pattern' must be a string");
+    const std::string& text = format != nullptr ? format->first : it->get_ref<const std::string&>();
+    if (format != nullptr && format->second >= 0 && (max_length < 0 || max_length > format->second)) {
+      max_length = format->second;
+      if (min_length > max_length) fail(path, "'minLength' is over the longest string of its 'format'");
+    }
     key = PatternKey(text, min_length, max_length);
     auto compiled = automata_->compiled.find(key);
     if (compiled == automata_->compiled.end()) {
@@ -806,7 +863,7 @@ class Compiler {
         n.exclusive_maximum = bounds->exclusive_maximum;
         if (!bounded_has_value(n)) {
           fail(path, std::string("no ") + (type == "integer" ? "integer" : "number") + " of at most " +
-                         std::to_string(kMaxBoundedDigits) + " significant digits lies within its bounds");
+                         std::to_string(kMaxBoundedDigits) + " digits lies within its bounds");
         }
       }
       return node;

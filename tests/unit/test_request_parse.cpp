@@ -748,6 +748,18 @@ TEST(RequestParse, StructuredOutput) {
       "properties":{"price":{"type":"number","multipleOf":0.01}}}}})",
           "response_format.json_schema.schema", "#/properties/price: 'multipleOf' is supported only as a whole number");
   refused(R"("response_format":{"type":"json_object"},"min_tokens":2)", "min_tokens", "structured output");
+  // The schema's name and strict flag as OpenAI has them.
+  const std::string any_object = R"("schema":{"type":"object"})";
+  refused(R"("response_format":{"type":"json_schema","json_schema":{)" + any_object + "}}", "response_format.json_schema.name",
+          "is required");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"name":"bad name!",)" + any_object + "}}",
+          "response_format.json_schema.name", "1 to 64 letters");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"name":")" + std::string(65, 'a') + "\"," + any_object + "}}",
+          "response_format.json_schema.name", "1 to 64 letters");
+  refused(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","strict":"yes",)" + any_object + "}}",
+          "response_format.json_schema.strict", "true or false");
+  EXPECT_TRUE(chat("{" + messages + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"a_B-9",
+      "strict":null,"schema":{"type":"object"}}}})").structured);
 }
 
 TEST(RequestParse, AForcedToolCallIsHeldToItsToolsSchema) {

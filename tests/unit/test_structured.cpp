@@ -1,6 +1,7 @@
 // Structured output: the JSON matcher against nlohmann's parser (the outside reference for
 // what is JSON), schemas accepted and refused, and the vocabulary mask against stepping
 // every token through the matcher one by one.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -405,7 +406,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
       {R"({"type": "number", "multipleOf": 0.5})", "'multipleOf' is supported only as a whole number"},
       {R"({"type": "integer", "multipleOf": 0})", "'multipleOf' must be a number above 0"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 1})", "'multipleOf' beside 'minimum'"},
-      {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer of at most 15 significant digits lies within"},
+      {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer of at most 15 digits lies within"},
       {R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})", "no integer"},
       {R"({"type": "number", "minimum": 1e300})", "no number"},
       {R"({"type": "number", "exclusiveMinimum": true})", "'exclusiveMinimum': true needs 'minimum'"},
@@ -436,6 +437,127 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
 // Numbers with bounds against the reference: JSON's grammar (nlohmann's parser) and the
 // value as a double compared with the bounds, as a validator compares them. Texts a bounded
 // number is not written as (an exponent, over 15 significant digits) are refused.
+// The formats enforced, against outside references: the C++ calendar for dates, the C
+// library's address parser (inet_pton) for IP addresses; the rest by their RFCs' rules.
+bool valid_date(const std::string& text) {
+  if (text.size() != 10 || text[4] != '-' || text[7] != '-') return false;
+  const int y = std::stoi(text.substr(0, 4)), m = std::stoi(text.substr(5, 2)), d = std::stoi(text.substr(8, 2));
+  return std::chrono::year_month_day(std::chrono::year(y), std::chrono::month(static_cast<unsigned>(m)),
+                                     std::chrono::day(static_cast<unsigned>(d)))
+      .ok();
+}
+
+bool valid_time(const std::string& text) {
+  static const std::regex form(R"(([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?(Z|[+-]([0-9]{2}):([0-9]{2})))");
+  std::smatch m;
+  if (!std::regex_match(text, m, form)) return false;
+  if (std::stoi(m[1]) > 23 || std::stoi(m[2]) > 59 || std::stoi(m[3]) > 59) return false;
+  return m[6].length() == 0 || (std::stoi(m[6]) <= 23 && std::stoi(m[7]) <= 59);
+}
+
+bool valid_address(int family, const std::string& text) {
+  unsigned char out[16];
+  return inet_pton(family, text.c_str(), out) == 1;
+}
+
+bool valid_host(const std::string& text) {
+  if (text.empty() || text.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = text.find('.', start);
+    const std::string label = text.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    }
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool valid_format(const std::string& format, const std::string& text) {
+  static const std::regex uuid("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}");
+  static const std::regex duration(R"(P(?=.)([0-9]+Y)?([0-9]+M)?([0-9]+W)?([0-9]+D)?(T(?=.)([0-9]+H)?([0-9]+M)?([0-9]+S)?)?)");
+  if (format == "date") return valid_date(text);
+  if (format == "time") return valid_time(text);
+  if (format == "date-time") {
+    return text.size() > 11 && text[10] == 'T' && valid_date(text.substr(0, 10)) && valid_time(text.substr(11));
+  }
+  if (format == "uuid") return std::regex_match(text, uuid);
+  if (format == "duration") return std::regex_match(text, duration);
+  if (format == "ipv4") return valid_address(AF_INET, text);
+  if (format == "ipv6") return valid_address(AF_INET6, text);
+  if (format == "hostname") return valid_host(text);
+  if (format == "email") {
+    const size_t at = text.find('@');
+    return at != std::string::npos && at > 0 && text.size() <= 254 && valid_host(text.substr(at + 1)) &&
+           text.substr(at + 1).find('.') != std::string::npos && text.front() != '.' && text[at - 1] != '.' &&
+           text.find("..") == std::string::npos;
+  }
+  return false;
+}
+
+TEST(JsonSchema, FormatsAreEnforced) {
+  const std::vector<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>> cases = {
+      {"date", {"2024-02-29", "2000-02-29", "1999-12-31", "2023-04-30"}, {"2023-02-29", "1900-02-29", "2023-04-31", "2023-13-01", "2023-1-01", "20230101"}},
+      {"time", {"23:59:59Z", "00:00:00.5+01:30", "12:30:00-08:00"}, {"24:00:00Z", "12:60:00Z", "12:30:00", "12:30Z"}},
+      {"date-time", {"2024-01-02T03:04:05Z", "2024-01-02T03:04:05.123456789+14:00"}, {"2024-01-02 03:04:05Z", "2024-01-02T03:04:05"}},
+      {"duration", {"P1D", "PT5M", "P1Y2M3DT4H5M6S", "P4W", "P1M"}, {"P", "PT", "P1H", "1D", "P1DT"}},
+      {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
+      {"ipv4", {"0.0.0.0", "255.255.255.255", "10.1.2.3"}, {"256.1.1.1", "01.2.3.4", "1.2.3", "1.2.3.4.5"}},
+      {"ipv6", {"::", "::1", "1::", "fe80::1:2", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "1::2:3:4:5:6:7"}, {"1:2:3:4:5:6:7:8:9", "1::2::3", ":1", "12345::"}},
+      {"hostname", {"a", "example.com", "a-b.c0"}, {"-a.com", "a-.com", "a..b", "a_b"}},
+      {"email", {"a@b.co", "first.last+x@mail.example.org"}, {"a@b", ".a@b.co", "a..b@c.de", "a@-b.co", "@b.co"}},
+  };
+  for (const auto& [format, good, bad] : cases) {
+    const auto g = schema(R"({"type": "string", "format": ")" + format + "\"}");
+    for (const std::string& text : good) {
+      EXPECT_TRUE(valid_format(format, text)) << format << " (the reference) " << text;
+      EXPECT_TRUE(matches(g, "\"" + text + "\"")) << format << " " << text;
+    }
+    for (const std::string& text : bad) {
+      EXPECT_FALSE(valid_format(format, text)) << format << " (the reference) " << text;
+      EXPECT_FALSE(matches(g, "\"" + text + "\"")) << format << " " << text;
+    }
+  }
+  // A format that only annotates takes any string; one beside a pattern is refused.
+  EXPECT_TRUE(matches(schema(R"({"type": "string", "format": "uri"})"), "\"not a uri\""));
+  EXPECT_THROW(schema(R"({"type": "string", "format": "date", "pattern": "^2"})"), Error);
+  // Lengths beside a format hold with it.
+  EXPECT_FALSE(matches(schema(R"({"type": "string", "format": "hostname", "maxLength": 3})"), "\"abcd\""));
+  EXPECT_TRUE(matches(schema(R"({"type": "string", "format": "hostname", "maxLength": 3})"), "\"a.b\""));
+}
+
+TEST(JsonSchema, RandomWalksThroughFormatsEndInValidValues) {
+  std::string alphabet;
+  for (int c = 0x20; c < 0x7f; ++c) alphabet += static_cast<char>(c);
+  std::mt19937 rng(5);
+  for (const std::string format : {"date", "time", "date-time", "duration", "uuid", "ipv4", "ipv6", "hostname", "email"}) {
+    const auto g = schema(R"({"type": "string", "format": ")" + format + "\"}");
+    JsonMatcher matcher(g);
+    for (int walk = 0; walk < 400; ++walk) {
+      MatchState state = matcher.start();
+      std::string written;
+      // Whitespace may come before the value; no format allows a quote inside it.
+      while (std::count(written.begin(), written.end(), '"') < 2) {
+        const std::vector<std::pair<char, MatchState>> ways = ways_on(matcher, state, alphabet);
+        ASSERT_FALSE(ways.empty()) << format << " stuck after " << written;
+        // Past a few characters, lean towards the closing quote, so that walks end.
+        size_t pick = rng() % ways.size();
+        for (size_t k = 0; k < ways.size(); ++k) {
+          if (ways[k].first == '"' && written.find('"') != std::string::npos && rng() % 4 == 0) pick = k;
+        }
+        written += ways[pick].first;
+        state = ways[pick].second;
+        ASSERT_LT(written.size(), 400u) << format;
+      }
+      EXPECT_TRUE(matcher.accepting(state)) << format << " " << written;
+      const size_t open = written.find('"');
+      EXPECT_TRUE(valid_format(format, written.substr(open + 1, written.size() - open - 2))) << format << " " << written;
+    }
+  }
+}
+
 TEST(JsonSchema, NumberBoundsAgreeWithAValidator) {
   struct Bounds {
     const char* schema;
