@@ -308,7 +308,7 @@ void add_bench_command(CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand(
       "bench",
       "Measure prompt tokens/s, time to first token, decode tokens/s and memory. With no model, "
-      "runs the synthetic preset that suits this machine (GPU: qwen2.5-7b; CPU: a short qwen3-0.6b run)");
+      "runs the synthetic preset that suits this machine (GPU: qwen2.5-7b; CPU: a short qwen3-0.6b run, where not given otherwise: --prompt 64 --gen 16 --repeat 1 --warmup 0)");
   cmd->add_option("-m,--model", args->model.model_dir, "Hugging Face model folder")->check(CLI::ExistingDirectory);
   std::string names;
   for (const auto& name : synthetic_names()) names += (names.empty() ? "" : ", ") + name;

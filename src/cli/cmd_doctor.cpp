@@ -198,7 +198,7 @@ int run_doctor(const DoctorArgs& args) {
 void add_doctor_command(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<DoctorArgs>();
   CLI::App* cmd = root.add_subcommand(
-      "doctor", "Show the GPU, driver, build and CPU; with -m, whether that model fits and how fast it can decode");
+      "doctor", "Show the GPU, driver, build and CPU; with -m, whether that model fits and (on a GPU) how fast it can decode");
   cmd->add_option("-m,--model", args->model_dir, "Hugging Face model folder to check")->check(CLI::ExistingDirectory);
   cmd->callback([args, &exit_code]() { exit_code = run_doctor(*args); });
 }

@@ -27,7 +27,7 @@ int run_score(const ScoreArgs& args) {
     out["argmax"] = result.argmax;
     out["nll_mean"] = result.nll_mean;
     out["ppl"] = result.perplexity;
-    out["tokens"] = ids.size();
+    out["tokens"] = result.logprobs.size();  // scored: each after the first
     out["seconds"] = result.seconds;
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;

@@ -391,10 +391,14 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     }
     size_t end = i;
     while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
-    if (end == i || end - i > 10) {
+    if (end == i) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "--ids: expected non-negative integers separated by spaces or commas, got '" +
                       text.substr(i, 20) + "'");
+    }
+    if (end - i > 10) {
+      throw Error(ErrorCategory::kInvalidArgument, "--ids: token id " + text.substr(i, std::min<size_t>(end - i, 20)) +
+                                                       (end - i > 20 ? "..." : "") + " is too large");
     }
     int64_t value = std::stoll(text.substr(i, end - i));
     if (value > std::numeric_limits<int32_t>::max()) {

@@ -16,8 +16,9 @@ namespace {
 
 const char* kFooter = R"(Exit codes:
   0    success
-  1    runtime error (model folder, device, file I/O); the message names what failed
-  2    bad command-line arguments
+  1    runtime error (model files, device, file I/O); the message names what failed
+  2    bad command-line arguments or input (a folder that does not exist, a malformed messages
+       file, text that is not UTF-8, a chat template that raises an exception)
   130  interrupted (serve: SIGINT and SIGTERM drain the running requests, then exit 0))";
 
 // Edits (insertions, deletions, substitutions, swaps of neighbours) between two names.

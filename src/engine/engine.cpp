@@ -810,7 +810,10 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
         const float* lp = host_logprobs.data() + r * width;
         const int32_t* id = host_ids.data() + r * width;
         if (!std::isfinite(lp[0])) {
-          throw Error(ErrorCategory::kInternal, "non-finite logits at position " + std::to_string(at));
+          throw Error(ErrorCategory::kInvalidModel,
+                      "non-finite logits (NaN or infinity) at position " + std::to_string(at) +
+                          ": the model's weights produce NaN/inf activations; check the checkpoint (a damaged or "
+                          "wrongly converted file)");
         }
         result.argmax[at] = id[0];
         result.logprobs[at] = lp[0];

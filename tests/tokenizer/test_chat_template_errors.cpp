@@ -90,6 +90,17 @@ TEST(ChatTemplateErrors, UndefinedMisuseNamesLine) {
   EXPECT_EQ(render("[{{ nope }}]{{ nope is defined }}{% for x in nope %}x{% endfor %}{{ nope|length }}"), "[]False0");
 }
 
+TEST(ChatTemplateText, CaseMappingsAsPythonMakesThem) {
+  // Expected: jinja2 3.1's ImmutableSandboxedEnvironment on Python 3.11 (transformers' way of
+  // rendering), which maps case with Python's full mappings (ß upper "SS") and a final sigma.
+  const std::string source =
+      "{{ 'ßtraße ﬁ ŉ ǰ ᾳ'.upper() }}|{{ 'ΟΔΟΣ ΟΔΟΣ. Σ ΑΣ\\'Α İz'.lower() }}|{{ 'ﬁsh ßa ᾳb'.title() }}|"
+      "{{ 'ﬂow ΑΣ'.capitalize() }}|{{ 'ßx'|upper }}|{{ 'ΣΑΣ'|lower }}|{{ 'ﬁ ᾳ'|capitalize }}";
+  EXPECT_EQ(render(source),
+            "SSTRASSE FI \u02bcN J\u030c \u0391\u0399|\u03bf\u03b4\u03bf\u03c2 \u03bf\u03b4\u03bf\u03c2. \u03c3 "
+            "\u03b1\u03c3'\u03b1 i\u0307z|Fish Ssa \u1fbcb|Flow \u03b1\u03c2|SSX|\u03c3\u03b1\u03c2|Fi \u1fb3");
+}
+
 TEST(ChatTemplateErrors, RaiseExceptionCarriesTheMessage) {
   const Error e = error_of([] { render("{{ raise_exception('Conversation roles must alternate') }}"); });
   EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);

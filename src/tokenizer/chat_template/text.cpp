@@ -2,6 +2,8 @@
 
 #include "tokenizer/chat_template/text.h"
 
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 #include <utf8proc.h>
@@ -202,44 +204,109 @@ std::string replace(std::string_view s, std::string_view old_text, std::string_v
 
 namespace {
 
+// Case mappings as Python's str methods make them (transformers renders templates with
+// them): a character's full mapping where it is more than one character (ß upper is "SS"),
+// else its simple one; and a capital sigma at the end of a word lower-cased to ς.
+struct SpecialCase {
+  char32_t from;
+  char32_t to[3];
+};
+#include "tokenizer/chat_template/special_casing.inc"
+
 bool is_cased(char32_t c) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
-char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+// Unicode's Case_Ignorable: marks, format characters, modifiers, and the apostrophes, dots
+// and colons that may sit inside a word.
+bool is_case_ignorable(char32_t c) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK: return true;
+    default: break;
+  }
+  for (char32_t inside : {0x0027, 0x002E, 0x003A, 0x00B7, 0x0387, 0x055F, 0x05F4, 0x2018, 0x2019, 0x2024, 0x2027,
+                          0xFE13, 0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A}) {
+    if (c == inside) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+void append_mapped(std::u32string& out, char32_t c, const SpecialCase (&special)[N], int32_t (*simple)(int32_t)) {
+  const auto found = std::lower_bound(std::begin(special), std::end(special), c,
+                                      [](const SpecialCase& entry, char32_t key) { return entry.from < key; });
+  if (found != std::end(special) && found->from == c) {
+    for (char32_t m : found->to) {
+      if (m != 0) out.push_back(m);
+    }
+    return;
+  }
+  out.push_back(static_cast<char32_t>(simple(static_cast<int32_t>(c))));
+}
+
+// cps[i] lower-cased, as Python does it in its context (Final_Sigma).
+void append_lower(std::u32string& out, const std::u32string& cps, size_t i) {
+  if (cps[i] == U'\u03A3') {
+    size_t before = i;
+    while (before > 0 && is_case_ignorable(cps[before - 1])) --before;
+    bool final = before > 0 && is_cased(cps[before - 1]);
+    if (final) {
+      size_t after = i + 1;
+      while (after < cps.size() && is_case_ignorable(cps[after])) ++after;
+      final = after == cps.size() || !is_cased(cps[after]);
+    }
+    out.push_back(final ? U'\u03C2' : U'\u03C3');
+    return;
+  }
+  append_mapped(out, cps[i], kLowerSpecial, utf8proc_tolower);
+}
 
 }  // namespace
 
 std::string upper(std::string_view s) {
-  std::u32string cps = decode(s);
-  for (auto& c : cps) c = to_upper(c);
-  return encode(cps);
+  std::u32string out;
+  for (char32_t c : decode(s)) append_mapped(out, c, kUpperSpecial, utf8proc_toupper);
+  return encode(out);
 }
 
 std::string lower(std::string_view s) {
-  std::u32string cps = decode(s);
-  for (auto& c : cps) c = to_lower(c);
-  return encode(cps);
+  const std::u32string cps = decode(s);
+  std::u32string out;
+  for (size_t i = 0; i < cps.size(); ++i) append_lower(out, cps, i);
+  return encode(out);
 }
 
 std::string title(std::string_view s) {
-  std::u32string cps = decode(s);
+  const std::u32string cps = decode(s);
+  std::u32string out;
   bool previous_cased = false;
-  for (auto& c : cps) {
-    const bool cased = is_cased(c);
-    c = previous_cased ? to_lower(c) : to_title(c);
-    previous_cased = cased;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (previous_cased) {
+      append_lower(out, cps, i);
+    } else {
+      append_mapped(out, cps[i], kTitleSpecial, utf8proc_totitle);
+    }
+    previous_cased = is_cased(cps[i]);
   }
-  return encode(cps);
+  return encode(out);
 }
 
 std::string capitalize(std::string_view s) {
-  std::u32string cps = decode(s);
-  for (size_t i = 0; i < cps.size(); ++i) cps[i] = i == 0 ? to_title(cps[i]) : to_lower(cps[i]);
-  return encode(cps);
+  const std::u32string cps = decode(s);
+  std::u32string out;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (i == 0) {
+      append_mapped(out, cps[i], kTitleSpecial, utf8proc_totitle);
+    } else {
+      append_lower(out, cps, i);
+    }
+  }
+  return encode(out);
 }
 
 namespace {
