@@ -205,7 +205,8 @@ void add_model_options(CLI::App* command, ModelArgs& args) {
 void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defaults) {
   command->add_option("--temperature", args.temperature,
                       model_defaults ? "sampling temperature; 0 = greedy (default: greedy, or generation_config.json's "
-                                       "settings when it sets do_sample)"
+                                       "settings when it sets do_sample; its repetition_penalty either way, as "
+                                       "transformers applies it)"
                                      : "sampling temperature; 0 = greedy (default: greedy; generation_config.json is "
                                        "not read, so runs compare like with like)")
       ->check(in_range(sampling_range::kTemperature));

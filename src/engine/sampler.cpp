@@ -16,8 +16,9 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
     params.top_p = config.default_top_p.value_or(1.f);
     params.top_k = config.default_top_k.value_or(50);  // transformers' GenerationConfig default
     params.min_p = config.default_min_p.value_or(0.f);
-    params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
   }
+  // A logits processor, not a way of drawing: transformers applies it to greedy decoding too.
+  params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
   return params;
 }
 

@@ -117,6 +117,10 @@ void parse_rope(const json& config, const std::string& source, ModelConfig& mode
     throw Error(ErrorCategory::kUnsupported, source + ": partial_rotary_factor != 1 is not supported");
   }
   if (type == "default") {
+    // A scaling factor with no type names a scaling it does not say (transformers refuses it).
+    if (has_value(params, "factor") && !has_value(params, "rope_type") && !has_value(params, "type")) {
+      fail(source, what + " has a 'factor' but no 'rope_type' (linear or yarn)");
+    }
     rope.type = RopeType::kDefault;
     return;
   }
@@ -145,12 +149,11 @@ void parse_rope(const json& config, const std::string& source, ModelConfig& mode
   if (rope.original_max_position_embeddings <= 0) {
     fail(source, what + ".original_max_position_embeddings must be positive");
   }
-  if (auto factor = get_number(params, "factor", source)) {
-    rope.factor = *factor;
-  } else {
-    rope.factor = static_cast<double>(model.max_position_embeddings) /
-                  rope.original_max_position_embeddings;
-  }
+  // Required, as transformers has it: without it the context extension asked for would
+  // silently be none.
+  auto factor = get_number(params, "factor", source);
+  if (!factor) fail(source, what + ": yarn RoPE needs a 'factor'");
+  rope.factor = *factor;
   if (!(rope.factor > 0)) fail(source, what + ".factor must be positive");
   rope.attention_factor = get_number(params, "attention_factor", source);
   rope.mscale = get_number(params, "mscale", source);
@@ -411,7 +414,10 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       check("top_p", range::kTopP, model.default_top_p.value_or(1.f));
       check("top_k", range::kTopK, model.default_top_k.value_or(0));
       check("min_p", range::kMinP, model.default_min_p.value_or(0.f));
-      check("repetition_penalty", range::kRepetitionPenalty, model.default_repetition_penalty.value_or(1.f));
+    }
+    if (model.default_repetition_penalty && !sampling_range::kRepetitionPenalty.contains(*model.default_repetition_penalty)) {
+      fail(gen_source, "'repetition_penalty' must be " + sampling_range::kRepetitionPenalty.text() + " (got " +
+                           ValueRange::number(*model.default_repetition_penalty) + ")");
     }
   }
   for (int id : model.eos_token_ids) {

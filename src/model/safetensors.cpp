@@ -133,11 +133,26 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
   }
   std::sort(spans.begin(), spans.end(),
             [](const Span& a, const Span& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end) {
+  // As the safetensors format has it (its own reader refuses anything else): the tensors
+  // back to back from the data area's start to its end. Offsets that leave a gap point the
+  // tensors at bytes their writer did not mean for them.
+  uint64_t expected_begin = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0 && spans[i].begin < spans[i - 1].end) {
       fail(path, "tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name +
                      "' have overlapping data_offsets");
     }
+    if (spans[i].begin != expected_begin) {
+      fail(path, "tensor '" + *spans[i].name + "' starts at data offset " + std::to_string(spans[i].begin) +
+                     ", not where " + (i == 0 ? std::string("the data area begins (0)") : "'" + *spans[i - 1].name +
+                     "' ends (" + std::to_string(expected_begin) + ")") +
+                     ": the header's offsets do not describe this file (safetensors stores tensors back to back)");
+    }
+    expected_begin = spans[i].end;
+  }
+  if (expected_begin != data_size) {
+    fail(path, std::to_string(data_size - expected_begin) + " bytes after the last tensor's data: the header's "
+                   "offsets do not describe this file (safetensors stores tensors back to back up to its end)");
   }
 }
 

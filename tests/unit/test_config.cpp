@@ -206,6 +206,14 @@ TEST(Config, RejectsBadRopeValues) {
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"factor"});
   raw["rope_scaling"] = "yarn";
   expect_config_error(raw, ErrorCategory::kInvalidModel, {"rope_scaling"});
+  // A scaling asked for but not said in full: refused, not run unscaled (transformers too).
+  raw["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 32}};
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"yarn RoPE needs a 'factor'"});
+  raw.erase("rope_scaling");
+  raw["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}};
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"rope_parameters", "'factor'"});
+  raw["rope_parameters"] = {{"rope_theta", 1e6}, {"factor", 4.0}};
+  expect_config_error(raw, ErrorCategory::kInvalidModel, {"'factor' but no 'rope_type'"});
 }
 
 TEST(Config, SlidingWindowFromMaxWindowLayers) {
@@ -371,10 +379,16 @@ TEST(Config, GenerationConfigSamplingValuesAreChecked) {
     const std::string text = gen.dump();
     expect_error([&] { parse_model_config(qwen2_config().dump(), kSource, &text); }, ErrorCategory::kInvalidModel,
                  {"generation_config.json", "'" + key + "'"});
-    // Without do_sample they are not used, and not checked (as transformers warns only).
+    // Without do_sample the drawing settings are not used, and not checked (as transformers
+    // warns only); the repetition penalty is, greedy or not.
     json unused = {{"do_sample", false}, {key, value}};
     const std::string unused_text = unused.dump();
-    EXPECT_NO_THROW(parse_model_config(qwen2_config().dump(), kSource, &unused_text)) << key;
+    if (key == "repetition_penalty") {
+      expect_error([&] { parse_model_config(qwen2_config().dump(), kSource, &unused_text); },
+                   ErrorCategory::kInvalidModel, {"generation_config.json", "'repetition_penalty'"});
+    } else {
+      EXPECT_NO_THROW(parse_model_config(qwen2_config().dump(), kSource, &unused_text)) << key;
+    }
   }
 }
 

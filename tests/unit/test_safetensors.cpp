@@ -204,6 +204,18 @@ TEST(Safetensors, RejectsOverlappingTensors) {
   expect_rejected(safetensors_bytes(nested.dump(), std::string(20, '\0')), {"overlapping"});
 }
 
+TEST(Safetensors, RejectsOffsetsThatAreNotBackToBack) {
+  // safetensors' own reader refuses these: a gap, bytes before the first tensor, bytes after
+  // the last (offsets that no longer describe the file, e.g. a hand-edited header).
+  json gap = {{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}},
+              {"b", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {6, 10}}}}};
+  expect_rejected(safetensors_bytes(gap.dump(), std::string(10, '\0')), {"'b'", "starts at data offset 6", "'a' ends (4)"});
+  expect_rejected(one_tensor({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {2, 6}}}, std::string(6, '\0')),
+                  {"'w'", "starts at data offset 2", "begins (0)"});
+  expect_rejected(one_tensor({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}, std::string(7, '\0')),
+                  {"3 bytes after the last tensor"});
+}
+
 TEST(Safetensors, RejectsByteSizeNotMatchingShape) {
   // [3] F32 is 12 bytes, the offsets span 16.
   expect_rejected(one_tensor({{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 16}}},

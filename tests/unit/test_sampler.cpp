@@ -433,6 +433,11 @@ TEST(Sampler, TheServersDefaultsSampleWhereTheCommandLinesAreGreedy) {
   config.default_top_k.reset();
   EXPECT_EQ(model_default_sampling(config).top_k, 50);
   EXPECT_EQ(api_default_sampling(config).top_k, 0);
+  // The repetition penalty is transformers' logits processor: greedy decoding has it too.
+  ModelConfig greedy;
+  greedy.default_repetition_penalty = 1.3f;
+  EXPECT_EQ(model_default_sampling(greedy).temperature, 0.f);
+  EXPECT_EQ(model_default_sampling(greedy).repetition_penalty, 1.3f);
 }
 
 }  // namespace
