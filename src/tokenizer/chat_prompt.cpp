@@ -146,13 +146,24 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const ChatTe
   for (const AddedToken* token : specials) rules.push_back({token->content, token->id, true, false, false, false});
   std::vector<tok::Segment> segments;
   tok::AddedTokenMatcher(std::move(rules)).split(rendered, /*special_as_text=*/false, segments);
+  // The original Qwen's own chat code (make_context) encodes a turn's role, its "\n" and its
+  // content one by one, so a content that starts with whitespace does not merge with that
+  // "\n": its turns are encoded so.
+  const std::optional<int32_t> turn_start = tokenizer.qwen_v1() ? tokenizer.token_to_id("<|im_start|>") : std::nullopt;
   std::vector<int32_t> ids;
   for (const tok::Segment& segment : segments) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
+      continue;
+    }
+    const std::string text = restore(std::string_view(rendered).substr(segment.begin, segment.end - segment.begin));
+    const size_t newline = text.find('\n');
+    if (turn_start && !ids.empty() && ids.back() == *turn_start && newline != std::string::npos) {
+      tokenizer.encode_into(std::string_view(text).substr(0, newline), false, ids);
+      tokenizer.encode_into("\n", false, ids);
+      tokenizer.encode_into(std::string_view(text).substr(newline + 1), false, ids);
     } else {
-      const std::string_view text(rendered);
-      tokenizer.encode_into(restore(text.substr(segment.begin, segment.end - segment.begin)), false, ids);
+      tokenizer.encode_into(text, false, ids);
     }
   }
   return ids;

@@ -151,6 +151,8 @@ bool Tokenizer::is_special(int32_t id) const {
 const std::vector<AddedToken>& Tokenizer::added_tokens() const {
   return impl_->added;
 }
+bool Tokenizer::qwen_v1() const { return impl_->nfc_whole_text; }  // only qwen.tiktoken's loader sets it
+
 std::optional<int32_t> Tokenizer::eos_id() const {
   return impl_->eos;
 }

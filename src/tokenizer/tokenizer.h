@@ -72,6 +72,9 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   const std::vector<AddedToken>& added_tokens() const;
 
+  // Whether this is the original Qwen's tokenizer (qwen.tiktoken).
+  bool qwen_v1() const;
+
   // Tokens named by tokenizer_config.json (eos_token, bos_token, pad_token), if any.
   std::optional<int32_t> eos_id() const;
   std::optional<int32_t> bos_id() const;

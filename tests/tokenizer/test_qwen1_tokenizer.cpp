@@ -2,6 +2,8 @@
 // (scripts/gen_qwen1_tokenizer_goldens.py / qwen1_tiktoken_goldens.cjs; the goldens' first
 // line names the encoder) for the texts of that script's generator, and its bad files.
 #include "../unit/test_util.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer_test_util.h"
 
 namespace qwenrt {
@@ -81,6 +83,34 @@ void expect_tiktoken_error(const std::string* contents, const std::string& needl
     EXPECT_NE(message.find(needle), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+}
+
+// Qwen's own chat code (qwen_generation_utils.make_context) encodes each turn's role, its
+// "\n" and its content one by one: a content that starts with a line break keeps its own
+// 198 rather than merging with the role's into 271 ("\n\n").
+TEST(QwenV1Tokenizer, ChatTurnsAreEncodedAsQwensMakeContextDoes) {
+  const Tokenizer& tokenizer = v1_tokenizer();
+  const ChatTemplate chat_template = ChatTemplate::load(v1_tokenizer_dir());
+  const auto encode = [&](const char* text) { return tokenizer.encode(text, false); };
+  for (const char* content : {"\nhello", " \nx", "hello", "\n\n a\n"}) {
+    const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", content}}};
+    std::vector<int32_t> expected = {151644};
+    for (const auto& piece : {encode("system"), std::vector<int32_t>{198}, encode("You are a helpful assistant."),
+                              std::vector<int32_t>{151645, 198, 151644}, encode("user"), std::vector<int32_t>{198},
+                              encode(content), std::vector<int32_t>{151645, 198, 151644}, encode("assistant"),
+                              std::vector<int32_t>{198}}) {
+      expected.insert(expected.end(), piece.begin(), piece.end());
+    }
+    EXPECT_EQ(encode_chat_prompt(tokenizer, chat_template, messages, nullptr, true, nlohmann::ordered_json::object()),
+              expected)
+        << content;
+  }
+  // The role's "\n" and the content's own one stay apart: 872 198 198 14990.
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "\nhello"}}};
+  const std::vector<int32_t> ids =
+      encode_chat_prompt(tokenizer, chat_template, messages, nullptr, false, nlohmann::ordered_json::object());
+  const std::vector<int32_t> turn = {151644, 872, 198, 198, 14990, 151645};
+  EXPECT_NE(std::search(ids.begin(), ids.end(), turn.begin(), turn.end()), ids.end());
 }
 
 TEST(QwenV1Tokenizer, BadFiles) {
