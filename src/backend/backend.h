@@ -443,6 +443,11 @@ struct GpuRuntimeInfo {
 GpuRuntimeInfo query_gpus();
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+// What a non-finite logit at `where` ("row 3 of 8", "position 12") says of its cause: with
+// fp16 activations an overflow, else the model itself (NaN or infinite weights, or a config
+// that makes them: a damaged or wrongly converted checkpoint).
+std::string non_finite_logits_message(const std::string& where, DType activations);
 // What host memory the machine could still give (MemAvailable: free memory and the page
 // cache it can drop), or 0 where /proc/meminfo does not say.
 double available_host_bytes();

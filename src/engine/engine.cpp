@@ -811,9 +811,7 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids, int top_logprobs) {
         const int32_t* id = host_ids.data() + r * width;
         if (!std::isfinite(lp[0])) {
           throw Error(ErrorCategory::kInvalidModel,
-                      "non-finite logits (NaN or infinity) at position " + std::to_string(at) +
-                          ": the model's weights produce NaN/inf activations; check the checkpoint (a damaged or "
-                          "wrongly converted file)");
+                      non_finite_logits_message("position " + std::to_string(at), backend_->activation_dtype()));
         }
         result.argmax[at] = id[0];
         result.logprobs[at] = lp[0];

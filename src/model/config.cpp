@@ -403,22 +403,20 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     if (model.architecture == Architecture::kQwenV1) parse_qwen_v1_generation(gen, gen_source, model);
     // The values sampling starts from: in the ranges the command line and the server accept,
     // as the floats the sampler takes (1e39 is infinite there).
+    namespace range = sampling_range;
+    const auto check = [&](const char* key, const ValueRange& valid, double value) {
+      if (!valid.contains(value)) {
+        fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + ValueRange::number(value) + ")");
+      }
+    };
     if (model.default_do_sample) {
-      namespace range = sampling_range;
-      const auto check = [&](const char* key, const ValueRange& valid, double value) {
-        if (!valid.contains(value)) {
-          fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + ValueRange::number(value) + ")");
-        }
-      };
       check("temperature", range::kTemperature, model.default_temperature.value_or(1.f));
       check("top_p", range::kTopP, model.default_top_p.value_or(1.f));
       check("top_k", range::kTopK, model.default_top_k.value_or(0));
       check("min_p", range::kMinP, model.default_min_p.value_or(0.f));
     }
-    if (model.default_repetition_penalty && !sampling_range::kRepetitionPenalty.contains(*model.default_repetition_penalty)) {
-      fail(gen_source, "'repetition_penalty' must be " + sampling_range::kRepetitionPenalty.text() + " (got " +
-                           ValueRange::number(*model.default_repetition_penalty) + ")");
-    }
+    // Used greedy or not (model_default_sampling).
+    check("repetition_penalty", range::kRepetitionPenalty, model.default_repetition_penalty.value_or(1.f));
   }
   for (int id : model.eos_token_ids) {
     if (id >= model.vocab_size) {

@@ -37,6 +37,24 @@ size_t string_end(std::string_view text, size_t i) {
   return i;
 }
 
+// From text[i] on, outside strings and the brackets opened there: the first closing bracket
+// (with `at_comma`, also the first ','); text.size() where there is none.
+size_t unmatched_close(std::string_view text, size_t i, bool at_comma) {
+  for (int depth = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      i = string_end(text, i + 1);
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (depth-- == 0) return i;
+    } else if (c == ',' && at_comma && depth == 0) {
+      return i;
+    }
+  }
+  return text.size();
+}
+
 // The text of the value of the last member `key` of the JSON object `body` (valid JSON,
 // as parsed), as written: a number keeps all its digits, an object its layout.
 std::string_view member_text(std::string_view body, std::string_view key) {
@@ -49,20 +67,7 @@ std::string_view member_text(std::string_view body, std::string_view key) {
     const nlohmann::json name = nlohmann::json::parse(body.substr(quote, key_end + 1 - quote), nullptr, false);
     size_t start = body.find(':', key_end + 1) + 1;
     while (start < body.size() && is_space(body[start])) ++start;
-    // The value ends at the first ',' or '}' outside its strings and brackets.
-    size_t end = start;
-    for (int depth = 0; end < body.size(); ++end) {
-      const char c = body[end];
-      if (c == '"') {
-        end = string_end(body, end + 1);
-      } else if (c == '{' || c == '[') {
-        ++depth;
-      } else if (c == '}' || c == ']') {
-        if (depth-- == 0) break;
-      } else if (c == ',' && depth == 0) {
-        break;
-      }
-    }
+    const size_t end = unmatched_close(body, start, /*at_comma=*/true);  // the value's end
     size_t trimmed = end;
     while (trimmed > start && is_space(body[trimmed - 1])) --trimmed;
     if (name.is_string() && name.get<std::string>() == key) found = body.substr(start, trimmed - start);
@@ -130,17 +135,8 @@ Head expect_literals(std::string_view text, size_t& i, std::span<const std::stri
 // Where the call's object closes in `text`, read from inside it after its arguments (stray
 // keys may come first): the index past its brace, or npos while it is open.
 size_t object_end(std::string_view text) {
-  int depth = 1;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '"') {
-      i = string_end(text, i + 1);
-    } else if (text[i] == '{' || text[i] == '[') {
-      ++depth;
-    } else if ((text[i] == '}' || text[i] == ']') && --depth == 0) {
-      return i + 1;
-    }
-  }
-  return std::string::npos;
+  const size_t close = unmatched_close(text, 0, /*at_comma=*/false);
+  return close == text.size() ? std::string::npos : close + 1;
 }
 
 // A call's head: `{"name": "`, the name's string, then `, "arguments": {`.

@@ -96,4 +96,11 @@ int64_t matmul_row_bucket(int64_t rows) {
 
 std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 
+std::string non_finite_logits_message(const std::string& where, DType activations) {
+  return "non-finite logits (NaN or infinity) in " + where +
+         (activations == DType::kF16 ? ": fp16 activations overflowed; run this model in bf16"
+                                     : ": the model's weights produce NaN/inf activations; check the checkpoint (a "
+                                       "damaged or wrongly converted file)");
+}
+
 }  // namespace qwenrt

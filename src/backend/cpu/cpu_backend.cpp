@@ -425,12 +425,8 @@ class CpuBackend final : public Backend {
     std::vector<float> row(logits.as<float>() + r * vocab, logits.as<float>() + (r + 1) * vocab);
     for (float value : row) {
       if (!std::isfinite(value)) {
-        // In f32 this comes from the model, not the arithmetic: NaN or infinite weights, or a
-        // config that makes them (a damaged or wrongly converted checkpoint).
-        throw Error(ErrorCategory::kInvalidModel,
-                    "non-finite logits (NaN or infinity) in row " + std::to_string(r) +
-                        ": the model's weights produce NaN/inf activations; check the checkpoint (a damaged or "
-                        "wrongly converted file)");
+        // In f32 this comes from the model, not the arithmetic.
+        throw Error(ErrorCategory::kInvalidModel, non_finite_logits_message("row " + std::to_string(r), DType::kF32));
       }
     }
     if (history != nullptr) apply_penalties(row.data(), vocab, key.params, history, history_len);

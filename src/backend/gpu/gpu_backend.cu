@@ -657,12 +657,8 @@ class CudaBackend final : public Backend {
     const int32_t status = record.host[0];
     if (status != 0) {
       throw Error(ErrorCategory::kDevice,
-                  "non-finite logits (NaN or infinity) in row " + std::to_string(status - 1) +
-                      " of " + std::to_string(record.rows) +
-                      (dtype_ == DType::kF16
-                           ? ": fp16 activations overflowed; run this model in bf16"
-                           : ": the model produced NaN/inf activations; check the checkpoint (a damaged or "
-                             "wrongly converted file)"));
+                  non_finite_logits_message("row " + std::to_string(status - 1) + " of " + std::to_string(record.rows),
+                                            dtype_));
     }
     if (host_ids != nullptr) std::memcpy(host_ids, record.host + 1, static_cast<size_t>(record.rows) * sizeof(int32_t));
   }
