@@ -707,6 +707,24 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
     session.ids_.resize(static_cast<size_t>(sequence.truncate(sequence.length() - 1)));
   };
   int32_t token = sampled[0];
+  // The original Qwen's stop words (generation_config.json stop_words_ids), as its generate()
+  // applies them: once the context (prompt and generated ids) ends with one, the end-of-text
+  // id is forced as the next token, which ends the generation. A prompt that ends with one
+  // gets that id first.
+  const std::vector<std::vector<int>> no_words;
+  const std::vector<std::vector<int>>& stop_words = options.stop_at_eos ? model_->config().stop_words_ids : no_words;
+  const auto context_ends_with_stop_word = [&] {
+    const size_t length = prompt.size() + result.ids.size();
+    const auto at = [&](size_t i) { return i < prompt.size() ? prompt[i] : result.ids[i - prompt.size()]; };
+    return std::any_of(stop_words.begin(), stop_words.end(), [&](const std::vector<int>& word) {
+      if (word.size() > length) return false;
+      for (size_t k = 0; k < word.size(); ++k) {
+        if (at(length - word.size() + k) != word[k]) return false;
+      }
+      return true;
+    });
+  };
+  if (!stop_words.empty() && context_ends_with_stop_word()) token = model_->config().eos_token_ids.front();
   std::exception_ptr callback_error;  // raised by on_token: the session stays as fed
   try {
     for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
@@ -726,6 +744,22 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
         break;
       }
       if (step_index + 1 == options.max_new_tokens) break;
+      if (!stop_words.empty() && context_ends_with_stop_word()) {
+        // The forced end-of-text id is the next token whatever the step in flight draws: that
+        // step is dropped, and the id goes out as a drawn one would.
+        undo_in_flight();
+        token = model_->config().eos_token_ids.front();
+        result.ids.push_back(token);
+        if (on_token) {
+          try {
+            on_token(token);
+          } catch (...) {
+            callback_error = std::current_exception();
+          }
+        }
+        result.finish_reason = callback_error ? "cancelled" : "stop";
+        break;
+      }
       if (in_flight < 0) {
         if (!room_for_one()) {
           result.finish_reason = "length";

@@ -250,12 +250,33 @@ void parse_qwen_v1(const json& config, const std::string& source, ModelConfig& m
 }
 
 void parse_qwen_v1_generation(const json& gen, const std::string& source, ModelConfig& model) {
-  if (!has_value(gen, "chat_format")) return;
-  if (!gen.at("chat_format").is_string()) fail(source, "'chat_format' must be a string");
-  model.chat_format = gen.at("chat_format").get<std::string>();
-  if (model.chat_format != "chatml" && model.chat_format != "raw") {
-    throw Error(ErrorCategory::kUnsupported, source + ": chat_format '" + model.chat_format +
-                                                 "' is not supported (expected chatml or raw)");
+  if (has_value(gen, "chat_format")) {
+    if (!gen.at("chat_format").is_string()) fail(source, "'chat_format' must be a string");
+    model.chat_format = gen.at("chat_format").get<std::string>();
+    if (model.chat_format != "chatml" && model.chat_format != "raw") {
+      throw Error(ErrorCategory::kUnsupported, source + ": chat_format '" + model.chat_format +
+                                                   "' is not supported (expected chatml or raw)");
+    }
+  }
+  if (!has_value(gen, "stop_words_ids")) return;
+  const json& words = gen.at("stop_words_ids");
+  const std::string shape = "'stop_words_ids' must be a list of non-empty lists of token ids";
+  if (!words.is_array()) fail(source, shape);
+  for (const json& word : words) {
+    if (!word.is_array() || word.empty()) fail(source, shape);
+    std::vector<int> ids;
+    for (const json& id : word) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= model.vocab_size) {
+        fail(source, shape + " below vocab_size " + std::to_string(model.vocab_size) + " (got " + id.dump() + ")");
+      }
+      ids.push_back(static_cast<int>(id.get<int64_t>()));
+    }
+    // As the original's processor: a word that is the end-of-text id alone ends generation anyway.
+    if (!model.eos_token_ids.empty() && ids == std::vector<int>{model.eos_token_ids.front()}) continue;
+    if (model.eos_token_ids.empty()) {
+      fail(source, "'stop_words_ids' needs an 'eos_token_id' (the id forced after a stop word)");
+    }
+    model.stop_words_ids.push_back(std::move(ids));
   }
 }
 

@@ -69,6 +69,10 @@ struct ModelConfig {
   bool use_dynamic_ntk = false;  // RoPE base × alpha^(d/(d-2)), alpha fixed per sequence
   bool use_logn_attn = false;    // queries at p + 1 > seq_length × log(p+1)/log(seq_length)
   std::string chat_format;       // generation_config.json: "chatml" (Chat models) or "raw"
+  // generation_config.json's stop_words_ids: once the context ends with one of these id
+  // sequences, the original's generate() forces eos_token_ids[0] next (its
+  // StopWordsLogitsProcessor). Entries equal to [eos] are left out, as there.
+  std::vector<std::vector<int>> stop_words_ids;
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }

@@ -3,6 +3,7 @@
 // with dynamic NTK and logn on, and sequences past 64 tokens; qwen1-b-no-ntk has both off.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -166,6 +167,7 @@ TEST(QwenV1, ConfigFieldsAsReleased) {
   EXPECT_EQ(qwen7b.vocab_size, 151936);
   EXPECT_EQ(qwen7b.eos_token_ids, std::vector<int>{151643});
   EXPECT_EQ(qwen7b.chat_format, "raw");
+  EXPECT_TRUE(qwen7b.stop_words_ids.empty());  // [[151643]]: the end-of-text id alone
   EXPECT_FALSE(qwen7b.tie_word_embeddings);
   EXPECT_EQ(model_context_limit(qwen7b), kLognMaxContext);  // max_position_embeddings is 32768
 }
@@ -314,6 +316,89 @@ TEST(QwenV1, OutputAndMlpBiasesLoadAndApply) {
   double max_diff = 0;
   for (size_t i = 0; i < want.size(); ++i) max_diff = std::max(max_diff, std::fabs(score.logprobs[i] - want[i]));
   EXPECT_GT(max_diff, 1e-2) << "a 0.5 bias on layer 0's up projection changed nothing";
+}
+
+// A copy of qwen1-a whose generation_config.json carries `extra` (eos_token_id, stop_words_ids).
+void write_v1_folder(const fs::path& dir, const nlohmann::json& extra) {
+  for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(v1_dir("qwen1-a") / name, dir / name);
+  std::ifstream in(v1_dir("qwen1-a") / "generation_config.json");
+  nlohmann::json generation = nlohmann::json::parse(in);
+  generation.update(extra);
+  test::write_file(dir / "generation_config.json", generation.dump());
+}
+
+// generation_config.json's stop_words_ids as the original's generate() applies them
+// (StopWordsLogitsProcessor): once prompt and generated ids end with a word, the end-of-text
+// id is forced next, which ends the generation; both stay in the ids, as transformers returns
+// them. The expected ids are the golden continuation cut where the context first ends with
+// a word.
+TEST(QwenV1, StopWordsForceTheEndOfTextNext) {
+  const auto golden = load_golden(v1_dir("qwen1-a"));
+  const auto prompt = golden["greedy"][1]["prompt"].get<std::vector<int32_t>>();
+  const auto greedy = golden["greedy"][1]["greedy"].get<std::vector<int32_t>>();
+  constexpr int kEnd = 1000;  // not in the continuation
+  ASSERT_EQ(std::find(greedy.begin(), greedy.end(), kEnd), greedy.end());
+  const auto run = [&](const nlohmann::json& words, bool stop_at_eos = true) {
+    test::TempDir dir;
+    write_v1_folder(dir.path(), {{"eos_token_id", kEnd}, {"stop_words_ids", words}});
+    Engine engine(dir.path(), cpu_options());
+    GenerateOptions options;
+    options.max_new_tokens = static_cast<int>(greedy.size());
+    options.stop_at_eos = stop_at_eos;
+    std::vector<int32_t> streamed;
+    GenerateResult result = engine.generate(prompt, options, [&](int32_t id) {
+      streamed.push_back(id);
+      return true;
+    });
+    EXPECT_EQ(streamed, result.ids);
+    return result;
+  };
+  const auto cut_after = [&](size_t count) {
+    std::vector<int32_t> ids(greedy.begin(), greedy.begin() + static_cast<std::ptrdiff_t>(count));
+    ids.push_back(kEnd);
+    return ids;
+  };
+  // [758, 482, 574] first ends the context at the continuation's fifth token.
+  ASSERT_EQ(std::vector<int32_t>(greedy.begin() + 2, greedy.begin() + 5), (std::vector<int32_t>{758, 482, 574}));
+  GenerateResult three = run({{758, 482, 574}, {999, 998}});
+  EXPECT_EQ(three.ids, cut_after(5));
+  EXPECT_EQ(three.finish_reason, "stop");
+  // A one-token word: the first 387 (the sixth token).
+  EXPECT_EQ(run({{387}}).ids, cut_after(6));
+  // A word that spans the prompt's last token and the first generated one.
+  EXPECT_EQ(run({{prompt.back(), 482}}).ids, cut_after(1));
+  // A prompt that ends with a word: the end-of-text id comes first.
+  GenerateResult first = run({{prompt[prompt.size() - 2], prompt.back()}});
+  EXPECT_EQ(first.ids, std::vector<int32_t>{kEnd});
+  EXPECT_EQ(first.finish_reason, "stop");
+  // The end-of-text id alone is left out (it ends generation anyway); with the end-of-text
+  // ignored, the words are too.
+  EXPECT_EQ(run({{kEnd}}).ids, greedy);
+  EXPECT_EQ(run({{758, 482, 574}}, /*stop_at_eos=*/false).ids, greedy);
+}
+
+TEST(QwenV1, StopWordsAreChecked) {
+  ModelConfig config = load_model_config(v1_dir("qwen1-a"));
+  EXPECT_TRUE(config.stop_words_ids.empty());
+  const auto expect_refused = [](const nlohmann::json& extra, const std::string& needle) {
+    test::TempDir dir;
+    write_v1_folder(dir.path(), extra);
+    try {
+      load_model_config(dir.path());
+      ADD_FAILURE() << "accepted " << extra.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("generation_config.json"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused({{"eos_token_id", 5}, {"stop_words_ids", {1, 2}}}, "list of non-empty lists");
+  expect_refused({{"eos_token_id", 5}, {"stop_words_ids", {nlohmann::json::array()}}}, "list of non-empty lists");
+  expect_refused({{"eos_token_id", 5}, {"stop_words_ids", {{1, 1024}}}}, "below vocab_size 1024 (got 1024)");
+  expect_refused({{"eos_token_id", 5}, {"stop_words_ids", {{-1}}}}, "(got -1)");
+  expect_refused({{"stop_words_ids", {{3}}}}, "needs an 'eos_token_id'");
+  test::TempDir dir;
+  write_v1_folder(dir.path(), {{"eos_token_id", 5}, {"stop_words_ids", {{5}, {7, 8}}}});
+  EXPECT_EQ(load_model_config(dir.path()).stop_words_ids, (std::vector<std::vector<int>>{{7, 8}}));
 }
 
 TEST(QwenV1, BadFoldersGiveOneLineErrors) {
