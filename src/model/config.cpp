@@ -427,7 +427,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     namespace range = sampling_range;
     const auto check = [&](const char* key, const ValueRange& valid, double value) {
       if (!valid.contains(value)) {
-        fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + ValueRange::number(value) + ")");
+        // The number as the file writes it (1e300 is infinite as a float).
+        fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + gen.at(key).dump() + ")");
       }
     };
     if (model.default_do_sample) {

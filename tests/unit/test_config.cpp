@@ -377,8 +377,9 @@ TEST(Config, GenerationConfigSamplingValuesAreChecked) {
                                                                            {"repetition_penalty", 1e39}}) {
     json gen = {{"do_sample", true}, {key, value}};
     const std::string text = gen.dump();
+    // The number as the file writes it, not as the float it became (1e39 is "inf" there).
     expect_error([&] { parse_model_config(qwen2_config().dump(), kSource, &text); }, ErrorCategory::kInvalidModel,
-                 {"generation_config.json", "'" + key + "'"});
+                 {"generation_config.json", "'" + key + "'", "(got " + value.dump() + ")"});
     // Without do_sample the drawing settings are not used, and not checked (as transformers
     // warns only); the repetition penalty is, greedy or not.
     json unused = {{"do_sample", false}, {key, value}};
