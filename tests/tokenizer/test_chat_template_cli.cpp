@@ -1,6 +1,7 @@
 // `qwenrt template` end to end: the printed prompt is the golden byte for byte (no newline
 // added), --var values are typed as JSON when they parse, and bad input exits non-zero
 // with a message instead of crashing.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -127,6 +129,21 @@ TEST_F(TemplateCli, BadInputExitsWithAnError) {
   const Result both = run("template -m " + dir_.string() + " --messages " + conv.string() + " --tools " + tools.string());
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_TRUE(both.out.empty()) << both.out;
+}
+
+// --chat-template from a pipe (a shell's `<(...)`) is read as a file is.
+TEST_F(TemplateCli, ChatTemplateFromAPipe) {
+  const fs::path messages = write("m.json", Json::array({{{"role", "user"}, {"content", "hi"}}}));
+  const fs::path fifo = dir_ / "template.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo) << "{{ messages[0].content }}!"; });
+  const Result r = run("template -m " + dir_.string() + " --chat-template " + fifo.string() + " --messages " +
+                       messages.string());
+  writer.join();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "hi!");
+  // A device is no template file.
+  EXPECT_EQ(run("template -m " + dir_.string() + " --chat-template /dev/null --messages " + messages.string()).exit_code, 1);
 }
 
 TEST_F(TemplateCli, HelpExplainsTheOptions) {

@@ -128,9 +128,11 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir, const st
   const auto config_path = model_dir / "tokenizer_config.json";
   nlohmann::json config = folder_config(config_path);
   // The caller's template replaces the folder's; the special tokens stay the folder's.
+  // A pipe (`--chat-template <(...)`) is read as a file is; folders and devices are refused
+  // by the reader.
   std::error_code error;
-  if (!std::filesystem::is_regular_file(template_file, error)) {
-    throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist or is not a file");
+  if (!std::filesystem::exists(template_file, error)) {
+    throw Error(ErrorCategory::kIo, "chat template file " + template_file.string() + " does not exist");
   }
   const std::string text = read_text_file(template_file);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
