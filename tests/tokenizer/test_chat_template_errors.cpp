@@ -82,6 +82,33 @@ TEST(ChatTemplateErrors, UnsupportedConstructsAreNamed) {
   EXPECT_NE(std::string(include_line.what()).find("line 2"), std::string::npos) << include_line.what();
 }
 
+// jinja2 resolves filter and test names at compile time except in an `if` (conditions and
+// branches) or a conditional expression: there an unknown name is an error only when it is
+// evaluated, so a template whose unsupported filter sits in a branch it never takes renders.
+// A loop body, macro or block inside the `if` is checked again. Expected outcomes from
+// jinja2 3.1.6 in transformers' environment.
+TEST(ChatTemplateErrors, UnknownFiltersInBranchesFailOnlyWhenTaken) {
+  EXPECT_EQ(render("{% if nope %}{{ x|wordwrap }}{% elif nope %}{{ x is frobnicated }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{{ (x|wordwrap) if false else 1 }}"), "1");
+  EXPECT_EQ(render("{% if nope %}{% set y = x|wordwrap %}{% for m in x|wordwrap %}{% endfor %}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{% macro m() %}{% if nope %}{{ x|wordwrap }}{% endif %}{% endmacro %}{{ m() }}ok"), "ok");
+  for (const char* taken : {"{% if true %}{{ 'a'|wordwrap }}{% endif %}", "{% if 'a'|wordwrap %}{% endif %}",
+                            "{{ 1 if true else 2 is frobnicated }}{{ 1 if 2 is frobnicated else 3 }}"}) {
+    const Error e = error_of([&] { render(taken); });
+    EXPECT_EQ(e.category(), ErrorCategory::kUnsupported) << taken << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not supported"), std::string::npos) << taken << ": " << e.what();
+  }
+  for (const char* refused : {"{% if nope %}{% for m in [1] %}{{ m|wordwrap }}{% endfor %}{% endif %}",
+                              "{% if nope %}{% macro m() %}{{ 1|wordwrap }}{% endmacro %}{% endif %}",
+                              "{% if nope %}{% set y %}{{ 1|wordwrap }}{% endset %}{% endif %}",
+                              "{% if nope %}{% filter wordwrap %}x{% endfilter %}{% endif %}",
+                              "{% for m in [1] if m|wordwrap %}{% endfor %}"}) {
+    const Error e = error_of([&] { ChatTemplate{refused}; });
+    EXPECT_EQ(e.category(), ErrorCategory::kUnsupported) << refused << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("filter 'wordwrap'"), std::string::npos) << refused << ": " << e.what();
+  }
+}
+
 TEST(ChatTemplateErrors, UndefinedMisuseNamesLine) {
   const Error e = error_of([] { render("ok\n\n{{ messages[0].nope.startswith('a') }}"); });
   EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();

@@ -339,7 +339,7 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
     const Value& n = arg(in, args, 0, "name", line);
     return n.kind == Kind::kString && (name == "filter" ? has_filter(n.text) : has_test(n.text));
   }
-  in.fail(line, "no test named '" + name + "'", ErrorCategory::kUnsupported);
+  in.fail(line, "test '" + name + "' is not supported", ErrorCategory::kUnsupported);
 }
 
 // ---- globals ----

@@ -26,31 +26,61 @@ nlohmann::json folder_config(const std::filesystem::path& config_path) {
   return std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
 }
 
-// jinja2 resolves filter and test names when it compiles a template, so an unknown one is an
-// error at load time even on a branch that never runs; do the same.
-void check_names(const Expr* e) {
+// jinja2 resolves filter and test names when it compiles a template, except in a "soft"
+// place: an `if` statement's conditions and branches, a conditional expression, and a
+// `set` there. An unknown name elsewhere is an error at load time even on a path that never
+// runs; in a soft place it is an error only when evaluated (jinja2's runtime error), so a
+// template whose unsupported filter sits in a branch it never takes still renders. A loop's
+// body, a macro, a call, filter, set or with block start a new frame, which is not soft, as
+// jinja2's inner frames.
+void check_names(const Expr* e, bool soft) {
   if (e == nullptr) return;
-  if (e->kind == chat_template::ExprKind::kFilter && !chat_template::has_filter(e->name)) {
-    throw Error(ErrorCategory::kUnsupported, "chat template at " + chat_template::where(e->line, e->column) +
-                                                 ": filter '" + e->name + "' is not supported");
+  const bool known = e->kind == chat_template::ExprKind::kFilter ? chat_template::has_filter(e->name)
+                     : e->kind == chat_template::ExprKind::kTest ? chat_template::has_test(e->name)
+                                                                 : true;
+  if (!known && !soft) {
+    throw Error(ErrorCategory::kUnsupported, "chat template at " + chat_template::where(e->line, e->column) + ": " +
+                                                 (e->kind == chat_template::ExprKind::kFilter ? "filter '" : "test '") +
+                                                 e->name + "' is not supported");
   }
-  if (e->kind == chat_template::ExprKind::kTest && !chat_template::has_test(e->name)) {
-    throw Error(ErrorCategory::kUnsupported, "chat template at " + chat_template::where(e->line, e->column) +
-                                                 ": test '" + e->name + "' is not supported");
-  }
-  for (const auto& child : e->children) check_names(child.get());
-  for (const auto& [key, value] : e->keywords) check_names(value.get());
+  const bool inner_soft = soft || e->kind == chat_template::ExprKind::kCondition;
+  for (const auto& child : e->children) check_names(child.get(), inner_soft);
+  for (const auto& [key, value] : e->keywords) check_names(value.get(), inner_soft);
 }
 
-void check_names(const chat_template::Body& body) {
+void check_names(const chat_template::Body& body, bool soft) {
+  using chat_template::StmtKind;
   for (const auto& s : body) {
-    check_names(s->expr.get());
-    check_names(s->condition.get());
-    for (const auto& c : s->conditions) check_names(c.get());  // if conditions, with values
-    for (const auto& b : s->bodies) check_names(b);
-    for (const auto& p : s->params) check_names(p.default_value.get());
-    check_names(s->body);
-    check_names(s->else_body);
+    switch (s->kind) {
+      case StmtKind::kIf:
+        for (const auto& c : s->conditions) check_names(c.get(), true);
+        for (const auto& b : s->bodies) check_names(b, true);
+        check_names(s->else_body, true);
+        break;
+      case StmtKind::kFor:
+        check_names(s->expr.get(), soft);  // the iterable: evaluated where the loop stands
+        check_names(s->condition.get(), false);
+        check_names(s->body, false);
+        check_names(s->else_body, false);
+        break;
+      case StmtKind::kOutput:
+      case StmtKind::kSet:
+        check_names(s->expr.get(), soft);
+        break;
+      case StmtKind::kWith:
+        for (const auto& c : s->conditions) check_names(c.get(), soft);
+        check_names(s->body, false);
+        break;
+      default:  // macros, call, filter and set blocks, {% generation %}: a frame of their own
+        check_names(s->expr.get(), false);
+        check_names(s->condition.get(), false);
+        for (const auto& c : s->conditions) check_names(c.get(), false);
+        for (const auto& b : s->bodies) check_names(b, false);
+        for (const auto& p : s->params) check_names(p.default_value.get(), false);
+        check_names(s->body, false);
+        check_names(s->else_body, false);
+        break;
+    }
   }
 }
 
@@ -68,7 +98,7 @@ ChatTemplate::ChatTemplate(const std::string& source, SpecialTokens special_toke
     : special_tokens_(std::move(special_tokens)) {
   auto compiled = std::make_shared<Compiled>();
   compiled->tree = chat_template::parse_template(source);
-  check_names(compiled->tree.body);
+  check_names(compiled->tree.body, /*soft=*/false);
   templates_["default"] = std::move(compiled);
 }
 

@@ -126,7 +126,7 @@ std::vector<Value> select_items(Interpreter& in, const Value& seq, CallArgs& arg
     const Value& t = args.positional[next++];
     if (t.kind != Kind::kString) in.fail(line, "test name must be a string");
     test_name = t.text;
-    if (!has_test(test_name)) in.fail(line, "no test named '" + test_name + "'", ErrorCategory::kUnsupported);
+    if (!has_test(test_name)) in.fail(line, "test '" + test_name + "' is not supported", ErrorCategory::kUnsupported);
   }
   CallArgs test_args;
   test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next), args.positional.end());
@@ -154,7 +154,7 @@ Value map_items(Interpreter& in, const Value& seq, CallArgs& args, int line) {
   }
   if (args.positional.empty() || args.positional[0].kind != Kind::kString) in.fail(line, "map() needs a filter name or attribute=");
   const std::string filter = args.positional[0].text;
-  if (!has_filter(filter)) in.fail(line, "no filter named '" + filter + "'", ErrorCategory::kUnsupported);
+  if (!has_filter(filter)) in.fail(line, "filter '" + filter + "' is not supported", ErrorCategory::kUnsupported);
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
@@ -512,7 +512,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     }
     return Value::from_int(words);
   }
-  in.fail(line, "no filter named '" + name + "'", ErrorCategory::kUnsupported);
+  in.fail(line, "filter '" + name + "' is not supported", ErrorCategory::kUnsupported);
 }
 
 }  // namespace qwenrt::chat_template
