@@ -70,7 +70,27 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     return &string_arg(in, *chars, label, line);
   };
   if (name == "startswith" || name == "endswith") {
-    return Value::from_bool(affix_matches(in, s, arg(in, args, 0, "prefix", line), name == "startswith", line));
+    const Value* start = args.find(1, "start");
+    const Value* end = args.find(2, "end");
+    const bool none_start = start == nullptr || start->is_none();
+    const bool none_end = end == nullptr || end->is_none();
+    if (none_start && none_end) {
+      return Value::from_bool(affix_matches(in, s, arg(in, args, 0, "prefix", line), name == "startswith", line));
+    }
+    // s[start:end] in code points, as a slice clamps them; a start past the end matches nothing.
+    const std::u32string cps = text::decode(s);
+    const auto size = static_cast<int64_t>(cps.size());
+    const auto clamp = [&](const Value* v, int64_t fallback) {
+      if (v == nullptr || v->is_none()) return fallback;
+      int64_t at = int_arg(in, *v, "slice index", line);
+      if (at < 0) at = std::max<int64_t>(at + size, 0);
+      return std::min(at, size);
+    };
+    if (!none_start && int_arg(in, *start, "slice index", line) > size) return Value::from_bool(false);
+    const int64_t from = clamp(start, 0);
+    const int64_t to = std::max(clamp(end, size), from);
+    const std::string part = text::encode(std::u32string_view(cps).substr(static_cast<size_t>(from), static_cast<size_t>(to - from)));
+    return Value::from_bool(affix_matches(in, part, arg(in, args, 0, "prefix", line), name == "startswith", line));
   }
   if (name == "strip") return Value::from_string(text::strip(s, strip_chars("strip arg"), true, true));
   if (name == "lstrip") return Value::from_string(text::strip(s, strip_chars("lstrip arg"), true, false));
@@ -130,20 +150,12 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     }
     return Value::from_string(std::move(out));
   }
-  if (name == "isdigit") return Value::from_bool(all_code_points(s, [](char32_t c) { return c >= U'0' && c <= U'9'; }));
+  if (name == "isdigit") return Value::from_bool(all_code_points(s, text::is_digit));
+  if (name == "isdecimal") return Value::from_bool(all_code_points(s, text::is_decimal));
+  if (name == "isnumeric") return Value::from_bool(all_code_points(s, text::is_numeric));
   if (name == "isspace") return Value::from_bool(all_code_points(s, text::is_space));
-  if (name == "isalpha" || name == "isalnum") {
-    const bool alnum = name == "isalnum";
-    const std::u32string cps = text::decode(s);
-    bool ok = !cps.empty();
-    for (char32_t c : cps) {
-      const std::string one = text::encode(std::u32string(1, c));
-      const bool letter = text::upper(one) != text::lower(one) || (c > 0x7F && text::is_printable(c) && !text::is_space(c));
-      const bool digit = c >= U'0' && c <= U'9';
-      if (!(letter || (alnum && digit))) ok = false;
-    }
-    return Value::from_bool(ok);
-  }
+  if (name == "isalpha") return Value::from_bool(all_code_points(s, text::is_alpha));
+  if (name == "isalnum") return Value::from_bool(all_code_points(s, text::is_alnum));
   if (name == "islower" || name == "isupper") {
     const bool want_lower = name == "islower";
     const bool has_cased = text::upper(s) != text::lower(s);
@@ -156,16 +168,12 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     return Value::from_string(name == "removeprefix" ? s.substr(affix.size()) : s.substr(0, s.size() - affix.size()));
   }
   if (name == "splitlines") {
+    const Value* keepends = args.find(0, "keepends");
     std::vector<Value> lines;
-    size_t start = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        lines.push_back(Value::from_string(s.substr(start, i - start)));
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        start = i + 1;
-      }
+    for (std::string& one : text::splitlines(s, keepends != nullptr && truthy(*keepends))) {
+      lines.push_back(Value::from_string(std::move(one)));
     }
-    if (start < s.size()) lines.push_back(Value::from_string(s.substr(start)));
+    in.charge(lines.size(), line);
     return Value::list(std::move(lines));
   }
   in.fail(line, "str." + name + "() is not supported", ErrorCategory::kUnsupported);
@@ -208,7 +216,8 @@ Value find_method(const Value& obj, const std::string& name) {
   }
   static const char* const kStringMethods[] = {
       "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "replace", "upper", "lower",
-      "title", "capitalize", "find", "rfind", "index", "rindex", "count", "join", "isdigit", "isspace",
+      "title", "capitalize", "find", "rfind", "index", "rindex", "count", "join", "isdigit", "isdecimal",
+      "isnumeric", "isspace",
       "isalpha", "isalnum", "islower", "isupper", "removeprefix", "removesuffix", "splitlines"};
   static const char* const kDictMethods[] = {"get", "items", "keys", "values", "copy"};
   static const char* const kDictMutators[] = {"pop", "popitem", "setdefault", "update", "clear"};

@@ -165,17 +165,10 @@ Value map_items(Interpreter& in, const Value& seq, CallArgs& args, int line) {
 std::string indent_text(Interpreter& in, std::string s, const Value& width, bool first, bool blank, int line) {
   if (width.kind != Kind::kString) in.check_width(width.integer, "indent width", line);
   const std::string indention = width.kind == Kind::kString ? width.text : std::string(static_cast<size_t>(std::max<int64_t>(width.integer, 0)), ' ');
-  const auto line_count = static_cast<uint64_t>(std::count(s.begin(), s.end(), '\n')) + 2;
-  in.check_size(s.size() + line_count * indention.size(), line);
   s += "\n";  // jinja2 appends a newline so splitlines() keeps a trailing empty line
-  std::vector<std::string> lines;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\n') {
-      lines.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
+  // Python's splitlines: \r\n, \r, U+2028 and the other boundaries become "\n".
+  const std::vector<std::string> lines = text::splitlines(s, false);
+  in.check_size(s.size() + (lines.size() + 1) * indention.size(), line);
   std::string rv;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
@@ -504,9 +497,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     int64_t words = 0;
     bool in_word = false;
     for (char32_t c : text::decode(to_str(v))) {
-      const std::string one = text::encode(std::u32string(1, c));
-      const bool word_char = c == U'_' || (c >= U'0' && c <= U'9') || text::upper(one) != text::lower(one) ||
-                             (c > 0x7F && text::is_printable(c) && !text::is_space(c));
+      const bool word_char = c == U'_' || text::is_alnum(c);  // Python's \w
       if (word_char && !in_word) ++words;
       in_word = word_char;
     }

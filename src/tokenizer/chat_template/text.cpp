@@ -79,6 +79,38 @@ bool is_printable(char32_t c) {
   }
 }
 
+namespace {
+
+struct CodeRange {
+  char32_t first, last;
+};
+
+#include "tokenizer/chat_template/numeric_ranges.inc"
+
+template <size_t N>
+bool in_ranges(const CodeRange (&ranges)[N], char32_t c) {
+  const CodeRange* end = ranges + N;
+  const CodeRange* at = std::upper_bound(ranges, end, c, [](char32_t v, const CodeRange& r) { return v < r.first; });
+  return at != ranges && c <= (at - 1)->last;
+}
+
+}  // namespace
+
+bool is_alpha(char32_t c) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_decimal(char32_t c) { return in_ranges(kDecimalRanges, c); }
+bool is_digit(char32_t c) { return in_ranges(kDigitRanges, c); }
+bool is_numeric(char32_t c) { return in_ranges(kNumericRanges, c); }
+bool is_alnum(char32_t c) { return is_alpha(c) || is_numeric(c); }
+
 std::string strip(std::string_view s, const std::string* chars, bool left, bool right) {
   const std::u32string cps = decode(s);
   const std::u32string set = chars ? decode(*chars) : std::u32string();
@@ -130,9 +162,8 @@ std::vector<std::string> split(std::string_view s, const std::string* sep, int64
       while (i < cps.size() && is_space(cps[i])) ++i;
       if (i == cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t end = cps.size();
-        while (end > i && is_space(cps[end - 1])) --end;
-        parts.push_back(encode(std::u32string_view(cps).substr(i, end - i)));
+        // The rest as it is, its trailing whitespace kept: 'a b  '.split(None, 1) is ['a', 'b  '].
+        parts.push_back(encode(std::u32string_view(cps).substr(i)));
         break;
       }
       size_t j = i;
@@ -148,9 +179,7 @@ std::vector<std::string> split(std::string_view s, const std::string* sep, int64
     while (end > 0 && is_space(cps[end - 1])) --end;
     if (end == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(reversed.size()) == maxsplit) {
-      size_t begin = 0;
-      while (begin < end && is_space(cps[begin])) ++begin;
-      reversed.push_back(encode(std::u32string_view(cps).substr(begin, end - begin)));
+      reversed.push_back(encode(std::u32string_view(cps).substr(0, end)));  // leading whitespace kept
       break;
     }
     size_t begin = end;
@@ -159,6 +188,35 @@ std::vector<std::string> split(std::string_view s, const std::string* sep, int64
     end = begin;
   }
   return {reversed.rbegin(), reversed.rend()};
+}
+
+std::vector<std::string> splitlines(std::string_view s, bool keepends) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t boundary = 0;  // bytes of the line boundary at i
+    if (c == '\r') {
+      boundary = i + 1 < s.size() && s[i + 1] == '\n' ? 2 : 1;
+    } else if (c == '\n' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E)) {
+      boundary = 1;
+    } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) {
+      boundary = 2;  // U+0085
+    } else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) {
+      boundary = 3;  // U+2028, U+2029
+    }
+    if (boundary == 0) {
+      ++i;
+      continue;
+    }
+    lines.emplace_back(s.substr(start, (keepends ? i + boundary : i) - start));
+    i += boundary;
+    start = i;
+  }
+  if (start < s.size()) lines.emplace_back(s.substr(start));
+  return lines;
 }
 
 std::string replace(std::string_view s, std::string_view old_text, std::string_view new_text,

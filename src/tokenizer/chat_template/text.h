@@ -20,11 +20,22 @@ bool is_space(char32_t c);
 // Python's str.isprintable() for one code point (repr escapes the others).
 bool is_printable(char32_t c);
 
+// Python's str.isalpha() (letters: Unicode categories L*), isdecimal(), isdigit(), isnumeric()
+// and isalnum() for one code point.
+bool is_alpha(char32_t c);
+bool is_decimal(char32_t c);
+bool is_digit(char32_t c);
+bool is_numeric(char32_t c);
+bool is_alnum(char32_t c);
+
 // str.strip/lstrip/rstrip; `chars` null: strip whitespace.
 std::string strip(std::string_view s, const std::string* chars, bool left, bool right);
 // str.split(sep, maxsplit) / str.rsplit; sep null: runs of whitespace.
 std::vector<std::string> split(std::string_view s, const std::string* sep, int64_t maxsplit,
                                bool from_right);
+// str.splitlines(keepends): Python's line boundaries (\n, \r, \r\n, \v, \f, \x1c-\x1e, \x85,
+// U+2028, U+2029).
+std::vector<std::string> splitlines(std::string_view s, bool keepends);
 // str.replace; throws std::length_error when the result would exceed `max_bytes`.
 std::string replace(std::string_view s, std::string_view old_text, std::string_view new_text,
                     int64_t count, uint64_t max_bytes = UINT64_MAX);
