@@ -264,6 +264,16 @@ TEST(ChatTemplateJinja, WithBlockAndLoopChanged) {
   EXPECT_EQ(render("{% for i in [1, 1, 2, 2, 1] %}{{ loop.changed(i) }},{% endfor %}"), "True,False,True,False,True,");
 }
 
+// A loop's else runs unless some iteration reached the end of the body: also when every one
+// ended in break or continue.
+TEST(ChatTemplateJinja, LoopElseAfterBreakAndContinue) {
+  EXPECT_EQ(render("{% for i in [1, 2] %}{% break %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(render("{% for i in [1, 2] %}{% continue %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(render("{% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}"), "");
+  EXPECT_EQ(render("{% for i in [1, 2] %}{% if i == 2 %}{% continue %}{% endif %}{% else %}E{% endfor %}"), "");
+  EXPECT_EQ(render("{% for i in [1, 2] if i > 5 %}{% else %}E{% endfor %}"), "E");
+}
+
 TEST(ChatTemplateConfig, StringAndNamedTemplatesAndSpecialTokens) {
   const Json config = Json::parse(R"({
     "bos_token": null, "eos_token": {"content": "<|im_end|>", "lstrip": false}, "pad_token": "<|endoftext|>",

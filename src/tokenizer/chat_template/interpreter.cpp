@@ -206,6 +206,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     *last_changed = std::move(current);
     return Value::from_bool(true);
   });
+  bool completed = false;
   for (int64_t i = 0; i < length; ++i) {
     charge(kIterationSteps, s.line);
     auto iteration = std::make_shared<Scope>();
@@ -241,8 +242,11 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     }
     scope_ = outer;
     if (flow == Flow::kBreak) break;
+    completed = completed || flow == Flow::kNormal;
   }
-  if (length == 0) return exec_body(s.else_body, out);
+  // As jinja2 compiles it: `else` runs unless some iteration reached the end of the body (an
+  // empty loop, or one whose every iteration ended in break or continue).
+  if (!completed) return exec_body(s.else_body, out);
   return Flow::kNormal;
 }
 
