@@ -745,20 +745,12 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
       }
       if (step_index + 1 == options.max_new_tokens) break;
       if (!stop_words.empty() && context_ends_with_stop_word()) {
-        // The forced end-of-text id is the next token whatever the step in flight draws: that
-        // step is dropped, and the id goes out as a drawn one would.
+        // The end-of-text id is the next token whatever the step in flight draws: that step is
+        // dropped, and the next turn takes the id as a drawn one (and stops on it: with stop
+        // words, the EOS ids are stop ids).
         undo_in_flight();
         token = model_->config().eos_token_ids.front();
-        result.ids.push_back(token);
-        if (on_token) {
-          try {
-            on_token(token);
-          } catch (...) {
-            callback_error = std::current_exception();
-          }
-        }
-        result.finish_reason = callback_error ? "cancelled" : "stop";
-        break;
+        continue;
       }
       if (in_flight < 0) {
         if (!room_for_one()) {
