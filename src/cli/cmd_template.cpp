@@ -42,6 +42,7 @@ std::string read_input(const std::string& path) {
 nlohmann::ordered_json read_json(const std::string& path, const char* what) {
   JsonParseOptions options;
   options.category = ErrorCategory::kInvalidArgument;
+  options.exact_big_integers = true;  // the template's alone: printed as Python prints them
   return parse_ordered_json(read_input(path), std::string(what) + " file " + path, options);
 }
 

@@ -1,5 +1,6 @@
 #include "core/json.h"
 
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <unordered_map>
@@ -53,8 +54,18 @@ class TreeBuilder final : public nlohmann::json_sax<Json> {
   bool null() override { return place(nullptr); }
   bool boolean(bool v) override { return place(v); }
   bool number_integer(typename Base::number_integer_t v) override { return place(v); }
-  bool number_unsigned(typename Base::number_unsigned_t v) override { return place(v); }
-  bool number_float(typename Base::number_float_t v, const typename Base::string_t&) override { return place(v); }
+  bool number_unsigned(typename Base::number_unsigned_t v) override {
+    if (options_.exact_big_integers && v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return place_big_integer(std::to_string(v));
+    }
+    return place(v);
+  }
+  bool number_float(typename Base::number_float_t v, const typename Base::string_t& text) override {
+    // An integer past 2^64 reaches here as a double; its text is exact.
+    const bool integer = !text.empty() && text.find_first_of(".eE") == std::string::npos;
+    if (options_.exact_big_integers && integer) return place_big_integer(text);
+    return place(v);
+  }
   // Copied, not moved: the lexer's buffer keeps its capacity for the strings that follow.
   bool string(typename Base::string_t& v) override { return place(static_cast<const typename Base::string_t&>(v)); }
   bool binary(typename Base::binary_t&) override { return fail("unexpected binary value"); }
@@ -111,6 +122,10 @@ class TreeBuilder final : public nlohmann::json_sax<Json> {
   bool place(T&& value) {
     *next_slot() = Json(std::forward<T>(value));
     return true;
+  }
+
+  bool place_big_integer(const std::string& digits) {
+    return place(Json::binary(typename Json::binary_t::container_type(digits.begin(), digits.end()), kJsonBigIntegerSubtype));
   }
 
   bool refuse_duplicates() const { return options_.reject_top_level_duplicate_keys && frames_.size() == 1; }

@@ -36,7 +36,15 @@ struct JsonParseOptions {
   // Refuse a key that occurs twice in the top-level object (tensor names in a safetensors
   // header). Elsewhere the last value wins at the first key's place, as in Python.
   bool reject_top_level_duplicate_keys = false;
+  // Keep integers that no 64-bit signed integer holds (past ±2^63, which the library would
+  // read as unsigned or as a double) exactly, as Python's json.loads does: each becomes a
+  // binary value of subtype kJsonBigIntegerSubtype holding its decimal digits
+  // (json_big_integer). Only for values whose reader knows them (a chat template's input).
+  bool exact_big_integers = false;
 };
+
+// The subtype of a binary value that stands for an integer's decimal text (above).
+constexpr std::uint8_t kJsonBigIntegerSubtype = 0x42;
 
 // Counts of the work a parse did, for tests of its complexity.
 struct JsonParseStats {

@@ -792,9 +792,11 @@ nlohmann::ordered_json parse_conversation(const json& body) {
         if (call.contains("function") && call["function"].contains("arguments") &&
             call["function"]["arguments"].is_string()) {
           try {
+            // Integers past 64 bits kept exactly (the template prints them as Python would).
+            JsonParseOptions options{ErrorCategory::kInvalidArgument};
+            options.exact_big_integers = true;
             call["function"]["arguments"] = parse_ordered_json(call["function"]["arguments"].get<std::string>(),
-                                                               "tool call arguments",
-                                                               JsonParseOptions{ErrorCategory::kInvalidArgument});
+                                                               "tool call arguments", options);
           } catch (const Error&) {
             throw invalid_request("'" + where + ".tool_calls' arguments must be JSON text", where + ".tool_calls");
           }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace {
@@ -262,6 +263,25 @@ TEST(ChatTemplateJinja, WithBlockAndLoopChanged) {
             "211[]");
   EXPECT_EQ(render("x\n  {% with v = 'q' %}\n  {{ v }}\n  {% endwith %}\ny"), "x\n  q\ny");
   EXPECT_EQ(render("{% for i in [1, 1, 2, 2, 1] %}{{ loop.changed(i) }},{% endfor %}"), "True,False,True,False,True,");
+}
+
+// Integers past 64 bits in the input (JSON's 2^64 and beyond) print, compare equal and go
+// through tojson as Python's ints; computing with them is refused, not done wrong.
+TEST(ChatTemplateJinja, BigIntegersFromJsonPrintExactly) {
+  qwenrt::JsonParseOptions options;
+  options.exact_big_integers = true;
+  const Json vars = qwenrt::parse_ordered_json(R"({"x": 123456789012345678901234, "y": 18446744073709551615,
+                                          "z": {"k": -9223372036854775809}})", "vars", options);
+  const auto with = [&](const std::string& source) { return ChatTemplate(source).render(user("hi"), Json(), false, vars); };
+  // Expected: jinja2 3.1.6 in transformers' environment, the same values from json.loads.
+  EXPECT_EQ(with("{{ x }} {{ y|string }} {{ z|tojson }} {{ [x] }} {{ x is integer }}{{ x is number }} {{ x == x }}"
+                 "{{ x == 1 }} {{ {x: 1}[x] }} {{ x ~ '' }}"),
+            "123456789012345678901234 18446744073709551615 {\"k\": -9223372036854775809} [123456789012345678901234] "
+            "TrueTrue TrueFalse 1 123456789012345678901234");
+  for (const char* refused : {"{{ x + 1 }}", "{{ x < 1 }}", "{{ [y, x]|sort }}"}) {
+    const Error e = error_of([&] { with(refused); });
+    EXPECT_NE(std::string(e.what()).find("past 64 bits"), std::string::npos) << refused << ": " << e.what();
+  }
 }
 
 // A loop's else runs unless some iteration reached the end of the body: also when every one

@@ -38,6 +38,35 @@ TEST(Json, OutOfRangeNumbersNameTheInput) {
   }
 }
 
+// With exact_big_integers, integers past ±2^63 keep their digits (as a binary value of the
+// big-integer subtype); others, and every number without the option, are as before.
+TEST(Json, BigIntegersKeptExactlyWhereAsked) {
+  JsonParseOptions options;
+  options.exact_big_integers = true;
+  const auto parsed = parse_ordered_json(
+      R"({"a": 1180591620717411303424, "b": 18446744073709551615, "c": -9223372036854775809, "d": 9223372036854775807,
+          "e": -9223372036854775808, "f": 1.5, "g": 1e30, "h": -0})",
+      "args", options);
+  const auto digits = [&](const char* key) {
+    const auto& value = parsed.at(key);
+    EXPECT_TRUE(value.is_binary()) << key;
+    if (!value.is_binary()) return std::string();
+    EXPECT_EQ(value.get_binary().subtype(), kJsonBigIntegerSubtype);
+    return std::string(value.get_binary().begin(), value.get_binary().end());
+  };
+  EXPECT_EQ(digits("a"), "1180591620717411303424");
+  EXPECT_EQ(digits("b"), "18446744073709551615");
+  EXPECT_EQ(digits("c"), "-9223372036854775809");
+  EXPECT_EQ(parsed.at("d").get<int64_t>(), INT64_MAX);
+  EXPECT_EQ(parsed.at("e").get<int64_t>(), INT64_MIN);
+  EXPECT_TRUE(parsed.at("f").is_number_float());
+  EXPECT_TRUE(parsed.at("g").is_number_float());
+  EXPECT_TRUE(parsed.at("h").is_number_integer());
+  const auto plain = parse_ordered_json(R"([1180591620717411303424, 18446744073709551615])", "body");
+  EXPECT_TRUE(plain[0].is_number_float());
+  EXPECT_TRUE(plain[1].is_number_unsigned());
+}
+
 TEST(Json, ErrorsAreOneShortLine) {
   // The library quotes the last token it read; a long token with newlines stays one line.
   const std::string text = "{\"x\": \"" + std::string(5000, 'a') + "\n\"}";

@@ -527,6 +527,14 @@ TEST(RequestParse, AFunctionMessageIsAToolsAnswer) {
 {"name": "get_weather", "arguments": {"city": "Paris"}}
 </tool_call>)"), std::string::npos) << legacy;
   EXPECT_NE(legacy.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << legacy;
+  // Integers past 64 bits in a call's arguments reach the template exactly, as json.loads
+  // gives them to transformers' template (they were an error, or a float past 2^64).
+  const std::string big = render(
+      R"({"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":"{\"id\": 123456789012345678901234, \"n\": 18446744073709551615}"}}]}],)" +
+      tools + "}");
+  EXPECT_NE(big.find(R"({"name": "get_weather", "arguments": {"id": 123456789012345678901234, "n": 18446744073709551615}})"),
+            std::string::npos)
+      << big;
   EXPECT_NO_THROW(rendered_chat(R"({"messages":[{"role":"assistant","content":"x","tool_calls":null},{"role":"user","content":"y"}]})"));
   try {
     rendered_chat(R"({"messages":[{"role":"robot","content":"x"}]})");

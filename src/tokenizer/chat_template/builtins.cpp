@@ -289,8 +289,8 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
   if (name == "false") return v.kind == Kind::kBool && !v.boolean;
   if (name == "boolean") return v.kind == Kind::kBool;
   if (name == "string") return v.kind == Kind::kString;
-  if (name == "number") return v.is_number();
-  if (name == "integer") return v.kind == Kind::kInt;
+  if (name == "number") return v.is_number() || v.kind == Kind::kBigInt;
+  if (name == "integer") return v.kind == Kind::kInt || v.kind == Kind::kBigInt;
   if (name == "float") return v.kind == Kind::kFloat;
   if (name == "mapping") return v.kind == Kind::kDict;
   // Undefined has __len__, __getitem__ and __iter__, so jinja2 calls it a sequence/iterable.

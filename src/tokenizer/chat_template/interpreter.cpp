@@ -554,6 +554,9 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   check_defined(a, line);
   check_defined(b, line);
   auto unsupported_operands = [&]() {
+    if (a.kind == Kind::kBigInt || b.kind == Kind::kBigInt) {
+      fail(line, "integers past 64 bits are kept for printing only: no '" + op + "' with them", ErrorCategory::kUnsupported);
+    }
     fail(line, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   };
   auto overflow = [&]() { fail(line, "integer overflow in '" + op + "': the result does not fit in 64 bits", ErrorCategory::kUnsupported);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/json.h"
 #include "tokenizer/chat_template/text.h"
 
 namespace qwenrt::chat_template {
@@ -142,6 +143,13 @@ Value Value::from_int(int64_t i) {
   return v;
 }
 
+Value Value::big_int(std::string digits) {
+  Value v;
+  v.kind = Kind::kBigInt;
+  v.text = std::move(digits);
+  return v;
+}
+
 Value Value::from_float(double f) {
   Value v;
   v.kind = Kind::kFloat;
@@ -206,7 +214,8 @@ std::string type_name(const Value& v) {
     case Kind::kUndefined: return "Undefined";
     case Kind::kNone: return "NoneType";
     case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
+    case Kind::kInt:
+    case Kind::kBigInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
     case Kind::kList: return "list";
@@ -230,7 +239,8 @@ bool truthy(const Value& v) {
     case Kind::kTuple: return !v.items->empty();
     case Kind::kDict: return !v.dict->entries.empty();
     case Kind::kObject:
-    case Kind::kFunction: return true;
+    case Kind::kFunction:
+    case Kind::kBigInt: return true;  // never 0
   }
   return false;
 }
@@ -318,6 +328,7 @@ std::string repr_at(const Value& v, int depth) {
     case Kind::kNone: return "None";
     case Kind::kBool: return v.boolean ? "True" : "False";
     case Kind::kInt: return std::to_string(v.integer);
+    case Kind::kBigInt: return v.text;
     case Kind::kFloat: return float_repr(v.number);
     case Kind::kString: return text::repr(v.text);
     case Kind::kList:
@@ -351,7 +362,8 @@ bool equals(const Value& a, const Value& b) {
   switch (a.kind) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
-    case Kind::kString: return a.text == b.text;
+    case Kind::kString:
+    case Kind::kBigInt: return a.text == b.text;
     case Kind::kList:
     case Kind::kTuple: {
       if (a.items->size() != b.items->size()) return false;
@@ -389,6 +401,9 @@ bool less_than(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
+  if (a.kind == Kind::kBigInt || b.kind == Kind::kBigInt) {
+    throw std::invalid_argument("integers past 64 bits are kept for printing only: they cannot be ordered here");
+  }
   throw std::invalid_argument("'<' not supported between instances of '" + type_name(a) + "' and '" +
                               type_name(b) + "'");
 }
@@ -401,7 +416,8 @@ bool is_hashable(const Value& v) {
     case Kind::kFloat:
     case Kind::kString:
     case Kind::kFunction:
-    case Kind::kObject: return true;
+    case Kind::kObject:
+    case Kind::kBigInt: return true;
     case Kind::kTuple:
       for (const Value& item : *v.items) {
         if (!is_hashable(item)) return false;
@@ -422,7 +438,8 @@ uint64_t hash_value(const Value& v) {
       if (f >= -9.2e18 && f <= 9.2e18 && f == std::floor(f)) return std::hash<int64_t>()(static_cast<int64_t>(f));
       return f == f ? std::hash<double>()(f) : 0x7ff8;  // any NaN
     }
-    case Kind::kString: return std::hash<std::string>()(v.text);
+    case Kind::kString:
+    case Kind::kBigInt: return std::hash<std::string>()(v.text);
     case Kind::kTuple: {
       uint64_t h = 0xcbf29ce484222325ull;
       for (const Value& item : *v.items) h = mix(h, hash_value(item));
@@ -447,12 +464,18 @@ Value from_json_at(const nlohmann::ordered_json& j, int depth) {
     case nlohmann::ordered_json::value_t::number_integer: return Value::from_int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw std::invalid_argument("integer " + std::to_string(u) + " is too large");
-      }
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Value::big_int(std::to_string(u));
       return Value::from_int(static_cast<int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float: return Value::from_float(j.get<double>());
+    case nlohmann::ordered_json::value_t::binary: {
+      // An integer the JSON reader kept exactly (JsonParseOptions::exact_big_integers).
+      const auto& binary = j.get_binary();
+      if (binary.has_subtype() && binary.subtype() == kJsonBigIntegerSubtype) {
+        return Value::big_int(std::string(binary.begin(), binary.end()));
+      }
+      throw std::invalid_argument("unsupported JSON value");
+    }
     case nlohmann::ordered_json::value_t::string: return Value::from_string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
@@ -486,6 +509,7 @@ std::string json_key(const Value& k) {
   switch (k.kind) {
     case Kind::kString: return k.text;
     case Kind::kInt: return std::to_string(k.integer);
+    case Kind::kBigInt: return k.text;
     case Kind::kFloat: return json_float(k.number);
     case Kind::kBool: return k.boolean ? "true" : "false";
     case Kind::kNone: return "null";
@@ -512,6 +536,7 @@ void dump(const Value& v, const JsonOptions& options, int depth, std::string& ou
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.boolean ? "true" : "false"; return;
     case Kind::kInt: out += std::to_string(v.integer); return;
+    case Kind::kBigInt: out += v.text; return;
     case Kind::kFloat: out += json_float(v.number); return;
     case Kind::kString: text::append_json_string(out, v.text, options.ensure_ascii); return;
     case Kind::kList:

@@ -76,6 +76,10 @@ enum class Kind : uint8_t {
   kDict,
   kObject,  // attribute-only object: jinja2 Namespace (mutable) or the loop variable
   kFunction,
+  // An int no 64-bit integer holds (a JSON input's 2^64, say), kept as its decimal `text`:
+  // it prints, compares equal, hashes and goes through tojson as Python's int would; any
+  // arithmetic or ordering with it is an error (no template computes with such numbers).
+  kBigInt,
 };
 
 // The small fields share one word: a Value is copied often, and its size is felt.
@@ -105,6 +109,7 @@ struct Value {
   static Value from_bool(bool b);
   static Value from_int(int64_t i);
   static Value from_float(double f);
+  static Value big_int(std::string digits);  // decimal digits with an optional '-'; see kBigInt
   static Value from_string(std::string s);
   static Value list(std::vector<Value> values);
   static Value tuple(std::vector<Value> values);
