@@ -134,16 +134,16 @@ TEST(ChatTemplateText, LinesSplitsAndClassesAsPythonHasThem) {
   // splitlines' boundaries (\r, \x0b, \x85, U+2028 ...) and keepends, indent over them,
   // split/rsplit's remainder with its whitespace, startswith/endswith's start and end in code
   // points, the numeric classes (² is a digit, not a decimal; 三 is numeric), letters by
-  // category (。 is none) and wordcount as \w+.
+  // category (。 is none), wordcount as \w+, and `is lower` on str(value).
   const std::string source =
       R"({{ 'a\r\nb\rc\x0bd\u2028e\n'.splitlines() }}|{{ 'a\r\nb\x85c'.splitlines(true) }}|{{ 'x\r\ny'|indent(2) }}|)"
       R"({{ 'a b  '.split(none, 1) }}|{{ '  a b'.rsplit(none, 1) }}|{{ 'abc'.startswith('b', 1) }}{{ 'abc'.endswith('b', 0, 2) }})"
       R"({{ 'abc'.startswith('', 4) }}{{ 'xéc'.startswith('éc', -2) }}|)"
       R"({{ '²'.isdigit() }}{{ '²'.isdecimal() }}{{ '三'.isnumeric() }}{{ '½'.isdigit() }}{{ '。'.isalpha() }}{{ 'ǅʰ'.isalpha() }})"
-      R"({{ '①a'.isalnum() }}|{{ 'a。b 😀 x_1'|wordcount }})";
+      R"({{ '①a'.isalnum() }}|{{ 'a。b 😀 x_1'|wordcount }}|{{ 5 is lower }}{{ ['a'] is lower }})";
   EXPECT_EQ(render(source),
             "['a', 'b', 'c', 'd', 'e']|['a\\r\\n', 'b\\x85', 'c']|x\n  y|['a', 'b  ']|['  a', 'b']|TrueTrueFalseTrue|"
-            "TrueFalseTrueFalseFalseTrueTrue|3");
+            "TrueFalseTrueFalseFalseTrueTrue|3|FalseTrue");
 }
 
 TEST(ChatTemplateErrors, RaiseExceptionCarriesTheMessage) {

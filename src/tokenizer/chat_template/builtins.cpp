@@ -332,9 +332,10 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
     return false;
   }
   if (name == "lower" || name == "upper") {
-    if (v.kind != Kind::kString) in.fail(line, "'" + type_name(v) + "' object has no attribute 'is" + name + "'");
-    const bool has_cased = text::upper(v.text) != text::lower(v.text);
-    return has_cased && (name == "lower" ? text::lower(v.text) == v.text : text::upper(v.text) == v.text);
+    // jinja2's test_lower/test_upper: str(value).islower() (['a'] is lower: its repr is).
+    const std::string s = to_str(v);
+    const bool has_cased = text::upper(s) != text::lower(s);
+    return has_cased && (name == "lower" ? text::lower(s) == s : text::upper(s) == s);
   }
   if (name == "sameas") {
     const Value& o = other();
