@@ -284,6 +284,11 @@ TEST(ChatTemplateJinja, BigIntegersFromJsonPrintExactly) {
   }
 }
 
+// transformers' tojson with ensure_ascii: json.dumps escapes everything outside space..~, DEL too.
+TEST(ChatTemplateJinja, TojsonEnsureAsciiEscapesDel) {
+  EXPECT_EQ(render(R"({{ '\x7f é'|tojson(ensure_ascii=true) }}|{{ '\x7f'|tojson }})"), "\"\\u007f \\u00e9\"|\"\x7f\"");
+}
+
 // A loop's else runs unless some iteration reached the end of the body: also when every one
 // ended in break or continue.
 TEST(ChatTemplateJinja, LoopElseAfterBreakAndContinue) {

@@ -431,7 +431,7 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
       default:
         if (c < 0x20) {
           escape_unit(c);
-        } else if (ensure_ascii && c > 0x7F) {
+        } else if (ensure_ascii && c >= 0x7F) {  // DEL too: Python escapes all but space to ~
           if (c >= 0x10000) {
             const uint32_t v = c - 0x10000;
             escape_unit(0xD800 | (v >> 10));
