@@ -55,7 +55,9 @@ void add_var(nlohmann::ordered_json& vars, const std::string& assignment) {
   const std::string name = assignment.substr(0, eq);
   const std::string value = assignment.substr(eq + 1);
   try {
-    vars[name] = parse_ordered_json(value, "--var " + name);
+    JsonParseOptions options;
+    options.exact_big_integers = true;  // as the messages file's
+    vars[name] = parse_ordered_json(value, "--var " + name, options);
   } catch (const Error&) {
     vars[name] = value;
   }

@@ -275,10 +275,10 @@ TEST(ChatTemplateJinja, BigIntegersFromJsonPrintExactly) {
   const auto with = [&](const std::string& source) { return ChatTemplate(source).render(user("hi"), Json(), false, vars); };
   // Expected: jinja2 3.1.6 in transformers' environment, the same values from json.loads.
   EXPECT_EQ(with("{{ x }} {{ y|string }} {{ z|tojson }} {{ [x] }} {{ x is integer }}{{ x is number }} {{ x == x }}"
-                 "{{ x == 1 }} {{ {x: 1}[x] }} {{ x ~ '' }}"),
+                 "{{ x == 1 }} {{ {x: 1}[x] }} {{ x ~ '' }} {{ x|int }} {{ x|float }}"),
             "123456789012345678901234 18446744073709551615 {\"k\": -9223372036854775809} [123456789012345678901234] "
-            "TrueTrue TrueFalse 1 123456789012345678901234");
-  for (const char* refused : {"{{ x + 1 }}", "{{ x < 1 }}", "{{ [y, x]|sort }}"}) {
+            "TrueTrue TrueFalse 1 123456789012345678901234 123456789012345678901234 1.2345678901234569e+23");
+  for (const char* refused : {"{{ x + 1 }}", "{{ x < 1 }}", "{{ [y, x]|sort }}", "{{ x|round }}"}) {
     const Error e = error_of([&] { with(refused); });
     EXPECT_NE(std::string(e.what()).find("past 64 bits"), std::string::npos) << refused << ": " << e.what();
   }

@@ -287,6 +287,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   }
   if (name == "int") {
     in.check_defined(v, line);
+    if (v.kind == Kind::kBigInt) return v;
     const Value fallback = param_or(args, 0, "default", Value::from_int(0));
     const Value base = param_or(args, 1, "base", Value::from_int(10));
     // jinja2: int(value), else int(float(value)), else the default. Python's ints are
@@ -317,6 +318,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     in.check_defined(v, line);
     const Value fallback = param_or(args, 0, "default", Value::from_float(0.0));
     if (v.is_number()) return Value::from_float(float_of(v));
+    if (v.kind == Kind::kBigInt) return Value::from_float(std::strtod(v.text.c_str(), nullptr));  // Python's float(int)
     if (v.kind == Kind::kString) {
       if (const std::optional<double> parsed = parse_float(text::strip(v.text, nullptr, true, true))) {
         return Value::from_float(*parsed);
@@ -336,6 +338,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   }
   if (name == "round") {
     in.check_defined(v, line);
+    if (v.kind == Kind::kBigInt) in.fail(line, "integers past 64 bits are kept for printing only: no round() of them", ErrorCategory::kUnsupported);
     const int64_t precision = param_or(args, 0, "precision", Value::from_int(0)).integer;
     const std::string method = to_str(param_or(args, 1, "method", Value::from_string("common")));
     if (v.kind != Kind::kFloat && method == "common") return round_int(in, int_of(v), precision, line);
