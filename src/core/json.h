@@ -37,9 +37,11 @@ struct JsonParseOptions {
   // header). Elsewhere the last value wins at the first key's place, as in Python.
   bool reject_top_level_duplicate_keys = false;
   // Keep integers that no 64-bit signed integer holds (past ±2^63, which the library would
-  // read as unsigned or as a double) exactly, as Python's json.loads does: each becomes a
-  // binary value of subtype kJsonBigIntegerSubtype holding its decimal digits
-  // (json_big_integer). Only for values whose reader knows them (a chat template's input).
+  // read as unsigned or as a double) exactly, as Python's json.loads does, up to the ~308
+  // digits a double reaches (longer ones are a number overflow, as without this): each
+  // becomes a binary value of subtype kJsonBigIntegerSubtype holding its decimal digits.
+  // Only for values whose one reader knows them: a chat template's input (tool calls'
+  // arguments in requests, the template command's files).
   bool exact_big_integers = false;
 };
 

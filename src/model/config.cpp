@@ -427,7 +427,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     namespace range = sampling_range;
     const auto check = [&](const char* key, const ValueRange& valid, double value) {
       if (!valid.contains(value)) {
-        // The number as the file writes it (1e300 is infinite as a float).
+        // The file's number as JSON writes it, not the float it became (1e300 is inf there).
         fail(gen_source, std::string("'") + key + "' must be " + valid.text() + " (got " + gen.at(key).dump() + ")");
       }
     };

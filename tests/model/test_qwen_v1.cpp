@@ -371,10 +371,31 @@ TEST(QwenV1, StopWordsForceTheEndOfTextNext) {
   GenerateResult first = run({{prompt[prompt.size() - 2], prompt.back()}});
   EXPECT_EQ(first.ids, std::vector<int32_t>{kEnd});
   EXPECT_EQ(first.finish_reason, "stop");
-  // The end-of-text id alone is left out (it ends generation anyway); with the end-of-text
-  // ignored, the words are too.
-  EXPECT_EQ(run({{kEnd}}).ids, greedy);
+  // With the end-of-text ignored, the words are too. (A word of the end-of-text id alone is
+  // left out at load: StopWordsAreChecked.)
   EXPECT_EQ(run({{758, 482, 574}}, /*stop_at_eos=*/false).ids, greedy);
+}
+
+// After a forced end-of-text, the session's cache is as its ids say: the next turn on it
+// gives what a fresh session gives.
+TEST(QwenV1, SessionAfterAStopWordMatchesAFreshOne) {
+  const auto golden = load_golden(v1_dir("qwen1-a"));
+  // The short prompt: all turns stay under seq_length, so one NTK alpha and the cache is reused.
+  const auto prompt = golden["greedy"][0]["prompt"].get<std::vector<int32_t>>();
+  test::TempDir dir;
+  write_v1_folder(dir.path(), {{"eos_token_id", 1000}, {"stop_words_ids", {{725, 707}}}});
+  Engine engine(dir.path(), cpu_options());
+  GenerateOptions options;
+  options.max_new_tokens = 12;
+  std::unique_ptr<Session> session = engine.new_session();
+  const GenerateResult first = engine.generate(*session, prompt, options);
+  ASSERT_EQ(first.ids, (std::vector<int32_t>{95, 95, 95, 95, 725, 707, 1000}));
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), first.ids.begin(), first.ids.end());
+  next.insert(next.end(), {5, 6, 7});
+  const GenerateResult again = engine.generate(*session, next, options);
+  EXPECT_GT(again.reused_tokens, static_cast<int>(prompt.size()) - 1);
+  EXPECT_EQ(again.ids, engine.generate(next, options).ids);
 }
 
 TEST(QwenV1, StopWordsAreChecked) {

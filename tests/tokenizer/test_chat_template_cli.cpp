@@ -1,11 +1,13 @@
 // `qwenrt template` end to end: the printed prompt is the golden byte for byte (no newline
 // added), --var values are typed as JSON when they parse, and bad input exits non-zero
 // with a message instead of crashing.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -136,7 +138,21 @@ TEST_F(TemplateCli, ChatTemplateFromAPipe) {
   const fs::path messages = write("m.json", Json::array({{{"role", "user"}, {"content", "hi"}}}));
   const fs::path fifo = dir_ / "template.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::thread writer([&] { std::ofstream(fifo) << "{{ messages[0].content }}!"; });
+  // The writer gives up after 10 s without a reader (a command that refuses the pipe unread
+  // fails the test instead of hanging it).
+  std::thread writer([&] {
+    const std::string text = "{{ messages[0].content }}!";
+    for (int tries = 0; tries < 1000; ++tries) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) {
+        EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+        ::close(fd);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "nobody opened the pipe";
+  });
   const Result r = run("template -m " + dir_.string() + " --chat-template " + fifo.string() + " --messages " +
                        messages.string());
   writer.join();

@@ -29,6 +29,9 @@ const std::string& string_arg(Interpreter& in, const Value& v, const char* what,
 
 int64_t int_arg(Interpreter& in, const Value& v, const char* what, int line) {
   in.check_defined(v, line);
+  if (v.kind == Kind::kBigInt) {
+    in.fail(line, std::string(what) + ": integers past 64 bits are kept for printing only", ErrorCategory::kUnsupported);
+  }
   if (!is_int_like(v)) in.fail(line, std::string(what) + " must be an integer, not " + type_name(v));
   return int_of(v);
 }
@@ -88,7 +91,9 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     };
     if (!none_start && int_arg(in, *start, "slice index", line) > size) return Value::from_bool(false);
     const int64_t from = clamp(start, 0);
-    const int64_t to = std::max(clamp(end, size), from);
+    const int64_t to = clamp(end, size);
+    if (to < from) return Value::from_bool(false);  // Python: no match, not even of ''
+
     const std::string part = text::encode(std::u32string_view(cps).substr(static_cast<size_t>(from), static_cast<size_t>(to - from)));
     return Value::from_bool(affix_matches(in, part, arg(in, args, 0, "prefix", line), name == "startswith", line));
   }

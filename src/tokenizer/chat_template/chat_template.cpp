@@ -71,7 +71,12 @@ void check_names(const chat_template::Body& body, bool soft) {
         for (const auto& c : s->conditions) check_names(c.get(), soft);
         check_names(s->body, false);
         break;
-      default:  // macros, call, filter and set blocks, {% generation %}: a frame of their own
+      case StmtKind::kCallBlock:  // the call itself where the block stands; its body a frame of its own
+        check_names(s->expr.get(), soft);
+        for (const auto& p : s->params) check_names(p.default_value.get(), false);
+        check_names(s->body, false);
+        break;
+      default:  // macros, filter and set blocks, {% generation %}: a frame of their own
         check_names(s->expr.get(), false);
         check_names(s->condition.get(), false);
         for (const auto& c : s->conditions) check_names(c.get(), false);

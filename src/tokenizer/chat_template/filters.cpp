@@ -221,6 +221,15 @@ bool has_filter(const std::string& name) {
 }
 
 Value apply_filter(Interpreter& in, const std::string& name, const Value& v, CallArgs& args, int line) {
+  // An integer past 64 bits as a filter's argument (a width, a precision, a size) is refused,
+  // not read as the 0 it holds in `integer`.
+  const auto big = [](const Value& a) { return a.kind == Kind::kBigInt; };
+  if (std::any_of(args.positional.begin(), args.positional.end(), big) ||
+      std::any_of(args.keyword.begin(), args.keyword.end(), [&](const auto& kv) { return big(kv.second); })) {
+    if (name != "default" && name != "d") {
+      in.fail(line, "filter '" + name + "': integers past 64 bits are kept for printing only", ErrorCategory::kUnsupported);
+    }
+  }
   if (name == "tojson") return tojson(in, v, args, line);
   if (name == "length" || name == "count") return Value::from_int(length_of(in, v, line));
   if (name == "default" || name == "d") {
