@@ -62,8 +62,7 @@ class TreeBuilder final : public nlohmann::json_sax<Json> {
   }
   bool number_float(typename Base::number_float_t v, const typename Base::string_t& text) override {
     // An integer past 2^64 reaches here as a double; its text is exact.
-    const bool integer = !text.empty() && text.find_first_of(".eE") == std::string::npos;
-    if (options_.exact_big_integers && integer) return place_big_integer(text);
+    if (options_.exact_big_integers && text.find_first_of(".eE") == std::string::npos) return place_big_integer(text);
     return place(v);
   }
   // Copied, not moved: the lexer's buffer keeps its capacity for the strings that follow.

@@ -711,8 +711,8 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
   // applies them: once the context (prompt and generated ids) ends with one, the end-of-text
   // id is forced as the next token, which ends the generation. A prompt that ends with one
   // gets that id first.
-  const std::vector<std::vector<int>> no_words;
-  const std::vector<std::vector<int>>& stop_words = options.stop_at_eos ? model_->config().stop_words_ids : no_words;
+  const std::vector<std::vector<int>>& stop_words = model_->config().stop_words_ids;
+  const bool watch_stop_words = options.stop_at_eos && !stop_words.empty();
   const auto context_ends_with_stop_word = [&] {
     const size_t length = prompt.size() + result.ids.size();
     const auto at = [&](size_t i) { return i < prompt.size() ? prompt[i] : result.ids[i - prompt.size()]; };
@@ -724,7 +724,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
       return true;
     });
   };
-  if (!stop_words.empty() && context_ends_with_stop_word()) token = model_->config().eos_token_ids.front();
+  if (watch_stop_words && context_ends_with_stop_word()) token = model_->config().eos_token_ids.front();
   std::exception_ptr callback_error;  // raised by on_token: the session stays as fed
   try {
     for (int step_index = 0; step_index < options.max_new_tokens; ++step_index) {
@@ -744,7 +744,7 @@ GenerateResult Engine::generate(Session& session, const std::vector<int32_t>& pr
         break;
       }
       if (step_index + 1 == options.max_new_tokens) break;
-      if (!stop_words.empty() && context_ends_with_stop_word()) {
+      if (watch_stop_words && context_ends_with_stop_word()) {
         // The end-of-text id is the next token whatever the step in flight draws: that step is
         // dropped, and the next turn takes the id as a drawn one (and stops on it: with stop
         // words, the EOS ids are stop ids).

@@ -30,7 +30,7 @@ const std::string& string_arg(Interpreter& in, const Value& v, const char* what,
 int64_t int_arg(Interpreter& in, const Value& v, const char* what, int line) {
   in.check_defined(v, line);
   if (v.kind == Kind::kBigInt) {
-    in.fail(line, std::string(what) + ": integers past 64 bits are kept for printing only", ErrorCategory::kUnsupported);
+    in.fail(line, std::string(what) + ": " + kBigIntPrintOnly, ErrorCategory::kUnsupported);
   }
   if (!is_int_like(v)) in.fail(line, std::string(what) + " must be an integer, not " + type_name(v));
   return int_of(v);
@@ -80,20 +80,18 @@ Value string_method(Interpreter& in, const std::string& s, const std::string& na
     if (none_start && none_end) {
       return Value::from_bool(affix_matches(in, s, arg(in, args, 0, "prefix", line), name == "startswith", line));
     }
-    // s[start:end] in code points, as a slice clamps them; a start past the end matches nothing.
+    // s[start:end] in code points, as a slice clamps them; a start past the end, or an end
+    // before the start, matches nothing.
     const std::u32string cps = text::decode(s);
     const auto size = static_cast<int64_t>(cps.size());
-    const auto clamp = [&](const Value* v, int64_t fallback) {
+    const auto index = [&](const Value* v, int64_t fallback) {
       if (v == nullptr || v->is_none()) return fallback;
-      int64_t at = int_arg(in, *v, "slice index", line);
-      if (at < 0) at = std::max<int64_t>(at + size, 0);
-      return std::min(at, size);
+      const int64_t at = int_arg(in, *v, "slice index", line);
+      return at < 0 ? std::max<int64_t>(at + size, 0) : at;
     };
-    if (!none_start && int_arg(in, *start, "slice index", line) > size) return Value::from_bool(false);
-    const int64_t from = clamp(start, 0);
-    const int64_t to = clamp(end, size);
-    if (to < from) return Value::from_bool(false);  // Python: no match, not even of ''
-
+    const int64_t from = index(start, 0);
+    const int64_t to = std::min(index(end, size), size);
+    if (from > size || to < from) return Value::from_bool(false);  // Python: no match, not even of ''
     const std::string part = text::encode(std::u32string_view(cps).substr(static_cast<size_t>(from), static_cast<size_t>(to - from)));
     return Value::from_bool(affix_matches(in, part, arg(in, args, 0, "prefix", line), name == "startswith", line));
   }

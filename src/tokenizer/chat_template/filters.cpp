@@ -227,7 +227,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (std::any_of(args.positional.begin(), args.positional.end(), big) ||
       std::any_of(args.keyword.begin(), args.keyword.end(), [&](const auto& kv) { return big(kv.second); })) {
     if (name != "default" && name != "d") {
-      in.fail(line, "filter '" + name + "': integers past 64 bits are kept for printing only", ErrorCategory::kUnsupported);
+      in.fail(line, "filter '" + name + "': " + kBigIntPrintOnly, ErrorCategory::kUnsupported);
     }
   }
   if (name == "tojson") return tojson(in, v, args, line);
@@ -347,7 +347,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   }
   if (name == "round") {
     in.check_defined(v, line);
-    if (v.kind == Kind::kBigInt) in.fail(line, "integers past 64 bits are kept for printing only: no round() of them", ErrorCategory::kUnsupported);
+    if (v.kind == Kind::kBigInt) in.fail(line, std::string(kBigIntPrintOnly) + ": no round() of them", ErrorCategory::kUnsupported);
     const int64_t precision = param_or(args, 0, "precision", Value::from_int(0)).integer;
     const std::string method = to_str(param_or(args, 1, "method", Value::from_string("common")));
     if (v.kind != Kind::kFloat && method == "common") return round_int(in, int_of(v), precision, line);

@@ -555,7 +555,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   check_defined(b, line);
   auto unsupported_operands = [&]() {
     if (a.kind == Kind::kBigInt || b.kind == Kind::kBigInt) {
-      fail(line, "integers past 64 bits are kept for printing only: no '" + op + "' with them", ErrorCategory::kUnsupported);
+      fail(line, std::string(kBigIntPrintOnly) + ": no '" + op + "' with them", ErrorCategory::kUnsupported);
     }
     fail(line, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   };

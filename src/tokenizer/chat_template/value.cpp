@@ -402,7 +402,7 @@ bool less_than(const Value& a, const Value& b) {
     return x.size() < y.size();
   }
   if (a.kind == Kind::kBigInt || b.kind == Kind::kBigInt) {
-    throw std::invalid_argument("integers past 64 bits are kept for printing only: they cannot be ordered here");
+    throw std::invalid_argument(std::string(kBigIntPrintOnly) + ": they cannot be ordered here");
   }
   throw std::invalid_argument("'<' not supported between instances of '" + type_name(a) + "' and '" +
                               type_name(b) + "'");

@@ -82,6 +82,9 @@ enum class Kind : uint8_t {
   kBigInt,
 };
 
+// What refusing to compute with a kBigInt says (messages add what was refused).
+inline constexpr const char* kBigIntPrintOnly = "integers past 64 bits are kept for printing only";
+
 // The small fields share one word: a Value is copied often, and its size is felt.
 struct Value {
   Kind kind = Kind::kUndefined;
