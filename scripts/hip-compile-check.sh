@@ -41,7 +41,7 @@ targets=(${QWENRT_HIP_CHECK_TARGETS:-gfx90a:64 gfx1030:32})
 sources=()
 for f in src/backend/gpu/*.cu; do
   case "$f" in
-    */matmul_cublaslt.cu | */matmul_hipblaslt.cu | */matmul_rocblas.cu) ;;
+    */matmul_cublaslt.cu | */matmul_hipblaslt.cu | */matmul_rocblas.cu | *_sm90.cu) ;;
     *) sources+=("$f") ;;
   esac
 done

@@ -346,9 +346,9 @@ class Backend {
   virtual void add_bias(Tensor x, const Tensor& bias) = 0;
   // out = silu(gate) * up, elementwise.  [n, d]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
-  // The fused MLP input for one row: out[1, d] = silu(x · gateᵀ) * (x · upᵀ) with
-  // gate_up = [gate; up] as one [2d, k] matrix. False when the backend has no such op or
-  // not for this shape (the caller then uses matmul and silu_mul).
+  // The fused MLP input: out[n, d] = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up]
+  // as one [2d, k] matrix, the 2d-wide product never stored. False when the backend has no
+  // such op or not for these rows or this shape (the caller then uses matmul and silu_mul).
   virtual bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out);
   // For i < n: adds to logits[entries[3i], entries[3i + 1]] (row, token id) the bias whose
   // float bits are entries[3i + 2] (a request's logit_bias), or gives it kBannedLogit where

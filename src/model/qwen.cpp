@@ -427,16 +427,18 @@ Tensor QwenModel::run_layers(const BatchView& batch, int64_t n_rows) {
     if (w.o_bias.data != nullptr) backend_.add_bias(o, w.o_bias);
     // x += attention output; h = norm(x)
     backend_.add_rmsnorm(x, o, w.post_attention_norm, eps, h);
-    if (h.rows == 1 && fused.gate_up.data != nullptr && w.gate_bias.data == nullptr) {
-      if (!backend_.matmul_silu_mul(h, fused.gate_up, gate)) {
-        Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
-        backend_.matmul(h, fused.gate_up, gate_up);
-        char* base = static_cast<char*>(gate_up.data);
-        const int64_t inter = config_.intermediate_size;
-        backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
-                          Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
-      }
-    } else {
+    // The gated MLP input as one op where the backend has it for these rows (one row; many
+    // rows on some GPUs), else the two products and silu_mul.
+    const bool gated = fused.gate_up.data != nullptr && w.gate_bias.data == nullptr && w.up_bias.data == nullptr;
+    const bool fused_op = gated && backend_.matmul_silu_mul(h, fused.gate_up, gate);
+    if (!fused_op && gated && h.rows == 1) {
+      Tensor gate_up{ws_.fused.data, ws_.fused.dtype, 1, fused.gate_up.rows};
+      backend_.matmul(h, fused.gate_up, gate_up);
+      char* base = static_cast<char*>(gate_up.data);
+      const int64_t inter = config_.intermediate_size;
+      backend_.silu_mul(Tensor{base, gate_up.dtype, 1, inter},
+                        Tensor{base + inter * dtype_size(gate_up.dtype), gate_up.dtype, 1, inter}, gate);
+    } else if (!fused_op) {
       backend_.matmul(h, w.gate_proj, gate);
       backend_.matmul(h, w.up_proj, up);
       if (w.gate_bias.data != nullptr) backend_.add_bias(gate, w.gate_bias);

@@ -75,6 +75,38 @@ TEST_F(CudaBench, DISABLED_MatmulShapes) {
   bench_matmuls(gpu(), rng_, shapes, ns, 20, 1);
 }
 
+// The 7B's gated MLP input at the row counts of the server's steps: gate and up as two
+// products and silu_mul (the path without the fused kernel) against matmul_silu_mul (one
+// kernel on compute capability 9.0). Weights rotated over two copies (543 MB, past L2).
+TEST_F(CudaBench, DISABLED_GatedProduct) {
+  const DType dt = DType::kBF16;
+  const int k = 3584, m = 18944;
+  std::vector<DeviceTensor> weights;
+  for (int c = 0; c < 2; ++c)
+    weights.push_back(
+        DeviceTensor::from(gpu(), dt, 2 * m, k, random_values(rng_, static_cast<size_t>(2 * m) * k, 0.02f, dt)));
+  std::printf("%-6s %12s %10s %12s %10s %8s\n", "n", "two+silu us", "TFLOP/s", "fused us", "TFLOP/s", "ratio");
+  for (int n : {17, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1280, 2048}) {
+    auto x = DeviceTensor::from(gpu(), dt, n, k, random_values(rng_, static_cast<size_t>(n) * k, 1.f, dt));
+    auto gate = DeviceTensor(gpu(), dt, n, m);
+    auto up = DeviceTensor(gpu(), dt, n, m);
+    auto act = DeviceTensor(gpu(), dt, n, m);
+    const double two = median_seconds_per_call(gpu(), 20, [&](int i) {
+      const Tensor& w = weights[static_cast<size_t>(i) % weights.size()].t;
+      gpu().matmul(x.t, w.row_slice(0, m), gate.t);
+      gpu().matmul(x.t, w.row_slice(m, m), up.t);
+      gpu().silu_mul(gate.t, up.t, act.t);
+    });
+    bool fused = true;
+    const double one = median_seconds_per_call(gpu(), 20, [&](int i) {
+      fused = gpu().matmul_silu_mul(x.t, weights[static_cast<size_t>(i) % weights.size()].t, act.t) && fused;
+    });
+    const double flops = 2.0 * n * k * 2.0 * m;
+    std::printf("%-6d %12.1f %10.1f %12.1f %10.1f %8.3f%s\n", n, two * 1e6, flops / two / 1e12, one * 1e6,
+                flops / one / 1e12, one / two, fused ? "" : "  (not fused: no such kernel here)");
+  }
+}
+
 // One row through the 7B's (and two of the 0.5B's) products as plain matrix products.
 TEST_F(CudaBench, DISABLED_MatvecOneRow) {
   const MatmulShape shapes[] = {{"o_proj", 3584, 3584},       {"qkv_proj", 3584, 4608},

@@ -1,6 +1,7 @@
 // CUDA ops against naive host formulas (double precision on the device's rounded inputs),
 // on awkward sizes, with every output poisoned with NaN before the op runs.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -96,34 +97,145 @@ TEST_P(CudaOps, MatmulReadsTheXTheOpBeforeItWrote) {
   }
 }
 
+// silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up], in double on the host.
+std::vector<double> gated_ref(const std::vector<float>& x, const std::vector<float>& w, int n, int k, int m) {
+  auto dot = [&](int r, int row) {
+    double acc = 0;
+    for (int c = 0; c < k; ++c)
+      acc += static_cast<double>(x[static_cast<size_t>(r) * k + c]) * w[static_cast<size_t>(row) * k + c];
+    return acc;
+  };
+  std::vector<double> ref(static_cast<size_t>(n) * m);
+  for (int r = 0; r < n; ++r)
+    for (int j = 0; j < m; ++j) {
+      const double gate = dot(r, j);
+      ref[static_cast<size_t>(r) * m + j] = gate / (1 + std::exp(-gate)) * dot(r, m + j);
+    }
+  return ref;
+}
+
 // The gated MLP input of a decode step from one [gate; up] matrix against its formula.
 TEST_P(CudaOps, GatedMatvecMatchesFormula) {
-  for (int n : {1, 2, 3}) {
-    for (int k : {896, 3584}) {
-      const int m = k == 896 ? 137 : 136;  // an odd count leaves a pair block half empty
-      const auto x = random_values(rng_, static_cast<size_t>(n) * k, 1.f, dtype());
-      const auto w = random_values(rng_, static_cast<size_t>(2 * m) * k, 0.05f, dtype());
-      auto dx = DeviceTensor::from(gpu(), dtype(), n, k, x);
-      auto dw = DeviceTensor::from(gpu(), dtype(), 2 * m, k, w);
-      auto out = DeviceTensor::poisoned(gpu(), dtype(), n, m);
-      ASSERT_TRUE(gpu().matmul_silu_mul(dx.t, dw.t, out.t));
-      auto dot = [&](int r, int row) {
-        double acc = 0;
-        for (int c = 0; c < k; ++c)
-          acc += static_cast<double>(x[static_cast<size_t>(r) * k + c]) * w[static_cast<size_t>(row) * k + c];
-        return acc;
-      };
-      std::vector<double> ref(static_cast<size_t>(n) * m);
-      for (int r = 0; r < n; ++r)
-        for (int j = 0; j < m; ++j) {
-          const double gate = dot(r, j);
-          ref[static_cast<size_t>(r) * m + j] = gate / (1 + std::exp(-gate)) * dot(r, m + j);
-        }
-      const Tolerance tol = tolerance_for(dtype());
-      expect_close(download(gpu(), out.t), ref, std::max(tol.rel_norm, 1e-4), tol.rel_elem, 1e-3,
-                   "gated matvec n=" + std::to_string(n) + " k=" + std::to_string(k));
+  for (int k : {896, 3584}) {
+    const int m = k == 896 ? 137 : 136;  // an odd count leaves a pair block half empty
+    const auto x = random_values(rng_, static_cast<size_t>(k), 1.f, dtype());
+    const auto w = random_values(rng_, static_cast<size_t>(2 * m) * k, 0.05f, dtype());
+    auto dx = DeviceTensor::from(gpu(), dtype(), 1, k, x);
+    auto dw = DeviceTensor::from(gpu(), dtype(), 2 * m, k, w);
+    auto out = DeviceTensor::poisoned(gpu(), dtype(), 1, m);
+    ASSERT_TRUE(gpu().matmul_silu_mul(dx.t, dw.t, out.t));
+    const Tolerance tol = tolerance_for(dtype());
+    expect_close(download(gpu(), out.t), gated_ref(x, w, 1, k, m), std::max(tol.rel_norm, 1e-4), tol.rel_elem,
+                 1e-3, "gated matvec k=" + std::to_string(k));
+  }
+}
+
+// Sets an environment variable for the scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    had_ = std::getenv(name) != nullptr;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
     }
   }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+bool gated_kernel_device() {
+  const GpuRuntimeInfo gpus = query_gpus();
+  return !gpus.devices.empty() && gpus.devices[0].compute_major == 9 && gpus.devices[0].compute_minor == 0;
+}
+
+// The same op for many rows (compute capability 9.0: one kernel, tiles of 128 rows by 64 or
+// 128 columns with gate and up side by side), every shape it takes (QWENRT_GATED_PRODUCT=on):
+// row counts that leave a tile part empty, one and several tiles of columns, persistent
+// blocks that take several tiles, k of one and many steps. A shape the kernel does not take
+// (and every shape on other devices) is refused, and the caller's two products and
+// silu_mul run instead.
+TEST_P(CudaOps, GatedProductForManyRowsMatchesFormula) {
+  const ScopedEnv every_shape("QWENRT_GATED_PRODUCT", "on");
+  const bool hopper = gated_kernel_device();
+  struct Shape {
+    int n, k, m;
+  };
+  const Shape shapes[] = {{17, 64, 128},   {128, 128, 256},  {129, 192, 128},  {300, 256, 384},
+                          {64, 3584, 512}, {256, 896, 1024}, {1000, 64, 128},  {40, 3584, 1152},
+                          {77, 128, 192}};
+  for (const Shape& s : shapes) {
+    const auto x = random_values(rng_, static_cast<size_t>(s.n) * s.k, 1.f, dtype());
+    const auto w = random_values(rng_, static_cast<size_t>(2 * s.m) * s.k, 0.05f, dtype());
+    auto dx = DeviceTensor::from(gpu(), dtype(), s.n, s.k, x);
+    auto dw = DeviceTensor::from(gpu(), dtype(), 2 * s.m, s.k, w);
+    auto out = DeviceTensor::poisoned(gpu(), dtype(), s.n, s.m);
+    const std::string what = "gated product n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                             " m=" + std::to_string(s.m);
+    const bool ran = gpu().matmul_silu_mul(dx.t, dw.t, out.t);
+    EXPECT_EQ(ran, hopper) << what;
+    if (!ran) continue;
+    // Twice over the same output: each run writes every element (no accumulation left over).
+    ASSERT_TRUE(gpu().matmul_silu_mul(dx.t, dw.t, out.t));
+    const Tolerance tol = tolerance_for(dtype());
+    expect_close(download(gpu(), out.t), gated_ref(x, w, s.n, s.k, s.m), std::max(tol.rel_norm, 1e-4),
+                 tol.rel_elem, 1e-3, what);
+  }
+  // Shapes it refuses: columns not a multiple of 64, k not a multiple of 64, 16 rows.
+  for (const Shape& s : {Shape{64, 64, 136}, Shape{64, 96, 128}, Shape{16, 64, 128}}) {
+    auto dx = DeviceTensor::from(gpu(), dtype(), s.n, s.k,
+                                 random_values(rng_, static_cast<size_t>(s.n) * s.k, 1.f, dtype()));
+    auto dw = DeviceTensor::from(gpu(), dtype(), 2 * s.m, s.k,
+                                 random_values(rng_, static_cast<size_t>(2 * s.m) * s.k, 0.05f, dtype()));
+    auto out = DeviceTensor::poisoned(gpu(), dtype(), s.n, s.m);
+    EXPECT_FALSE(gpu().matmul_silu_mul(dx.t, dw.t, out.t)) << s.n << " x " << s.k << " -> " << s.m;
+  }
+}
+
+// By default the kernel takes only the shapes where it measured faster (256-384 rows of a
+// wide MLP): there its output matches the two products and silu_mul it replaces; a shape
+// outside them is refused.
+TEST_P(CudaOps, GatedProductByDefaultOnlyWhereItPays) {
+  const ScopedEnv chosen("QWENRT_GATED_PRODUCT", "auto");
+  const bool hopper = gated_kernel_device();
+  {
+    const int n = 64, k = 256, m = 1024;
+    auto dx = DeviceTensor::from(gpu(), dtype(), n, k, random_values(rng_, static_cast<size_t>(n) * k, 1.f, dtype()));
+    auto dw = DeviceTensor::from(gpu(), dtype(), 2 * m, k,
+                                 random_values(rng_, static_cast<size_t>(2 * m) * k, 0.05f, dtype()));
+    auto out = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+    EXPECT_FALSE(gpu().matmul_silu_mul(dx.t, dw.t, out.t));
+  }
+  const int n = 256, k = 2048, m = 8192;
+  auto dx = DeviceTensor::from(gpu(), dtype(), n, k, random_values(rng_, static_cast<size_t>(n) * k, 1.f, dtype()));
+  auto dw = DeviceTensor::from(gpu(), dtype(), 2 * m, k,
+                               random_values(rng_, static_cast<size_t>(2 * m) * k, 0.02f, dtype()));
+  auto out = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+  ASSERT_EQ(gpu().matmul_silu_mul(dx.t, dw.t, out.t), hopper);
+  if (!hopper) return;
+  auto gate = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+  auto up = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+  auto act = DeviceTensor::poisoned(gpu(), dtype(), n, m);
+  gpu().matmul(dx.t, dw.t.row_slice(0, m), gate.t);
+  gpu().matmul(dx.t, dw.t.row_slice(m, m), up.t);
+  gpu().silu_mul(gate.t, up.t, act.t);
+  const std::vector<float> two = download(gpu(), act.t);
+  const std::vector<double> ref(two.begin(), two.end());
+  // Both are within the dtype's tolerance of the formula (the test above, MatmulMatchesNaiveProduct
+  // and the silu_mul test): twice that apart at most.
+  const Tolerance tol = tolerance_for(dtype());
+  expect_close(download(gpu(), out.t), ref, 2 * tol.rel_norm, 2 * tol.rel_elem, 1e-2,
+               "gated product against two products and silu_mul");
 }
 
 // ---------------------------------------------------------------- norms

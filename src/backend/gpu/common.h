@@ -143,9 +143,20 @@ constexpr int kMinSmallRows = 2;
 constexpr int kMaxSmallRows = 16;
 bool small_matmul_applies(const Tensor& x, const Tensor& w);
 bool launch_small_matmul(const Tensor& x, const Tensor& w, Tensor out, Stream stream);
-// out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]); false when
-// the shape is not one it takes.
+// out = silu(x · gateᵀ) * (x · upᵀ) with gate_up = [gate; up] ([2 out.cols, k]) for one row;
+// false when the shape is not one it takes.
 bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
+
+// matmul_gated_sm90.cu: the same op for many rows on a compute capability 9.0 device
+// (wgmma, bulk tensor copies), out.cols and k multiples of 64; false elsewhere, in builds
+// without sm_90 code, and outside the shapes where it measured faster than the two products
+// and silu_mul (256-384 rows of a wide MLP) unless QWENRT_GATED_PRODUCT says otherwise:
+// "off" never, "on" every shape it takes from kMinGatedProductRows rows (tests,
+// measurements). Read at each call.
+enum class GatedProductMode { kOff, kChosenShapes, kEveryShape };
+GatedProductMode gated_product_mode();
+constexpr int kMinGatedProductRows = kMaxSmallRows + 1;
+bool launch_gated_product_sm90(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
 // The q|k|v product with rope_kv.cu's epilogue folded in, for models without per-head q/k
 // norms: q to q_out, k and v into the cache; false when it does not apply (the caller runs
 // the product and the epilogue), also for 2-4 rows the small-row kernel takes (it and the

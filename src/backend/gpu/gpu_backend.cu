@@ -507,6 +507,9 @@ class CudaBackend final : public Backend {
   }
 
   bool matmul_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out) override {
+#if defined(QWENRT_GATED_PRODUCT_SM90)
+    if (launch_gated_product_sm90(x, gate_up, out, stream_)) return true;
+#endif
     return launch_gemv_silu_mul(x, gate_up, out, stream_);
   }
 

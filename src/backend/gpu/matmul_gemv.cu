@@ -301,17 +301,11 @@ template <typename T>
 void launch_gated(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream) {
   const int m = static_cast<int>(out.cols);
   const int k = static_cast<int>(x.cols);
-  const int rows = static_cast<int>(x.rows);
   const gpu::NextGrid next = next_grid_point_for_product(gate_up.bytes());
-  if (rows == 1) {
-    // Two outputs (two gate and two up rows) a block: 0.5B 1,423 → 1,482 tok/s, the 7B
-    // within its spread (262.2 / 263.9 → 262.4 / 262.8).
-    launch_chained(gemv_kernel<T, T, 1, 4, true>, ceil_div(m, 2), kThreads, 0, stream, x.as<const T>(),
-                   gate_up.as<const T>(), out.as<T>(), rows, k, m, next);
-  } else {
-    launch_chained(gemv_kernel<T, T, kMaxGemvRows, 2, true>, static_cast<unsigned>(m), kThreads, 0, stream,
-                   x.as<const T>(), gate_up.as<const T>(), out.as<T>(), rows, k, m, next);
-  }
+  // Two outputs (two gate and two up rows) a block: 0.5B 1,423 → 1,482 tok/s, the 7B
+  // within its spread (262.2 / 263.9 → 262.4 / 262.8).
+  launch_chained(gemv_kernel<T, T, 1, 4, true>, ceil_div(m, 2), kThreads, 0, stream, x.as<const T>(),
+                 gate_up.as<const T>(), out.as<T>(), 1, k, m, next);
 }
 
 bool gemv_applies(const Tensor& x, const Tensor& w) {
@@ -324,7 +318,7 @@ bool gemv_applies(const Tensor& x, const Tensor& w) {
 }  // namespace
 
 bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream) {
-  if (!gemv_applies(x, gate_up) || out.rows != x.rows || gate_up.rows != 2 * out.cols ||
+  if (x.rows != 1 || !gemv_applies(x, gate_up) || out.rows != x.rows || gate_up.rows != 2 * out.cols ||
       gate_up.cols != x.cols || out.dtype != x.dtype || gate_up.dtype != x.dtype) {
     return false;
   }
