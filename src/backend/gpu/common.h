@@ -152,7 +152,7 @@ bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, St
 // without sm_90 code, and outside the shapes where it measured faster than the two products
 // and silu_mul (256-384 rows of a wide MLP) unless QWENRT_GATED_PRODUCT says otherwise:
 // "off" never, "on" every shape it takes from kMinGatedProductRows rows (tests,
-// measurements). Read at each call.
+// measurements). Read at each call; a recorded step keeps what it was recorded with.
 enum class GatedProductMode { kOff, kChosenShapes, kEveryShape };
 GatedProductMode gated_product_mode();
 constexpr int kMinGatedProductRows = kMaxSmallRows + 1;

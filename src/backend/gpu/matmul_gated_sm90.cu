@@ -338,9 +338,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+#else  // before 12.5 (Debian's 12.4): the entry point of the driver's own version
+    const cudaError_t status = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
       (void)cudaGetLastError();
       fn = nullptr;
     }
@@ -391,12 +395,8 @@ const GatedDevice& gated_device() {
 int tile_count(int rows, int d, int cols) { return (rows + kTileRows - 1) / kTileRows * (d / cols); }
 
 template <typename T, int kCols>
-void launch_gated(const Tensor& x, const Tensor& gate_up, Tensor out, int multiprocessors, Stream stream) {
-  const int rows = static_cast<int>(x.rows), d = static_cast<int>(out.cols), k = static_cast<int>(x.cols);
-  CUtensorMap x_map{}, w_map{};
-  QWENRT_CHECK(encode_map(x_map, x.data, x.dtype, x.rows, k, kTileRows) &&
-                   encode_map(w_map, gate_up.data, x.dtype, 2 * int64_t{d}, k, kCols),
-               "matmul_silu_mul: the copy descriptors were refused: " + matmul_sizes(x, gate_up, out));
+void launch_gated(const CUtensorMap& x_map, const CUtensorMap& w_map, Tensor out, int rows, int d, int k,
+                  int multiprocessors, Stream stream) {
   const auto kernel = gated_product_kernel<T, kCols>;
   constexpr size_t kShared = Tiles<kCols>::kSharedBytes;
   static const bool configured = [kernel] {
@@ -446,8 +446,10 @@ bool launch_gated_product_sm90(const Tensor& x, const Tensor& gate_up, Tensor ou
   if (mode == GatedProductMode::kChosenShapes && !chosen_shape(x.rows, d, k)) return false;
   const auto aligned = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   if ((x.dtype != DType::kBF16 && x.dtype != DType::kF16) || gate_up.dtype != x.dtype || out.dtype != x.dtype ||
-      gate_up.cols != k || gate_up.rows != 2 * d || out.rows != x.rows || out.cols != d || d % 64 != 0 ||
-      k % kTileK != 0 || k < kTileK || x.rows > (int64_t{1} << 30) || d > (int64_t{1} << 30) ||
+      gate_up.cols != k || gate_up.rows != 2 * d || out.rows != x.rows || out.cols != d || d <= 0 || d % 64 != 0 ||
+      k % kTileK != 0 || k < kTileK || k > (int64_t{1} << 30) || x.rows > (int64_t{1} << 30) ||
+      d > (int64_t{1} << 30) ||
+      (x.rows + kTileRows - 1) / kTileRows * (d / 64) >= (int64_t{1} << 31) ||
       !aligned(x.data, 16) || !aligned(gate_up.data, 16) || !aligned(out.data, 4))
     return false;
   // 128 columns a tile unless 64 fill the waves clearly better (the 7B at 256 rows: 296
@@ -456,12 +458,17 @@ bool launch_gated_product_sm90(const Tensor& x, const Tensor& gate_up, Tensor ou
   const int rows = static_cast<int>(x.rows), dd = static_cast<int>(d), slots = device.multiprocessors;
   const bool narrow =
       d % 128 != 0 || wave_fill(tile_count(rows, dd, 64), slots) > wave_fill(tile_count(rows, dd, 128), slots) + 0.1;
+  CUtensorMap x_map{}, w_map{};
+  if (!encode_map(x_map, x.data, x.dtype, x.rows, k, kTileRows) ||
+      !encode_map(w_map, gate_up.data, x.dtype, 2 * d, k, narrow ? 64 : 128))
+    return false;  // the caller's two products and silu_mul
+  const int kk = static_cast<int>(k);
   dispatch_half(x.dtype, "matmul_silu_mul", [&](auto tag) {
     using T = decltype(tag);
     if (narrow) {
-      launch_gated<T, 64>(x, gate_up, out, device.multiprocessors, stream);
+      launch_gated<T, 64>(x_map, w_map, out, rows, dd, kk, device.multiprocessors, stream);
     } else {
-      launch_gated<T, 128>(x, gate_up, out, device.multiprocessors, stream);
+      launch_gated<T, 128>(x_map, w_map, out, rows, dd, kk, device.multiprocessors, stream);
     }
   });
   QWENRT_CUDA_LAUNCHED("matmul_silu_mul (sm90)", matmul_sizes(x, gate_up, out));
