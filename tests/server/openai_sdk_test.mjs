@@ -1746,8 +1746,10 @@ await test('a non-streamed request ended by the drain gets its own status: 500',
   // Without heartbeats (the default) the response is held back until its result, so the
   // drain's error is sent as the status, not inside a 200 that blank bytes have started.
   const draining = await startServer(qwenrt, serveArgs(['--drain-timeout', '0']));
-  const running = post(draining.url, '/v1/completions', { model, prompt: 'x', max_tokens: 480, ignore_eos: true, n: 3 });
-  await waitFor(async () => (await metric(draining.url, 'qwenrt_requests_active')) > 0);
+  // Long enough (8 choices of 500 tokens) that it is still running when the signal comes,
+  // even on a fast machine between two polls of /metrics.
+  const running = post(draining.url, '/v1/completions', { model, prompt: 'x', max_tokens: 500, ignore_eos: true, n: 8 });
+  assert.ok(await waitFor(async () => (await metric(draining.url, 'qwenrt_requests_active')) > 0), 'the request ran');
   const exited = new Promise((resolve) => draining.on('exit', resolve));
   draining.kill('SIGTERM');
   const reply = await running;
