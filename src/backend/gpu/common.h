@@ -151,11 +151,8 @@ bool launch_gemv_silu_mul(const Tensor& x, const Tensor& gate_up, Tensor out, St
 // (wgmma, bulk tensor copies), out.cols and k multiples of 64; false elsewhere, in builds
 // without sm_90 code, and outside the shapes where it measured faster than the two products
 // and silu_mul (256-384 rows of a wide MLP) unless QWENRT_GATED_PRODUCT says otherwise:
-// "off" never, "on" every shape it takes from kMinGatedProductRows rows (tests,
-// measurements). Read at each call; a recorded step keeps what it was recorded with.
-enum class GatedProductMode { kOff, kChosenShapes, kEveryShape };
-GatedProductMode gated_product_mode();
-constexpr int kMinGatedProductRows = kMaxSmallRows + 1;
+// "off" never, "on" every shape it takes from 17 rows (tests, measurements). Read at each
+// call; a recorded step keeps what it was recorded with.
 bool launch_gated_product_sm90(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream);
 // The q|k|v product with rope_kv.cu's epilogue folded in, for models without per-head q/k
 // norms: q to q_out, k and v into the cache; false when it does not apply (the caller runs

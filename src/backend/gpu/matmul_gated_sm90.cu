@@ -21,11 +21,14 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend/gpu/attention_mma.h"
 #include "backend/gpu/common.h"
 
 namespace qwenrt::cuda {
 namespace {
 
+// Fewer rows take the small-row kernel for gate and up, then silu_mul.
+constexpr int kMinGatedProductRows = kMaxSmallRows + 1;
 constexpr int kTileRows = 128;   // output rows of a tile (two consumer warpgroups of 64)
 constexpr int kTileK = 64;       // one 128-byte swizzle row of 16-bit values
 constexpr int kThreads = 384;    // a copy warpgroup and two math warpgroups
@@ -45,20 +48,6 @@ struct Tiles {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define QWENRT_WGMMA 1
 #endif
-
-// Two 16-bit values stored as one 4-byte word (round to nearest).
-template <typename T>
-struct Pair;
-template <>
-struct Pair<gpu::bf16> {
-  using type = __nv_bfloat162;
-  static __device__ __forceinline__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <>
-struct Pair<gpu::f16> {
-  using type = __half2;
-  static __device__ __forceinline__ type make(float a, float b) { return __floats2half2_rn(a, b); }
-};
 
 #if defined(QWENRT_WGMMA)
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -320,8 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float u0 = acc[(j + kUp) * 4 + h * 2], u1 = acc[(j + kUp) * 4 + h * 2 + 1];
           const float h0 = g0 / (1.f + expf(-g0)) * u0;
           const float h1 = g1 / (1.f + expf(-g1)) * u1;
-          *reinterpret_cast<typename Pair<T>::type*>(out + static_cast<int64_t>(row) * d + col) =
-              Pair<T>::make(h0, h1);
+          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * d + col) = mma::pack2<T>(h0, h1);
         }
       }
     }
@@ -427,8 +415,8 @@ bool chosen_shape(int64_t rows, int64_t d, int64_t k) {
   return rows >= 256 && rows <= 384 && d >= 8192 && k >= 2048;
 }
 
-}  // namespace
-
+// QWENRT_GATED_PRODUCT, read at each call (a recorded step keeps what it was recorded with).
+enum class GatedProductMode { kOff, kChosenShapes, kEveryShape };
 GatedProductMode gated_product_mode() {
   const char* setting = std::getenv("QWENRT_GATED_PRODUCT");
   if (setting == nullptr) return GatedProductMode::kChosenShapes;
@@ -436,6 +424,8 @@ GatedProductMode gated_product_mode() {
   if (std::strcmp(setting, "on") == 0) return GatedProductMode::kEveryShape;
   return GatedProductMode::kChosenShapes;
 }
+
+}  // namespace
 
 bool launch_gated_product_sm90(const Tensor& x, const Tensor& gate_up, Tensor out, Stream stream) {
   const GatedProductMode mode = gated_product_mode();
