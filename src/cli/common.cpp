@@ -211,8 +211,8 @@ void add_sampling_options(CLI::App* command, SamplingArgs& args, bool model_defa
                                        "not read, so runs compare like with like)")
       ->check(in_range(sampling_range::kTemperature));
   command->add_option("--top-k", args.top_k,
-                      model_defaults ? "keep the k most likely tokens (0: off; where generation_config.json sets "
-                                       "do_sample without a top_k, 50, as transformers)"
+                      model_defaults ? "keep the k most likely tokens (0: off; default: generation_config.json's top_k, "
+                                       "else 50, as transformers; used only when sampling)"
                                      : "keep the k most likely tokens (0: off)")
       ->check(in_range(sampling_range::kTopK));
   command->add_option("--top-p", args.top_p, "nucleus sampling: keep the smallest set with probability >= p, in (0, 1]")

@@ -10,13 +10,20 @@
 namespace qwenrt {
 
 SamplingParams model_default_sampling(const ModelConfig& config) {
+  namespace range = sampling_range;
   SamplingParams params;
-  if (config.default_do_sample) {
-    params.temperature = config.default_temperature.value_or(1.f);
-    params.top_p = config.default_top_p.value_or(1.f);
-    params.top_k = config.default_top_k.value_or(50);  // transformers' GenerationConfig default
-    params.min_p = config.default_min_p.value_or(0.f);
-  }
+  // transformers keeps every value of the file whether or not it sets do_sample: do_sample
+  // only chooses drawing over argmax. So a greedy file's top_k, top_p and min_p (or the
+  // GenerationConfig defaults, top_k 50) are what a --temperature given on the command line
+  // draws with. A greedy file's values are not checked at load (nothing uses them unless
+  // --temperature is given): one outside its range is passed over.
+  const auto usable = [&](const auto& value, const ValueRange& valid) {
+    return value.has_value() && (config.default_do_sample || valid.contains(static_cast<double>(*value)));
+  };
+  if (config.default_do_sample) params.temperature = config.default_temperature.value_or(1.f);
+  params.top_p = usable(config.default_top_p, range::kTopP) ? *config.default_top_p : 1.f;
+  params.top_k = usable(config.default_top_k, range::kTopK) ? *config.default_top_k : 50;  // GenerationConfig's default
+  params.min_p = usable(config.default_min_p, range::kMinP) ? *config.default_min_p : 0.f;
   // A logits processor, not a way of drawing: transformers applies it to greedy decoding too.
   params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
   return params;

@@ -25,10 +25,11 @@ inline float sample_uniform(uint64_t seed, uint64_t step, uint64_t row) {
   return unit_float(sample_bits(seed, step, row));
 }
 
-// What generation_config.json recommends (its do_sample settings; what it leaves out at
-// transformers' defaults, top_k 50 among them), else greedy: where generate and chat start
-// before their own options apply. The seed and the presence/frequency penalties are not part
-// of it.
+// What generation_config.json recommends, read as transformers' generate() reads it: its
+// temperature when it sets do_sample, else greedy; its top_k, top_p and min_p either way
+// (what it leaves out at transformers' defaults, top_k 50 among them), so that a temperature
+// given later draws with them. Where generate and chat start before their own options
+// apply. The seed and the presence/frequency penalties are not part of it.
 SamplingParams model_default_sampling(const ModelConfig& config);
 
 // Where the server starts: OpenAI's API samples at temperature 1 unless told otherwise, so

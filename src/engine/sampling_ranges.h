@@ -42,13 +42,17 @@ namespace sampling_range {
 
 inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 
-inline constexpr ValueRange kTemperature{0, kNoEnd, false};         // 0: greedy
+// The ends keep the arithmetic finite and a banned token's probability 0: a banned logit
+// (kBannedLogit, -1e30) over a temperature of 1e27 or more would be drawable again, and
+// a logit divided by a repetition penalty of 1e-37 (or a penalty of 1e35 times a count)
+// overflows. Past a temperature of 1,000 every allowed token is about as likely already.
+inline constexpr ValueRange kTemperature{0, 1000, false};           // 0: greedy
 inline constexpr ValueRange kTopK{0, kNoEnd, false};                // 0: off
 inline constexpr ValueRange kTopP{0, 1, true};                      // 1: off
 inline constexpr ValueRange kMinP{0, 1, false};                     // 0: off
-inline constexpr ValueRange kRepetitionPenalty{0, kNoEnd, true};    // 1: off
-inline constexpr ValueRange kPresencePenalty{-kNoEnd, kNoEnd, false};  // 0: off
-inline constexpr ValueRange kFrequencyPenalty{-kNoEnd, kNoEnd, false};  // 0: off
+inline constexpr ValueRange kRepetitionPenalty{1e-4, 1e4, false};   // 1: off
+inline constexpr ValueRange kPresencePenalty{-1e4, 1e4, false};     // 0: off
+inline constexpr ValueRange kFrequencyPenalty{-1e4, 1e4, false};    // 0: off
 
 // The server's narrower penalties: OpenAI documents [-2, 2] for presence and frequency;
 // vLLM takes repetition in (0, 2].

@@ -162,8 +162,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadArgs{"generate -m MODEL --ids 1 --kv-cache-gb 1e30", 2, "--kv-cache-gb: must be in [0, 1048576]"},
                       BadArgs{"generate -m MODEL --ids 1 --seed -1", 2, "--seed: must be at least 0"},
                       // Checked as the float each becomes.
-                      BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2,
-                              "--temperature: must be a finite number (got 1e39, past a 32-bit float's range)"},
+                      BadArgs{"serve -m MODEL --max-body-mb 1e39", 2,
+                              "--max-body-mb: must be a finite number (got 1e39, past a 32-bit float's range)"},
+                      // Sampling's ends: past them a banned token could be drawn, or a penalty overflow.
+                      BadArgs{"generate -m MODEL --ids 1 --temperature 1e39", 2, "--temperature: must be in [0, 1000] (got 1e39)"},
+                      BadArgs{"generate -m MODEL --ids 1 --repetition-penalty 1e-38", 2,
+                              "--repetition-penalty: must be in [0.0001, 10000] (got 1e-38)"},
+                      BadArgs{"generate -m MODEL --ids 1 --frequency-penalty -1e35", 2,
+                              "--frequency-penalty: must be in [-10000, 10000] (got -1e35)"},
                       BadArgs{"generate -m MODEL --ids 1 --top-p 1e-50", 2, "--top-p: must be in (0, 1] (got 1e-50, 0 as a 32-bit float)"},
                       // A device name is checked before anything loads.
                       BadArgs{"serve -m MODEL --device bogus", 2, "--device: unknown device 'bogus'"},

@@ -377,16 +377,23 @@ TEST(SamplingRanges, EdgesAndTexts) {
   EXPECT_FALSE(range::kTemperature.contains(std::numeric_limits<double>::infinity()));
   EXPECT_FALSE(range::kTemperature.contains(std::nan("")));
   EXPECT_FALSE(range::kRepetitionPenalty.contains(0));
-  EXPECT_TRUE(range::kPresencePenalty.contains(-1e30));
+  EXPECT_TRUE(range::kPresencePenalty.contains(-1e4));
+  EXPECT_FALSE(range::kPresencePenalty.contains(-1e30));  // times a count, past a float
   EXPECT_FALSE(range::kPresencePenalty.contains(-std::numeric_limits<double>::infinity()));
+  // A banned logit (-1e30) over a temperature past 1e27 is a real logit again: none is taken.
+  EXPECT_TRUE(range::kTemperature.contains(1000));
+  EXPECT_FALSE(range::kTemperature.contains(1e29));
+  EXPECT_FALSE(range::kRepetitionPenalty.contains(1e-38));  // a logit over it is past a float
   EXPECT_FALSE(range::kApiPresencePenalty.contains(2.5));
   EXPECT_TRUE(range::kApiPresencePenalty.contains(-2));
   EXPECT_FALSE(range::kApiRepetitionPenalty.contains(0));
   EXPECT_EQ(range::kTopP.text(), "in (0, 1]");
   EXPECT_EQ(range::kMinP.text(), "in [0, 1]");
-  EXPECT_EQ(range::kTemperature.text(), "at least 0");
-  EXPECT_EQ(range::kRepetitionPenalty.text(), "more than 0");
-  EXPECT_EQ(range::kPresencePenalty.text(), "a finite number");
+  EXPECT_EQ(range::kTemperature.text(), "in [0, 1000]");
+  EXPECT_EQ(range::kTopK.text(), "at least 0");
+  EXPECT_EQ(range::kRepetitionPenalty.text(), "in [0.0001, 10000]");
+  EXPECT_EQ((ValueRange{0, range::kNoEnd, true}.text()), "more than 0");
+  EXPECT_EQ((ValueRange{-range::kNoEnd, range::kNoEnd, false}.text()), "a finite number");
   EXPECT_EQ(range::kApiPresencePenalty.text(), "in [-2, 2]");
 }
 
@@ -404,7 +411,7 @@ TEST(SamplingRanges, FirstValueOutOfRangeIsNamed) {
   EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'top_k' must be at least 0 (got -1)");
   params = {};
   params.frequency_penalty = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'frequency_penalty' must be a finite number (got inf)");
+  EXPECT_EQ(sampling_out_of_range(params).value_or(""), "'frequency_penalty' must be in [-10000, 10000] (got inf)");
 }
 
 // generate and chat read generation_config.json as transformers does (do_sample false:
@@ -438,6 +445,34 @@ TEST(Sampler, TheServersDefaultsSampleWhereTheCommandLinesAreGreedy) {
   greedy.default_repetition_penalty = 1.3f;
   EXPECT_EQ(model_default_sampling(greedy).temperature, 0.f);
   EXPECT_EQ(model_default_sampling(greedy).repetition_penalty, 1.3f);
+}
+
+// A greedy file (do_sample false) still gives the values a drawing takes, as transformers'
+// generate(do_sample=True) on such a file: its top_k, top_p and min_p, else top_k 50; one
+// outside its range (not checked at load for a greedy file) is passed over.
+TEST(Sampler, AGreedyFilesTopKAndTopPAreWhatATemperatureDrawsWith) {
+  ModelConfig base_model;  // Qwen2.5-7B's file: do_sample false, nothing else
+  SamplingParams params = model_default_sampling(base_model);
+  EXPECT_EQ(params.temperature, 0.f);
+  EXPECT_EQ(params.top_k, 50);
+  EXPECT_EQ(params.top_p, 1.f);
+  EXPECT_EQ(params.min_p, 0.f);
+  ModelConfig config;
+  config.default_top_k = 20;
+  config.default_top_p = 0.8f;
+  config.default_min_p = 0.05f;
+  params = model_default_sampling(config);
+  EXPECT_EQ(params.temperature, 0.f);
+  EXPECT_EQ(params.top_k, 20);
+  EXPECT_EQ(params.top_p, 0.8f);
+  EXPECT_EQ(params.min_p, 0.05f);
+  config.default_top_p = 0.f;   // out of (0, 1]
+  config.default_min_p = 2.f;   // out of [0, 1]
+  config.default_top_k = -3;    // below 0
+  params = model_default_sampling(config);
+  EXPECT_EQ(params.top_p, 1.f);
+  EXPECT_EQ(params.min_p, 0.f);
+  EXPECT_EQ(params.top_k, 50);
 }
 
 }  // namespace
