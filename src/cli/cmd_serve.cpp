@@ -30,6 +30,7 @@
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #ifdef QWENRT_HAVE_HTTP
+#include "server/http_connection.h"
 #include "server/http_server.h"
 #endif
 
@@ -65,7 +66,7 @@ struct ServeArgs {
   double kv_memory_fraction = 0.9;
   int max_queue = 1024;
   std::string served_model_name;
-  int max_n = 8, max_prompts = 64, max_stop = 4, max_stop_bytes = 256, max_logprobs = 20;
+  int max_n = 8, max_prompts = 64, max_stop = 32, max_stop_bytes = 256, max_logprobs = 20;
   double max_body_mb = 4;
   int max_connections = 1024;
   int read_timeout = 60, write_timeout = 30, drain_timeout = 30, keep_alive_timeout = 5;
@@ -167,6 +168,7 @@ int run_serve(const ServeArgs& args) {
   } else if (const char* env = std::getenv("QWENRT_API_KEY"); env != nullptr) {
     api_key = checked_key(env, "QWENRT_API_KEY", " (unset it to serve without a key)");
   }
+  server::bound_malloc_retention();
   // Signals go to the waiting thread below only: block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -433,7 +435,7 @@ void add_serve_command(CLI::App& root, int& exit_code) {
                   "most prompts in one /v1/completions request (an array of texts or of id arrays; each gets n choices)")
       ->check(more_than(0))
       ->capture_default_str();
-  cmd->add_option("--max-stop", args->max_stop, "stop strings per request")->check(at_least(0))->capture_default_str();
+  cmd->add_option("--max-stop", args->max_stop, "stop strings per request (OpenAI takes 4; evaluation harnesses send more, e.g. lm-eval's code tasks 6)")->check(at_least(0))->capture_default_str();
   cmd->add_option("--max-stop-bytes", args->max_stop_bytes, "bytes per stop string")->check(more_than(0))->capture_default_str();
   cmd->add_option("--max-logprobs", args->max_logprobs,
                   "largest top_logprobs / logprobs (at most 32: the device reduces up to that many a row at once)")

@@ -30,7 +30,7 @@ using json = nlohmann::ordered_json;
 
 std::string error_body(const ApiError& error) {
   json body = {{"error",
-                {{"message", error.what()},
+                {{"message", error.message},
                  {"type", error.type},
                  {"param", error.param.empty() ? json(nullptr) : json(error.param)},
                  {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
@@ -777,6 +777,13 @@ nlohmann::ordered_json parse_conversation(const json& body) {
     // history) is a tool's answer to the template; "developer" is the system's turn.
     item["role"] = role_name == "developer" ? "system" : role_name == "function" ? "tool" : role_name;
     item["content"] = message_text(message, i);
+    // An earlier answer's reasoning sent back as `reasoning` (vLLM's name) reaches the template
+    // under the name Qwen3's reads, `reasoning_content`.
+    if (const json* reasoning = field(message, "reasoning");
+        reasoning != nullptr && reasoning->is_string() && field(message, "reasoning_content") == nullptr) {
+      item.erase("reasoning");
+      item["reasoning_content"] = *reasoning;
+    }
     // The deprecated assistant's "function_call" (the call a "function" message answers) is
     // its one tool call to the template.
     if (const json* call = field(message, "function_call"); call != nullptr && role_name == "assistant" &&

@@ -23,11 +23,12 @@ namespace qwenrt::server {
 
 // An error that reaches the client as {"error": {"message", "type", "param", "code"}}.
 struct ApiError : std::runtime_error {
-  ApiError(int http_status, std::string error_type, std::string message, std::string error_param = "",
+  ApiError(int http_status, std::string error_type, std::string error_message, std::string error_param = "",
            std::string error_code = "")
-      : std::runtime_error(message), status(http_status), type(std::move(error_type)), param(std::move(error_param)),
-        code(std::move(error_code)) {}
+      : std::runtime_error(error_message), status(http_status), message(std::move(error_message)), type(std::move(error_type)),
+        param(std::move(error_param)), code(std::move(error_code)) {}
   int status;
+  std::string message;  // whole: what() ends at a NUL the request put in it (a model name with \u0000)
   std::string type;   // invalid_request_error (401 too, as OpenAI answers it), server_error, ...
   std::string param;  // the request field at fault, "" for none
   std::string code;   // a short machine-readable code, "" for none
@@ -52,7 +53,7 @@ std::optional<std::string> lone_surrogates_replaced(std::string_view text);
 struct RequestLimits {
   int max_n = 8;
   int max_prompts = 64;           // prompts per completions request
-  int max_stop = 4;               // stop strings per request
+  int max_stop = 32;              // stop strings per request
   int max_stop_bytes = 256;       // bytes per stop string
   int max_logprobs = 20;          // top_logprobs / logprobs
   int max_context = 0;            // the engine's context, tokens

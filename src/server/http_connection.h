@@ -11,12 +11,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -71,10 +73,8 @@ class ConnectionStream final : public httplib::Stream {
   void begin_request();
   // Its response is written: no deadline until the next request.
   void end_request();
-  // Before closing a connection left with unread bytes: shuts the sending side and reads and
-  // drops what the client still sends, for a moment (a "lingering close"), since closing a
-  // socket with unread bytes resets the connection and the client may lose the answer.
-  void linger(std::chrono::milliseconds wait, size_t max_bytes);
+  // Bytes of the request being served (or the last one) read so far: its head and body.
+  size_t request_bytes() const { return request_bytes_; }
   // This connection's request broke a bound and was answered here: it is closed after.
   bool refused() const { return refused_; }
   // Answers 503 (with Retry-After) before reading a request: the server serves as many
@@ -124,6 +124,7 @@ class ConnectionStream final : public httplib::Stream {
   bool in_request_ = false;
   bool in_head_ = false;
   size_t head_bytes_ = 0;
+  size_t request_bytes_ = 0;
   int head_end_match_ = 0;  // bytes of "\r\n\r\n" matched at the head's end so far
   // The head's current line: which (0: the request line), bytes into it, past its colon, after a CR.
   size_t head_line_ = 0, line_bytes_ = 0;
@@ -191,6 +192,47 @@ class PreRouting {
   Check before_continue_;
 };
 
+// Bounds what glibc's malloc keeps of memory a thread freed; called once, before the server's
+// threads start. With a thread a connection, each with an arena of its own (up to 8 a
+// core), glibc's dynamic thresholds let every arena keep up to twice the largest block it
+// freed (up to 64 MiB) unreturned: a client sending prompts of megabytes grew the server by
+// 8 MiB a connection thread, for good (malloc_trim returns no arena's top but the main
+// one's). Fixed thresholds instead: blocks of 1 MiB and more are mapped on their own (and
+// returned when freed), and an arena gives back what is free past 1 MiB at its top. A
+// MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ in the environment is left to rule.
+void bound_malloc_retention();
+
+// Lingering closes, on one thread of their own. A connection that ends with bytes of the
+// client's perhaps unread (a refused request, a 503 given before reading anything) must not
+// simply be closed: closing a socket with unread bytes resets the connection, and the
+// client may lose the answer. Its sending side is shut here and what the client still
+// sends is read and dropped for a moment (`wait`, `max_bytes`), then it is closed, while
+// the connection's own thread goes back to serving at once (one per idle client would
+// hold up the 503s that must go out at once).
+class LingeringCloser {
+ public:
+  LingeringCloser() = default;
+  LingeringCloser(const LingeringCloser&) = delete;
+  LingeringCloser& operator=(const LingeringCloser&) = delete;
+  ~LingeringCloser();  // closes the sockets still held
+  // Takes `sock` over: it is closed here.
+  void add(socket_t sock, std::chrono::milliseconds wait, size_t max_bytes);
+
+ private:
+  struct Held {
+    socket_t sock;
+    std::chrono::steady_clock::time_point until;
+    size_t left;  // bytes still to read and drop
+  };
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Held> incoming_;
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first add()
+};
+
 // httplib's server with ConnectionStream and its own keep-alive loop.
 class BoundedServer final : public httplib::Server {
  public:
@@ -234,6 +276,7 @@ class BoundedServer final : public httplib::Server {
   std::mutex live_mutex_;
   std::unordered_set<socket_t> live_;  // the sockets being served (taken out before they are closed)
   bool cut_ = false;
+  LingeringCloser closer_;
 };
 
 }  // namespace qwenrt::server

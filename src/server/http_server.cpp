@@ -348,7 +348,8 @@ HttpServer::HttpServer(GenerationService& service, ModelText model, ServerOption
                                {"max_model_len", options_.limits.max_context}}
                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // Threads for the connections served, and a few more that answer one past them with a
-  // 503 at once (each such thread is busy a moment: the answer and a lingering close).
+  // 503 at once (each such thread is busy only for the answer: its lingering close is the
+  // LingeringCloser's).
   constexpr int kSpareThreads = 4;
   http_->set_max_connections(static_cast<size_t>(std::max(options_.max_connections, 1)));
   const int threads = std::max(options_.max_connections, 4) + kSpareThreads;
@@ -858,6 +859,8 @@ void HttpServer::add_routes() {
       const auto release = [stream](bool success) {
         if (!success) stream->cancel();
       };
+      // The stream's type is exactly text/event-stream: httplib compresses any other text/*
+      // type (a charset added) for a client that accepts gzip, which holds the events back.
       const char* type = streaming ? "text/event-stream" : "application/json";
       if (http10) {
         close_after(res);

@@ -240,7 +240,12 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   choice.completion_tokens += event.tokens;
   ParsedDelta parsed = parse(choice, event);
   json delta = json::object();
-  if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
+  if (!parsed.reasoning.empty()) {
+    // Under both names: `reasoning_content` (what DeepSeek's API began, Open WebUI and LiteLLM
+    // read) and `reasoning` (vLLM's name since late 2025, which current clients read).
+    delta["reasoning_content"] = parsed.reasoning;
+    delta["reasoning"] = parsed.reasoning;
+  }
   if (!parsed.content.empty()) delta["content"] = parsed.content;
   if (!parsed.tool_calls.empty()) {
     // OpenAI's streamed calls: the first piece has the id, type and name, later ones only
@@ -321,7 +326,10 @@ std::string ResponseBuilder::body() const {
       const bool only_else = choice.content.empty() && (!choice.tool_calls.empty() || !choice.reasoning.empty());
       message["content"] = only_else ? json(nullptr) : json(choice.content);
       message["refusal"] = nullptr;  // the API's field for a safety refusal: this server has none
-      if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
+      if (!choice.reasoning.empty()) {
+        message["reasoning_content"] = choice.reasoning;  // both names, as in a stream's deltas
+        message["reasoning"] = choice.reasoning;
+      }
       if (!choice.tool_calls.empty()) {
         json calls = json::array();
         for (const ToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call));

@@ -196,6 +196,9 @@ await test('chat, streamed with vLLM\'s continuous_usage_stats: the usage so far
                            { model, messages: hello, max_tokens: 2, stream: true, stream_options: { continuous_usage_stats: true } });
   assert.equal(plain.status, 200);
   assert.ok(!plain.text.includes('"usage"'), plain.text);
+  // Exactly this type: with a charset added, httplib would gzip the stream for this client.
+  assert.equal(plain.headers.get('content-type'), 'text/event-stream');
+  assert.equal(plain.headers.get('content-encoding'), null);
 });
 
 await test('completions: greedy tokens equal transformers (reference.json)', async () => {
@@ -750,6 +753,7 @@ const badCases = [
   ['n over the cap', { ...good, n: 5 }, 400, 'invalid_request_error', 'n'],
   ['temperature below 0', { ...good, temperature: -0.5 }, 400, 'invalid_request_error', 'temperature'],
   ['temperature beyond a float', { ...good, temperature: 1e300 }, 400, 'invalid_request_error', 'temperature'],
+  ['temperature over 1,000 (a banned token could be drawn)', { ...good, temperature: 1e29 }, 400, 'invalid_request_error', 'temperature'],
   ['top_p 0 once a float', { ...good, top_p: 1e-300 }, 400, 'invalid_request_error', 'top_p'],
   ['top_p 0', { ...good, top_p: 0 }, 400, 'invalid_request_error', 'top_p'],
   ['top_p above 1', { ...good, top_p: 1.5 }, 400, 'invalid_request_error', 'top_p'],
@@ -757,7 +761,7 @@ const badCases = [
   ['presence_penalty out of range', { ...good, presence_penalty: 3 }, 400, 'invalid_request_error', 'presence_penalty'],
   ['frequency_penalty out of range', { ...good, frequency_penalty: -2.5 }, 400, 'invalid_request_error', 'frequency_penalty'],
   ['repetition_penalty 0', { ...good, repetition_penalty: 0 }, 400, 'invalid_request_error', 'repetition_penalty'],
-  ['too many stop strings', { ...good, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'invalid_request_error', 'stop'],
+  ['too many stop strings', { ...good, stop: Array.from({ length: 33 }, (_, i) => `s${i}`) }, 400, 'invalid_request_error', 'stop'],
   ['a stop string too long', { ...good, stop: ['x'.repeat(300)] }, 400, 'invalid_request_error', 'stop'],
   ['stream_options without stream', { ...good, stream_options: { include_usage: true } }, 400, 'invalid_request_error', 'stream_options'],
   ['top_logprobs over the cap', { ...good, logprobs: true, top_logprobs: 50 }, 400, 'invalid_request_error', 'top_logprobs'],
@@ -1089,6 +1093,18 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   // Both connections are taken (once their threads have them): one more is answered 503 at
   // once (not queued for a thread), and is served once the 408s free them.
   await new Promise((r) => setTimeout(r, 300));
+  // Clients past the limit that send nothing and never close: each is answered 503, and
+  // none holds a thread while its close lingers (a 503 for the next must still come at once).
+  const idle = [];
+  for (let i = 0; i < 24; ++i) {
+    const socket = net.connect(Number(url.port), url.hostname);
+    socket.on('error', () => {});
+    socket.text = '';
+    socket.on('data', (data) => { socket.text += data.toString(); });
+    idle.push(socket);
+  }
+  assert.ok(await waitFor(async () => idle.every((socket) => socket.text.startsWith('HTTP/1.1 503 ')), 2000),
+            `${idle.filter((socket) => socket.text.startsWith('HTTP/1.1 503 ')).length} of ${idle.length} idle clients answered 503 in 2 s`);
   const start = performance.now();
   const busy = await fetch(slow.url + '/health');
   assert.equal(busy.status, 503);
@@ -1104,6 +1120,7 @@ await test('connections: pipelined requests answered in order; a head over 64 Ki
   clearInterval(drip);
   assert.equal(served.status, 200);
   assert.ok(waited < 4000, `a client dripping its headers holds a connection thread for --read-timeout at most (${waited.toFixed(0)} ms)`);
+  for (const socket of idle) socket.destroy();
   for (const socket of dripping) {
     assert.ok(await waitFor(async () => socket.text.length > 0, 3000), 'answered');
     assert.match(socket.text, /^HTTP\/1\.1 408 /);
@@ -1955,19 +1972,23 @@ await test('without tools the tags stay text; a broken call stays text', async (
   assert.equal(reply.choices[0].message.content, broken);
   assert.equal(reply.choices[0].finish_reason, 'stop');
 });
-await test('<think> becomes reasoning_content, streamed and not', async () => {
+await test('<think> becomes reasoning_content (and reasoning, vLLM\'s name), streamed and not', async () => {
   const script = '<think>\nThe user greets me.\n</think>\n\nHello!';
   const reply = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: script }] });
   assert.equal(reply.choices[0].message.reasoning_content, '\nThe user greets me.\n');
+  assert.equal(reply.choices[0].message.reasoning, '\nThe user greets me.\n');
   assert.equal(reply.choices[0].message.content, 'Hello!');
   const stream = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: script }], stream: true });
   let reasoning = '';
+  let reasoningByNewName = '';
   let content = '';
   for await (const chunk of stream) {
     reasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+    reasoningByNewName += chunk.choices[0]?.delta?.reasoning ?? '';
     content += chunk.choices[0]?.delta?.content ?? '';
   }
   assert.equal(reasoning, '\nThe user greets me.\n');
+  assert.equal(reasoningByNewName, reasoning);
   assert.equal(content, 'Hello!');
   // Cut off while it thinks: reasoning and no answer, whose content is null.
   const cut = await scriptedClient.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: '<think>\nStill thinking' }] });

@@ -544,6 +544,27 @@ TEST(RequestParse, AFunctionMessageIsAToolsAnswer) {
   }
 }
 
+// An earlier answer's reasoning sent back under vLLM's name, `reasoning`, reaches Qwen3's
+// template as its `reasoning_content`; a message that gives both keeps its reasoning_content.
+TEST(RequestParse, ReasoningSentBackUnderEitherNameReachesTheTemplate) {
+  static const Fixture fixture;
+  const ChatTemplate qwen3 = ChatTemplate::load(QWENRT_TEST_DATA "/serve", QWENRT_TEST_DATA "/templates/qwen3.jinja");
+  RequestLimits limits = test_limits(fixture);
+  limits.served_model_name.clear();
+  const ModelText text{&fixture.tokenizer, &qwen3, &fixture.config};
+  const auto render = [&](const std::string& assistant) {
+    return fixture.tokenizer.decode(
+        parse_chat_request(parse_json_body(R"({"messages":[{"role":"user","content":"2+2?"},)" + assistant + "]}"), text,
+                           limits)
+            .prompt);
+  };
+  const std::string by_old_name = render(R"({"role":"assistant","content":"4","reasoning_content":"add them"})");
+  EXPECT_NE(by_old_name.find("<think>\nadd them\n</think>\n\n4"), std::string::npos) << by_old_name;
+  EXPECT_EQ(render(R"({"role":"assistant","content":"4","reasoning":"add them"})"), by_old_name);
+  EXPECT_EQ(render(R"({"role":"assistant","content":"4","reasoning_content":"add them","reasoning":"other"})"),
+            by_old_name);
+}
+
 // An escaped half of a surrogate pair alone is read as U+FFFD; pairs, other escapes and an
 // escaped backslash before "u" are left as they are.
 TEST(RequestParse, LoneSurrogateEscapesBecomeReplacementCharacters) {
