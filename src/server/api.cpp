@@ -259,7 +259,9 @@ void refuse_unsupported(const json& body) {
                    "unsupported_parameter");
   };
   int64_t best_of = 0;
-  if (const json* v = field(body, "best_of"); v != nullptr && !(whole_number(*v, best_of) && best_of == 1)) {
+  if (const json* v = field(body, "best_of"); v != nullptr && !whole_number(*v, best_of)) {
+    throw invalid_request("'best_of' must be an integer", "best_of");
+  } else if (v != nullptr && best_of != 1) {
     refuse("best_of", " (only 1)");
   }
   for (const char* name : {"functions", "function_call", "audio", "prediction", "guided_json", "guided_regex",
@@ -311,6 +313,32 @@ std::string check_model(const json& body, const RequestLimits& limits) {
   if (!model->is_string()) throw invalid_request("'model' must be a string", "model");
   if (model->get<std::string>() != limits.served_model_name) throw model_not_found(model->get<std::string>(), limits);
   return limits.served_model_name;
+}
+
+// vLLM's truncate_prompt_tokens: each prompt keeps its last k tokens (-1: as many as the
+// context holds, which leaves no room for an answer, as in vLLM). The checks against the
+// context come after. An echo of a prompt so cut is its tokens' text, not the client's.
+void truncate_prompts(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const json* given = field(body, "truncate_prompt_tokens");
+  if (given == nullptr) return;
+  int64_t keep = 0;
+  if (!whole_number(*given, keep) || (keep < 1 && keep != -1)) {
+    throw invalid_request("'truncate_prompt_tokens' must be -1 (the context's length) or a count of at least 1 (got " +
+                              given->dump() + ")",
+                          "truncate_prompt_tokens");
+  }
+  if (keep > limits.max_context) {
+    throw invalid_request("'truncate_prompt_tokens' is " + std::to_string(keep) + ", more than the context limit of " +
+                              std::to_string(limits.max_context) + " tokens",
+                          "truncate_prompt_tokens");
+  }
+  const size_t kept = static_cast<size_t>(keep == -1 ? limits.max_context : keep);
+  for (int p = 0; p < out.prompt_count(); ++p) {
+    std::vector<int32_t>& prompt = p == 0 ? out.prompt : out.more_prompts[static_cast<size_t>(p - 1)];
+    if (prompt.size() <= kept) continue;
+    prompt.erase(prompt.begin(), prompt.end() - static_cast<std::ptrdiff_t>(kept));
+    if (static_cast<size_t>(p) < out.prompt_texts.size()) out.prompt_texts[static_cast<size_t>(p)].reset();
+  }
 }
 
 // The fields chat and completions share; `prompt` must already be set.
@@ -490,6 +518,8 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     throw invalid_request("'user' must be a string", "user");
   }
   out.prompt_tokens_details = limits.prompt_tokens_details;
+  truncate_prompts(body, limits, out);
+  out.tokens_as_ids = bool_field(body, "return_tokens_as_token_ids", false);
   out.stream = bool_field(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");

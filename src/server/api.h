@@ -105,6 +105,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   std::vector<TokenBias> logit_bias;  // added to the logits of every draw
   int top_logprobs = -1;        // -1: no logprobs; else logprobs with this many alternatives
+  // vLLM's return_tokens_as_token_ids: logprobs name each token "token_id:N" (its text may
+  // be no whole character; ids are what a trainer needs).
+  bool tokens_as_ids = false;
   // Completions' echo: each choice's text opens with the prompt's (max_tokens may then be 0);
   // with logprobs, the prompt's tokens are listed first with theirs (the first has none).
   bool echo = false;

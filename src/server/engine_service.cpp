@@ -235,7 +235,8 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
 }
 
 LogprobToken EngineService::logprob_token(int32_t id, float logprob) const {
-  return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)), logprob};
+  return LogprobToken{tokenizer_.decode(std::span<const int32_t>(&id, 1)), std::string(tokenizer_.token_bytes(id)), logprob,
+                      id};
 }
 
 ChoiceEvent EngineService::echo_event(const GenerationRequest& request, int p, std::unique_lock<std::mutex>& lock) {

@@ -29,6 +29,7 @@ struct LogprobToken {
   std::string text;
   std::string bytes;
   float logprob = 0;
+  int32_t id = -1;
 };
 
 struct LogprobEntry : LogprobToken {

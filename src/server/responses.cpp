@@ -104,15 +104,24 @@ json ResponseBuilder::chunk(json choices, int choice) const {
   return out;
 }
 
+namespace {
+
+// A token as return_tokens_as_token_ids names it (vLLM's spelling).
+std::string id_name(const LogprobToken& token) { return "token_id:" + std::to_string(token.id); }
+
+}  // namespace
+
 json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) const {
+  // With return_tokens_as_token_ids the token is named by its id; its bytes stay its own.
+  const auto name = [&](const LogprobToken& token) { return request_.tokens_as_ids ? id_name(token) : token.text; };
   json content = json::array();
   for (const LogprobEntry& entry : entries) {
     json top = json::array();
     for (const LogprobToken& alternative : entry.top) {
-      top.push_back({{"token", alternative.text}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alternative.bytes)}});
+      top.push_back({{"token", name(alternative)}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alternative.bytes)}});
     }
     content.push_back(
-        {{"token", entry.text}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.bytes)}, {"top_logprobs", top}});
+        {{"token", name(entry)}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.bytes)}, {"top_logprobs", top}});
   }
   return content;
 }
@@ -141,8 +150,11 @@ size_t cut_length(const std::string& unfinished) {
 
 void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text) {
   const std::vector<LogprobEntry>& entries = event.logprobs;
+  // With return_tokens_as_token_ids tokens are named by their ids (text_offset still counts
+  // the text's characters, where vLLM adds up the names' lengths).
+  const auto name = [&](const LogprobToken& token) { return request_.tokens_as_ids ? id_name(token) : legacy_token(token); };
   for (const LogprobEntry& entry : entries) {
-    const std::string token = legacy_token(entry);
+    const std::string token = name(entry);
     out.tokens.push_back(token);
     if (entry.none) {
       out.token_logprobs.push_back(nullptr);
@@ -154,7 +166,7 @@ void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& ev
       // of no bytes) share a key, which keeps the likelier's log-prob.
       json top = json::object();
       for (const LogprobToken& alternative : entry.top) {
-        const std::string key = legacy_token(alternative);
+        const std::string key = name(alternative);
         if (!top.contains(key)) top[key] = alternative.logprob;
       }
       top[token] = entry.logprob;

@@ -67,7 +67,7 @@ class ResponseBuilder {
   nlohmann::ordered_json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
   // or for a streamed chunk the choice), whose character count places them.
-  static void add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text);
+  void add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text);
   static nlohmann::ordered_json completion_logprobs(const Choice& choice);
 
   const GenerationRequest& request_;

@@ -201,6 +201,24 @@ await test('chat, streamed with vLLM\'s continuous_usage_stats: the usage so far
   assert.equal(plain.headers.get('content-encoding'), null);
 });
 
+await test('vLLM\'s truncate_prompt_tokens and return_tokens_as_token_ids', async () => {
+  const reply = await post(main.url, '/v1/completions', {
+    model, prompt: [11, 12, 13, 14, 15], truncate_prompt_tokens: 2, echo: true, max_tokens: 1, logprobs: 1,
+    temperature: 0, return_tokens_as_token_ids: true });
+  assert.equal(reply.status, 200, reply.text);
+  const choice = reply.json.choices[0];
+  assert.equal(reply.json.usage.prompt_tokens, 2);
+  assert.deepEqual(choice.logprobs.tokens.slice(0, 2), ['token_id:14', 'token_id:15']);
+  assert.match(choice.logprobs.tokens[2], /^token_id:\d+$/);
+  assert.ok(Object.keys(choice.logprobs.top_logprobs[2]).every((key) => /^token_id:\d+$/.test(key)));
+  const chat = await client.chat.completions.create({ model, messages: hello, max_tokens: 2, logprobs: true, top_logprobs: 2,
+                                                      truncate_prompt_tokens: 3, return_tokens_as_token_ids: true });
+  assert.equal(chat.usage.prompt_tokens, 3);
+  assert.ok(chat.choices[0].logprobs.content.every((entry) => /^token_id:\d+$/.test(entry.token)));
+  const zero = await post(main.url, '/v1/completions', { model, prompt: 'x', truncate_prompt_tokens: 0 });
+  assert.deepEqual([zero.status, zero.json.error.param], [400, 'truncate_prompt_tokens']);
+});
+
 await test('completions: greedy tokens equal transformers (reference.json)', async () => {
   const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
   assert.ok(reference.greedy.length > 0);

@@ -72,6 +72,42 @@ TEST(RequestParse, ACompletionPromptInAListOfOne) {
   EXPECT_EQ(status_of(R"({"prompt":"hi","top_k":-1})"), 200);
 }
 
+// vLLM's truncate_prompt_tokens: each prompt keeps its last k tokens, before the context's
+// checks; an echo of a cut text prompt is its tokens' text.
+TEST(RequestParse, TruncatePromptTokensKeepsEachPromptsEnd) {
+  EXPECT_EQ(completion(R"({"prompt":[5,6,7,8,9],"truncate_prompt_tokens":2})").prompt, (std::vector<int32_t>{8, 9}));
+  const GenerationRequest several = completion(R"({"prompt":[[5,6,7],[8]],"truncate_prompt_tokens":2})");
+  EXPECT_EQ(several.prompt, (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ(several.more_prompts.at(0), (std::vector<int32_t>{8}));
+  EXPECT_EQ(completion(R"({"prompt":[5,6,7],"truncate_prompt_tokens":-1})").prompt, (std::vector<int32_t>{5, 6, 7}));
+  const GenerationRequest text = completion(R"({"prompt":"one two three four five six","truncate_prompt_tokens":2})");
+  EXPECT_EQ(text.prompt.size(), 2u);
+  EXPECT_EQ(text.prompt_text(0), nullptr);
+  EXPECT_NE(completion(R"({"prompt":"one two","truncate_prompt_tokens":50})").prompt_text(0), nullptr);
+  // A prompt over the context fits once cut.
+  std::string long_prompt = R"({"prompt":[)";
+  for (int i = 0; i < 5000; ++i) long_prompt += (i ? "," : "") + std::to_string(5 + i % 50);
+  EXPECT_EQ(status_of(long_prompt + "]}"), 400);
+  EXPECT_EQ(completion(long_prompt + R"(],"truncate_prompt_tokens":100})").prompt.size(), 100u);
+  // -1 fills the context: no room is left for an answer.
+  EXPECT_EQ(status_of(long_prompt + R"(],"truncate_prompt_tokens":-1})"), 400);
+  for (const char* bad : {"0", "-2", "1.5", "\"3\"", "4097"}) {
+    try {
+      completion(std::string(R"({"prompt":[5,6],"truncate_prompt_tokens":)") + bad + "}");
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << bad;
+      EXPECT_EQ(error.param, "truncate_prompt_tokens") << bad;
+    }
+  }
+  EXPECT_EQ(status_of(R"({"prompt":[5,6],"best_of":"1"})"), 400);
+  try {
+    completion(R"({"prompt":[5,6],"best_of":"1"})");
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.message, "'best_of' must be an integer");
+  }
+}
+
 TEST(RequestParse, SeveralCompletionPrompts) {
   // An array of texts or of id arrays (mixed too): each prompt gets n choices.
   const GenerationRequest two = completion(R"({"prompt":[[5,6],"hi",[7]],"n":2})");

@@ -140,5 +140,38 @@ TEST(CompletionLogprobs, TheTokenItselfIsAlwaysListed) {
   EXPECT_FLOAT_EQ(top["a"].get<float>(), -0.5f);
 }
 
+// vLLM's return_tokens_as_token_ids: every token, drawn or listed, is named "token_id:N"
+// in both APIs' logprobs; a chat token's bytes stay its own, and text_offset still counts
+// the text's characters.
+TEST(CompletionLogprobs, TokensNamedByTheirIds) {
+  GenerationRequest request = completion_with_logprobs();
+  request.tokens_as_ids = true;
+  LogprobEntry drawn = entry({"\xE6"});
+  drawn.id = 7;
+  drawn.top = {LogprobToken{"a", "a", -0.5f, 3}, LogprobToken{"b", "b", -2.0f, 9}};
+  LogprobEntry second = entry({"ab"});
+  second.id = 3;
+  ResponseBuilder builder(request, "cmpl-1", 0, 1);
+  ChoiceEvent event;
+  event.tokens = 2;
+  event.logprobs = {drawn, second};
+  event.finish_reason = "length";
+  builder.collect(event);
+  const auto logprobs = nlohmann::json::parse(builder.body())["choices"][0]["logprobs"];
+  EXPECT_EQ(logprobs["tokens"], nlohmann::json({"token_id:7", "token_id:3"}));
+  EXPECT_EQ(logprobs["top_logprobs"][0],
+            nlohmann::json({{"token_id:3", -0.5f}, {"token_id:9", -2.0f}, {"token_id:7", -1.0f}}));
+  EXPECT_EQ(logprobs["text_offset"], nlohmann::json({0, 1}));  // "\uFFFDab": the cut character, then "ab"
+
+  request.chat = true;
+  ResponseBuilder chat(request, "chatcmpl-1", 0, 1);
+  chat.collect(event);
+  const auto content = nlohmann::json::parse(chat.body())["choices"][0]["logprobs"]["content"];
+  EXPECT_EQ(content[0]["token"], "token_id:7");
+  EXPECT_EQ(content[0]["bytes"], nlohmann::json({0xE6}));
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "token_id:9");
+  EXPECT_EQ(content[1]["token"], "token_id:3");
+}
+
 }  // namespace
 }  // namespace qwenrt::server
