@@ -520,6 +520,7 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
   out.prompt_tokens_details = limits.prompt_tokens_details;
   truncate_prompts(body, limits, out);
   out.tokens_as_ids = bool_field(body, "return_tokens_as_token_ids", false);
+  out.return_token_ids = bool_field(body, "return_token_ids", false);
   out.stream = bool_field(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) throw invalid_request("'stream_options' must be an object", "stream_options");

@@ -108,6 +108,9 @@ struct GenerationRequest {
   // vLLM's return_tokens_as_token_ids: logprobs name each token "token_id:N" (its text may
   // be no whole character; ids are what a trainer needs).
   bool tokens_as_ids = false;
+  // vLLM's return_token_ids: the prompt's ids and each choice's generated ids are listed
+  // (prompt_token_ids, token_ids; in a stream, each chunk's new ids).
+  bool return_token_ids = false;
   // Completions' echo: each choice's text opens with the prompt's (max_tokens may then be 0);
   // with logprobs, the prompt's tokens are listed first with theirs (the first has none).
   bool echo = false;

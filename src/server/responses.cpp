@@ -211,9 +211,18 @@ ResponseBuilder::Choice& ResponseBuilder::choice_of(const ChoiceEvent& event) {
   return choice;
 }
 
+void ResponseBuilder::add_stream_ids(Choice& choice, int index, json& item) {
+  if (!request_.return_token_ids) return;
+  if (!request_.chat && !choice.ids_started) item["prompt_token_ids"] = request_.prompt_at(index / request_.n);
+  choice.ids_started = true;
+  item["token_ids"] = choice.token_ids;
+  choice.token_ids.clear();
+}
+
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choice_of(event);
   const bool logprobs = request_.top_logprobs >= 0;
+  if (request_.return_token_ids) choice.token_ids.insert(choice.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
   if (event.finish_reason == "error") {
     choice.completion_tokens += event.tokens;
     choice.finish = "error";
@@ -236,17 +245,21 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
       item["stop_reason"] = choice.stop_reason;
     }
     if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty()) {
+      add_stream_ids(choice, event.choice, item);
       out += sse(chunk(json::array({item}), event.choice));
     }
     return;
   }
   if (!choice.started) {
     choice.started = true;
-    out += sse(chunk(json::array({{{"index", event.choice},
-                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", nullptr}}}),
-                     event.choice));
+    json first = chunk(json::array({{{"index", event.choice},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}}),
+                       event.choice);
+    // As vLLM: the prompt's ids with the first chunk (of each choice).
+    if (request_.return_token_ids) first["prompt_token_ids"] = request_.prompt;
+    out += sse(first);
   }
   // Counted after the role's chunk: with continuous_usage_stats that one shows the tokens before.
   choice.completion_tokens += event.tokens;
@@ -281,16 +294,18 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     if (logprobs && !event.logprobs.empty()) {
       item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}, {"refusal", nullptr}};
     }
+    add_stream_ids(choice, event.choice, item);
     out += sse(chunk(json::array({item}), event.choice));
   }
   if (!event.finish_reason.empty()) {
     finish(choice, event);
-    out += sse(chunk(json::array({{{"index", event.choice},
-                                    {"delta", json::object()},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason(choice)},
-                                    {"stop_reason", choice.stop_reason}}}),
-                     event.choice));
+    json item = {{"index", event.choice},
+                 {"delta", json::object()},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish_reason(choice)},
+                 {"stop_reason", choice.stop_reason}};
+    add_stream_ids(choice, event.choice, item);
+    out += sse(chunk(json::array({item}), event.choice));
   }
 }
 
@@ -308,6 +323,7 @@ std::string ResponseBuilder::stream_end() {
 void ResponseBuilder::collect(const ChoiceEvent& event) {
   Choice& choice = choice_of(event);
   choice.completion_tokens += event.tokens;
+  choice.token_ids.insert(choice.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
   if (event.finish_reason == "error") {
     if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
     choice.finish = "error";
@@ -355,6 +371,11 @@ std::string ResponseBuilder::body() const {
     }
     item["finish_reason"] = finish_reason(choice);
     item["stop_reason"] = choice.stop_reason;
+    if (request_.return_token_ids) {
+      // As vLLM: a completions choice carries its prompt's ids, a chat response its one prompt's.
+      if (!request_.chat) item["prompt_token_ids"] = request_.prompt_at(static_cast<int>(i) / request_.n);
+      item["token_ids"] = choice.token_ids;
+    }
     choices.push_back(item);
   }
   json out = {{"id", id_},
@@ -364,6 +385,7 @@ std::string ResponseBuilder::body() const {
               {"system_fingerprint", fingerprint_.empty() ? json(nullptr) : json(fingerprint_)},
               {"choices", choices},
               {"usage", usage()}};
+  if (request_.return_token_ids && request_.chat) out["prompt_token_ids"] = request_.prompt;
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

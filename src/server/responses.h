@@ -49,6 +49,9 @@ class ResponseBuilder {
     nlohmann::ordered_json stop_reason;  // vLLM's: the stop string or stop token id that ended it, else null
     int completion_tokens = 0;
     int cached_prompt_tokens = 0;  // its prompt's tokens the prefix cache held
+    // return_token_ids: the generated ids (whole response), or those not yet in a chunk (stream).
+    std::vector<int32_t> token_ids;
+    bool ids_started = false;  // a stream's chunk has given the choice's prompt_token_ids
     // Completions' text_offset: characters of the text so far, and the bytes of a character
     // its tokens have not finished yet.
     size_t characters = 0;
@@ -64,6 +67,10 @@ class ResponseBuilder {
   std::string finish_reason(const Choice& choice) const;
   // Takes a finishing event's reason and stop_reason into `choice`.
   static void finish(Choice& choice, const ChoiceEvent& event);
+  // return_token_ids in a stream: the ids `choice` has waiting go into `item` (a completions
+  // choice also gets its prompt's ids with its first chunk), and into `chunk` for chat's
+  // prompt_token_ids with the choice's first chunk.
+  void add_stream_ids(Choice& choice, int index, nlohmann::ordered_json& item);
   nlohmann::ordered_json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
   // or for a streamed chunk the choice), whose character count places them.

@@ -201,7 +201,7 @@ await test('chat, streamed with vLLM\'s continuous_usage_stats: the usage so far
   assert.equal(plain.headers.get('content-encoding'), null);
 });
 
-await test('vLLM\'s truncate_prompt_tokens and return_tokens_as_token_ids', async () => {
+await test('vLLM\'s truncate_prompt_tokens, return_tokens_as_token_ids and return_token_ids', async () => {
   const reply = await post(main.url, '/v1/completions', {
     model, prompt: [11, 12, 13, 14, 15], truncate_prompt_tokens: 2, echo: true, max_tokens: 1, logprobs: 1,
     temperature: 0, return_tokens_as_token_ids: true });
@@ -215,6 +215,38 @@ await test('vLLM\'s truncate_prompt_tokens and return_tokens_as_token_ids', asyn
                                                       truncate_prompt_tokens: 3, return_tokens_as_token_ids: true });
   assert.equal(chat.usage.prompt_tokens, 3);
   assert.ok(chat.choices[0].logprobs.content.every((entry) => /^token_id:\d+$/.test(entry.token)));
+  // return_token_ids: the prompt's ids and each choice's generated ones, whole and streamed alike.
+  const body = { model, prompt: [[21, 22, 23], [24, 25]], n: 2, max_tokens: 5, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const whole = await post(main.url, '/v1/completions', body);
+  assert.equal(whole.status, 200, whole.text);
+  assert.deepEqual(whole.json.choices.map((c) => c.prompt_token_ids), [[21, 22, 23], [21, 22, 23], [24, 25], [24, 25]]);
+  assert.ok(whole.json.choices.every((c) => c.token_ids.length === 5), whole.text);
+  const streamed = await post(main.url, '/v1/completions', { ...body, stream: true });
+  const ids = [[], [], [], []];
+  const prompts = [];
+  for (const line of streamed.text.split('\n')) {
+    if (!line.startsWith('data: {')) continue;
+    for (const c of JSON.parse(line.slice(6)).choices) {
+      ids[c.index].push(...(c.token_ids ?? []));
+      if (c.prompt_token_ids) prompts[c.index] = c.prompt_token_ids;
+    }
+  }
+  assert.deepEqual(ids, whole.json.choices.map((c) => c.token_ids));
+  assert.deepEqual(prompts, whole.json.choices.map((c) => c.prompt_token_ids));
+  const chatBody = { model, messages: hello, max_tokens: 4, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const chatWhole = await post(main.url, '/v1/chat/completions', chatBody);
+  assert.equal(chatWhole.json.prompt_token_ids.length, chatWhole.json.usage.prompt_tokens);
+  assert.equal(chatWhole.json.choices[0].token_ids.length, 4);
+  const chatStreamed = await post(main.url, '/v1/chat/completions', { ...chatBody, stream: true });
+  const chatIds = [];
+  let chatPrompt = null;
+  for (const line of chatStreamed.text.split('\n')) {
+    if (!line.startsWith('data: {')) continue;
+    const parsed = JSON.parse(line.slice(6));
+    if (parsed.prompt_token_ids) chatPrompt = parsed.prompt_token_ids;
+    for (const c of parsed.choices) chatIds.push(...(c.token_ids ?? []));
+  }
+  assert.deepEqual([chatPrompt, chatIds], [chatWhole.json.prompt_token_ids, chatWhole.json.choices[0].token_ids]);
   const zero = await post(main.url, '/v1/completions', { model, prompt: 'x', truncate_prompt_tokens: 0 });
   assert.deepEqual([zero.status, zero.json.error.param], [400, 'truncate_prompt_tokens']);
 });
