@@ -26,12 +26,15 @@ class Error : public std::runtime_error {
   // `param`: the request field a refusal of bad input is about, where one is ("" for none);
   // the server answers it as the OpenAI error's `param`.
   Error(ErrorCategory category, const std::string& message, std::string param = "")
-      : std::runtime_error(message), category_(category), param_(std::move(param)) {}
+      : std::runtime_error(message), category_(category), message_(message), param_(std::move(param)) {}
   ErrorCategory category() const { return category_; }
+  // The whole message: what() ends at a NUL that quoted input put in it (a schema's key "a\u0000b").
+  const std::string& message() const { return message_; }
   const std::string& param() const { return param_; }
 
  private:
   ErrorCategory category_;
+  std::string message_;
   std::string param_;
 };
 

@@ -452,6 +452,11 @@ void Engine::begin_step(std::span<const StepInput> inputs, bool want_logprobs, c
       }
       history_stride = std::max(history_stride, 1);
       const auto stride = static_cast<size_t>(history_stride);
+      // The stride grows a token a step: the buffer grows geometrically, not to the exact
+      // size every step (a fresh block of megabytes a step, mapped and unmapped where large).
+      if (n_rows * stride > step_history_host_.capacity()) {
+        step_history_host_.reserve(std::max(n_rows * stride, 2 * step_history_host_.capacity()));
+      }
       step_history_host_.assign(n_rows * stride, 0);
       row = 0;
       for (const StepInput& input : inputs) {

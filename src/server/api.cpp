@@ -316,8 +316,10 @@ std::string check_model(const json& body, const RequestLimits& limits) {
 }
 
 // vLLM's truncate_prompt_tokens: each prompt keeps its last k tokens (-1: as many as the
-// context holds, which leaves no room for an answer, as in vLLM). The checks against the
-// context come after. An echo of a prompt so cut is its tokens' text, not the client's.
+// context holds, which leaves no room for an answer, as in vLLM). The prompt as the client
+// gave it or the template rendered it: what this server adds around it (fill-in-the-middle's
+// tokens and suffix, a forced tool call's opening) comes after and is never cut. The checks
+// against the context come after too. An echo of a prompt so cut is its tokens' text.
 void truncate_prompts(const json& body, const RequestLimits& limits, GenerationRequest& out) {
   const json* given = field(body, "truncate_prompt_tokens");
   if (given == nullptr) return;
@@ -465,7 +467,7 @@ void parse_response_format(const json& body, const ModelText& model, GenerationR
       grammar = structured::cached_grammar("json_schema " + schema->dump(),
                                            [&] { return structured::compile_json_schema(*schema); });
     } catch (const Error& error) {
-      throw invalid_request(std::string("'response_format.json_schema.schema': ") + error.what(),
+      throw invalid_request(std::string("'response_format.json_schema.schema': ") + error.message(),
                             "response_format.json_schema.schema");
     }
     // OpenAI's rules for the rest of it: a name of 1-64 letters, digits, '_' and '-'; strict
@@ -518,7 +520,6 @@ void parse_common(const json& body, const ModelText& model, const RequestLimits&
     throw invalid_request("'user' must be a string", "user");
   }
   out.prompt_tokens_details = limits.prompt_tokens_details;
-  truncate_prompts(body, limits, out);
   out.tokens_as_ids = bool_field(body, "return_tokens_as_token_ids", false);
   out.return_token_ids = bool_field(body, "return_token_ids", false);
   out.stream = bool_field(body, "stream", false);
@@ -952,8 +953,9 @@ GenerationRequest parse_chat_request(const json& body, const ModelText& model, c
     out.prompt = encode_chat_prompt(*model.tokenizer, *model.chat_template, conversation, tools, end.generation_prompt,
                                     extra, end.continue_final);
   } catch (const Error& error) {
-    throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
+    throw invalid_request(std::string("the chat template could not render these messages: ") + error.message(), "messages");
   }
+  truncate_prompts(body, limits, out);  // the rendered chat, before a forced call's opening ends it
   // A chat answer ends at its turn's end (the original Qwen names only <|endoftext|> as EOS).
   if (model.config != nullptr) out.stop_ids = chat_stop_ids(*model.config, *model.tokenizer);
   out.parse_tool_calls = !tools.is_null() && !no_calls;
@@ -1029,6 +1031,7 @@ GenerationRequest parse_completion_request(const json& body, const ModelText& mo
     out.prompt = one_prompt(*prompt, "'prompt'", 0);
   }
   out.echo = bool_field(body, "echo", false);
+  truncate_prompts(body, limits, out);  // the client's prompts, before the wrapping below
   fill_in_the_middle(body, *model.tokenizer, out);
   // The tokenizer's EOS ends a completion besides the model's own (generation_config.json),
   // as it ends `qwenrt generate`'s text.
@@ -1070,7 +1073,7 @@ TokenizeRequest parse_tokenize_request(const json& body, const ModelText& model,
                                  end.continue_final);
     return out;
   } catch (const Error& error) {
-    throw invalid_request(std::string("the chat template could not render these messages: ") + error.what(), "messages");
+    throw invalid_request(std::string("the chat template could not render these messages: ") + error.message(), "messages");
   }
 }
 

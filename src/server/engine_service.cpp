@@ -216,7 +216,7 @@ std::shared_ptr<RequestStream> EngineService::start(const GenerationRequest& req
       std::erase_if(choices_, [&](const auto& entry) { return entry.second->stream == stream; });
       // The scheduler's refusals that parsing cannot foresee (min_tokens holding off more
       // ids than a draw bans, where the model's end ids count too) name their field.
-      throw invalid_request(error.what(), error.param());
+      throw invalid_request(error.message(), error.param());
     }
     submitted.push_back(id);
     auto choice = std::make_unique<Choice>(tokenizer_, request.stop, request.include_stop, request.skip_special);

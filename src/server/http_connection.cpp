@@ -446,6 +446,8 @@ LingeringCloser::~LingeringCloser() {
   for (const Held& held : left) ::close(held.sock);
 }
 
+LingeringCloser::LingeringCloser() : thread_([this] { run(); }) {}
+
 void LingeringCloser::add(socket_t sock, std::chrono::milliseconds wait, size_t max_bytes) {
   ::shutdown(sock, SHUT_WR);
   {
@@ -455,7 +457,6 @@ void LingeringCloser::add(socket_t sock, std::chrono::milliseconds wait, size_t 
       return;
     }
     incoming_.push_back(Held{sock, std::chrono::steady_clock::now() + wait, max_bytes});
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   wake_.notify_one();
 }

@@ -211,7 +211,7 @@ void bound_malloc_retention();
 // hold up the 503s that must go out at once).
 class LingeringCloser {
  public:
-  LingeringCloser() = default;
+  LingeringCloser();  // starts its thread (not later, on a connection's thread, where it could fail)
   LingeringCloser(const LingeringCloser&) = delete;
   LingeringCloser& operator=(const LingeringCloser&) = delete;
   ~LingeringCloser();  // closes the sockets still held
@@ -230,7 +230,7 @@ class LingeringCloser {
   std::condition_variable wake_;
   std::vector<Held> incoming_;
   bool stopping_ = false;
-  std::thread thread_;  // started by the first add()
+  std::thread thread_;
 };
 
 // httplib's server with ConnectionStream and its own keep-alive loop.

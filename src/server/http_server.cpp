@@ -162,7 +162,7 @@ ApiError answer_to(const std::exception& failure) {
   if (const auto* error = dynamic_cast<const Error*>(&failure)) {
     const bool clients = error->category() == ErrorCategory::kInvalidArgument ||
                          error->category() == ErrorCategory::kUnsupported;
-    if (clients) return invalid_request(error->what(), error->param());
+    if (clients) return invalid_request(error->message(), error->param());
   }
   return ApiError(500, "server_error", failure.what());
 }

@@ -57,7 +57,7 @@ std::shared_ptr<const Grammar> cached_grammar(const std::string& key, const std:
     // A schema the grammar refuses is refused again; anything else is not kept.
     if (error.category() != ErrorCategory::kInvalidArgument) throw;
     entry.category = error.category();
-    entry.refusal = error.what();
+    entry.refusal = error.message();
   }
   std::lock_guard<std::mutex> lock(c.mutex);
   const auto it = c.index.find(key);

@@ -29,6 +29,13 @@ TEST(FillInTheMiddle, SuffixLaysThePromptOutWithQwensTokens) {
   EXPECT_EQ(expected.back(), 151660);
   EXPECT_EQ(parse(R"({"prompt":"x","suffix":""})").prompt, qwen.encode("x", true));  // empty: no insertion
   EXPECT_EQ(parse(R"({"prompt":[1,2],"suffix":"y"})").prompt.size(), 2u + 3u + qwen.encode("y", true).size());
+  // truncate_prompt_tokens cuts the client's prompt, not the layout around it.
+  const std::vector<int32_t> cut = parse(R"({"prompt":[1,2,3,4],"suffix":"y","truncate_prompt_tokens":2})").prompt;
+  const std::vector<int32_t> suffix = qwen.encode("y", true);
+  std::vector<int32_t> laid_out = {151659, 3, 4, *qwen.token_to_id("<|fim_suffix|>")};
+  laid_out.insert(laid_out.end(), suffix.begin(), suffix.end());
+  laid_out.push_back(151660);
+  EXPECT_EQ(cut, laid_out);
   for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
            {R"({"prompt":"x","suffix":"y","echo":true})", "echo"}, {R"({"prompt":"x","suffix":3})", "suffix"}}) {
     try {

@@ -601,6 +601,24 @@ TEST(RequestParse, ReasoningSentBackUnderEitherNameReachesTheTemplate) {
             by_old_name);
 }
 
+// A message that quotes the request keeps what comes after a NUL in it (what() would end there).
+TEST(RequestParse, ErrorMessagesGoOnPastANul) {
+  const std::string nul_key("a\0b", 3);
+  for (const std::string& body :
+       {std::string(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema",)"
+                    R"("json_schema":{"name":"a","schema":{"type":"object","properties":{"a\u0000b":{"type":"strin"}}}}}})"),
+        std::string(R"({"messages":[{"role":"us\u0000er","content":"x"}]})")}) {
+    try {
+      chat(body);
+      ADD_FAILURE() << body;
+    } catch (const ApiError& error) {
+      EXPECT_TRUE(error.message.find(nul_key) != std::string::npos ||
+                  error.message.find(std::string("us\0er", 5)) != std::string::npos)
+          << error.message;
+    }
+  }
+}
+
 // An escaped half of a surrogate pair alone is read as U+FFFD; pairs, other escapes and an
 // escaped backslash before "u" are left as they are.
 TEST(RequestParse, LoneSurrogateEscapesBecomeReplacementCharacters) {
@@ -658,6 +676,13 @@ TEST(RequestParse, AForcedToolCallOpensTheAnswer) {
   const int32_t close = *fixture.tokenizer.token_to_id("</tool_call>");
   EXPECT_NE(std::find(named.stop_ids.begin(), named.stop_ids.end(), close), named.stop_ids.end());
   EXPECT_EQ(std::count(named.prompt.begin(), named.prompt.end(), *fixture.tokenizer.token_to_id("<tool_call>")), 1);
+  // truncate_prompt_tokens cuts the rendered chat; the call's opening comes after, whole.
+  const GenerationRequest cut = chat(named_body.substr(0, named_body.size() - 1) + R"(,"truncate_prompt_tokens":3})");
+  const std::vector<int32_t> opening_ids(named.prompt.end() - static_cast<std::ptrdiff_t>(cut.prompt.size() - 3),
+                                         named.prompt.end());
+  EXPECT_EQ(fixture.tokenizer.decode(opening_ids), opening);
+  EXPECT_EQ(std::vector<int32_t>(cut.prompt.end() - static_cast<std::ptrdiff_t>(opening_ids.size()), cut.prompt.end()),
+            opening_ids);
 
   // "required": the model names the tool; it may call several unless told otherwise.
   const GenerationRequest required = chat("{" + messages + "," + tools + R"(,"tool_choice":"required"})");
