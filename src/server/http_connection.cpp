@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -448,6 +449,16 @@ LingeringCloser::~LingeringCloser() {
 
 LingeringCloser::LingeringCloser() : thread_([this] { run(); }) {}
 
+void trim_malloc_now_and_then() {
+  static std::atomic<int64_t> last_ms{-1000};
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t last = last_ms.load();
+  if (now_ms - last < 1000 || !last_ms.compare_exchange_strong(last, now_ms)) return;
+  ::malloc_trim(0);
+}
+
 void LingeringCloser::add(socket_t sock, std::chrono::milliseconds wait, size_t max_bytes) {
   ::shutdown(sock, SHUT_WR);
   {
@@ -541,8 +552,9 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     // A large request (a prompt of megabytes, answered or refused) leaves tens of MB free in
     // this thread's malloc arena, which glibc keeps for the thread: with a thread a
     // connection and up to 8 arenas a core, refused requests alone grew the server by
-    // hundreds of MB. Given back to the system after each such request.
-    if (stream.request_bytes() >= kTrimAfterBytes) ::malloc_trim(0);
+    // hundreds of MB. Given back to the system after such a request, at most once a second
+    // (a trim locks every arena in turn, the engine thread's too).
+    if (stream.request_bytes() >= kTrimAfterBytes) trim_malloc_now_and_then();
     if (!ret || closed || stream.refused() || stream.close_requested()) break;
   }
   current_stream = nullptr;
