@@ -343,7 +343,6 @@ void truncate_prompts(const json& body, const RequestLimits& limits, GenerationR
   }
 }
 
-// The fields chat and completions share; `prompt` must already be set.
 // reasoning_effort (OpenAI's, for models that reason): Qwen3 reasons or does not
 // (`enable_thinking`), with no graded effort, so "none" turns the reasoning off and every
 // other level leaves it on. Contradicting chat_template_kwargs.enable_thinking is an error;
@@ -511,6 +510,7 @@ void parse_response_format(const json& body, const ModelText& model, GenerationR
   out.structured = std::move(options);
 }
 
+// The fields chat and completions share; `prompt` must already be set.
 void parse_common(const json& body, const ModelText& model, const RequestLimits& limits, GenerationRequest& out,
                   int default_max_tokens) {
   refuse_unsupported(body);
