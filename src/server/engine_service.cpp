@@ -389,7 +389,7 @@ void EngineService::dispatch(const SequenceEvent& event) {
     ChoiceEvent out;
     out.choice = choice.index;
     out.tokens = 1;
-    out.token_ids.push_back(event.token);
+    out.token_id = event.token;
     out.cached_prompt_tokens = event.cached_prompt_tokens;
     // The token that ends the choice (an end-of-sequence or stop id) is not text of it, even
     // where it is no special token (as OpenAI and vLLM answer); its log-prob is still listed.

@@ -43,7 +43,7 @@ struct ChoiceEvent {
   int choice = 0;
   std::string text;  // new text: valid UTF-8, nothing past a stop string
   int tokens = 0;    // generated tokens this event accounts for
-  std::vector<int32_t> token_ids;  // their ids (the one that ends the choice too)
+  int32_t token_id = -1;  // with `tokens` 1, the token's id (the one that ends the choice too)
   // With a choice's first token: its prompt's tokens read from the prefix cache (-1: not told).
   int cached_prompt_tokens = -1;
   std::vector<LogprobEntry> logprobs;

@@ -44,6 +44,17 @@ void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   port = std::atoi(service);
 }
 
+// malloc_trim(0), unless one ran within the last second.
+void trim_malloc_now_and_then() {
+  static std::atomic<int64_t> last_ms{-1000};
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t last = last_ms.load();
+  if (now_ms - last < 1000 || !last_ms.compare_exchange_strong(last, now_ms)) return;
+  ::malloc_trim(0);
+}
+
 // A client error this layer answers itself (408, 431).
 ApiError client_error(int status, std::string message) {
   return ApiError(status, "invalid_request_error", std::move(message));
@@ -448,16 +459,6 @@ LingeringCloser::~LingeringCloser() {
 }
 
 LingeringCloser::LingeringCloser() : thread_([this] { run(); }) {}
-
-void trim_malloc_now_and_then() {
-  static std::atomic<int64_t> last_ms{-1000};
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-  int64_t last = last_ms.load();
-  if (now_ms - last < 1000 || !last_ms.compare_exchange_strong(last, now_ms)) return;
-  ::malloc_trim(0);
-}
 
 void LingeringCloser::add(socket_t sock, std::chrono::milliseconds wait, size_t max_bytes) {
   ::shutdown(sock, SHUT_WR);

@@ -201,8 +201,6 @@ class PreRouting {
 // returned when freed), and an arena gives back what is free past 1 MiB at its top. A
 // MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ in the environment is left to rule.
 void bound_malloc_retention();
-// malloc_trim(0), unless one ran within the last second.
-void trim_malloc_now_and_then();
 
 // Lingering closes, on one thread of their own. A connection that ends with bytes of the
 // client's perhaps unread (a refused request, a 503 given before reading anything) must not

@@ -109,25 +109,6 @@ namespace {
 // A token as return_tokens_as_token_ids names it (vLLM's spelling).
 std::string id_name(const LogprobToken& token) { return "token_id:" + std::to_string(token.id); }
 
-}  // namespace
-
-json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) const {
-  // With return_tokens_as_token_ids the token is named by its id; its bytes stay its own.
-  const auto name = [&](const LogprobToken& token) { return request_.tokens_as_ids ? id_name(token) : token.text; };
-  json content = json::array();
-  for (const LogprobEntry& entry : entries) {
-    json top = json::array();
-    for (const LogprobToken& alternative : entry.top) {
-      top.push_back({{"token", name(alternative)}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alternative.bytes)}});
-    }
-    content.push_back(
-        {{"token", name(entry)}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.bytes)}, {"top_logprobs", top}});
-  }
-  return content;
-}
-
-namespace {
-
 // A token as the legacy completions logprobs name it: its text, or where its bytes are no
 // whole UTF-8 (a piece of a character), "bytes:" and each byte as \xNN, as OpenAI's
 // completions spell them: two pieces of characters are two keys of top_logprobs, not one
@@ -147,6 +128,21 @@ size_t cut_length(const std::string& unfinished) {
 }
 
 }  // namespace
+
+json ResponseBuilder::chat_logprobs(const std::vector<LogprobEntry>& entries) const {
+  // With return_tokens_as_token_ids the token is named by its id; its bytes stay its own.
+  const auto name = [&](const LogprobToken& token) { return request_.tokens_as_ids ? id_name(token) : token.text; };
+  json content = json::array();
+  for (const LogprobEntry& entry : entries) {
+    json top = json::array();
+    for (const LogprobToken& alternative : entry.top) {
+      top.push_back({{"token", name(alternative)}, {"logprob", alternative.logprob}, {"bytes", bytes_of(alternative.bytes)}});
+    }
+    content.push_back(
+        {{"token", name(entry)}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.bytes)}, {"top_logprobs", top}});
+  }
+  return content;
+}
 
 void ResponseBuilder::add_completion_logprobs(Choice& out, const ChoiceEvent& event, Choice& text) {
   const std::vector<LogprobEntry>& entries = event.logprobs;
@@ -222,7 +218,7 @@ void ResponseBuilder::add_stream_ids(Choice& choice, int index, json& item) {
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choice_of(event);
   const bool logprobs = request_.top_logprobs >= 0;
-  if (request_.return_token_ids) choice.token_ids.insert(choice.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
+  if (request_.return_token_ids && event.token_id >= 0) choice.token_ids.push_back(event.token_id);
   if (event.finish_reason == "error") {
     choice.completion_tokens += event.tokens;
     choice.finish = "error";
@@ -323,7 +319,7 @@ std::string ResponseBuilder::stream_end() {
 void ResponseBuilder::collect(const ChoiceEvent& event) {
   Choice& choice = choice_of(event);
   choice.completion_tokens += event.tokens;
-  choice.token_ids.insert(choice.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
+  if (request_.return_token_ids && event.token_id >= 0) choice.token_ids.push_back(event.token_id);
   if (event.finish_reason == "error") {
     if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
     choice.finish = "error";
