@@ -23,6 +23,11 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
   if (config.default_do_sample) params.temperature = config.default_temperature.value_or(1.f);
   params.top_p = usable(config.default_top_p, range::kTopP) ? *config.default_top_p : 1.f;
   params.top_k = usable(config.default_top_k, range::kTopK) ? *config.default_top_k : 50;  // GenerationConfig's default
+  if (config.default_top_p == 0.f) {
+    // transformers' top-p of 0 keeps only the most likely token, whatever top_k kept.
+    params.top_p = 1.f;
+    params.top_k = 1;
+  }
   params.min_p = usable(config.default_min_p, range::kMinP) ? *config.default_min_p : 0.f;
   // A logits processor, not a way of drawing: transformers applies it to greedy decoding too.
   params.repetition_penalty = config.default_repetition_penalty.value_or(1.f);
@@ -36,6 +41,8 @@ SamplingParams api_default_sampling(const ModelConfig& config) {
   };
   SamplingParams params;
   params.temperature = given(config.default_temperature, range::kTemperature) ? *config.default_temperature : 1.f;
+  // A file's top_p of 0 (transformers: the most likely token alone) is passed over here like
+  // a value outside the API's ranges: taken as top_k 1, a request's own top_p could not undo it.
   if (given(config.default_top_p, range::kTopP)) params.top_p = *config.default_top_p;
   if (given(config.default_top_k, range::kTopK)) params.top_k = *config.default_top_k;
   if (given(config.default_min_p, range::kMinP)) params.min_p = *config.default_min_p;

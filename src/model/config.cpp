@@ -417,7 +417,11 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     if (auto value = get_number(gen, "temperature", gen_source)) model.default_temperature = *value;
     if (auto value = get_number(gen, "min_p", gen_source)) model.default_min_p = *value;
     if (auto value = get_number(gen, "top_p", gen_source)) model.default_top_p = *value;
-    if (auto value = get_int(gen, "top_k", gen_source)) model.default_top_k = *value;
+    if (auto value = get_int(gen, "top_k", gen_source)) {
+      model.default_top_k = *value;
+    } else if (gen.contains("top_k")) {
+      model.default_top_k = 0;  // null: transformers adds no top-k (its 50 is for a key left out)
+    }
     if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
       model.default_repetition_penalty = *value;
     }
@@ -433,7 +437,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     };
     if (model.default_do_sample) {
       check("temperature", range::kTemperature, model.default_temperature.value_or(1.f));
-      check("top_p", range::kTopP, model.default_top_p.value_or(1.f));
+      // 0 is transformers' too: its top-p keeps the one most likely token (model_default_sampling).
+      check("top_p", ValueRange{0, 1, false}, model.default_top_p.value_or(1.f));
       check("top_k", range::kTopK, model.default_top_k.value_or(0));
       check("min_p", range::kMinP, model.default_min_p.value_or(0.f));
     }

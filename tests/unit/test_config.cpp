@@ -369,7 +369,7 @@ TEST(Config, RejectsQuantizedCheckpoints) {
 TEST(Config, GenerationConfigSamplingValuesAreChecked) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{{"temperature", -1.0},
                                                                            {"top_p", 7.0},
-                                                                           {"top_p", 0.0},
+                                                                           {"top_p", -0.1},
                                                                            {"top_k", -2},
                                                                            {"min_p", 1.5},
                                                                            {"repetition_penalty", 0.0},
@@ -391,6 +391,18 @@ TEST(Config, GenerationConfigSamplingValuesAreChecked) {
       EXPECT_NO_THROW(parse_model_config(qwen2_config().dump(), kSource, &unused_text)) << key;
     }
   }
+}
+
+// Values transformers takes that the API's ranges do not: top_p 0 (its top-p then keeps one
+// token) and top_k null (no top-k; the 50 it defaults to is for a key left out).
+TEST(Config, GenerationConfigTakesTopPZeroAndTopKNull) {
+  const std::string text = json{{"do_sample", true}, {"top_p", 0.0}, {"top_k", nullptr}}.dump();
+  const ModelConfig config = parse_model_config(qwen2_config().dump(), kSource, &text);
+  ASSERT_TRUE(config.default_top_p && config.default_top_k);
+  EXPECT_EQ(*config.default_top_p, 0.f);
+  EXPECT_EQ(*config.default_top_k, 0);
+  const std::string left_out = json{{"do_sample", true}}.dump();
+  EXPECT_FALSE(parse_model_config(qwen2_config().dump(), kSource, &left_out).default_top_k.has_value());
 }
 
 TEST(Config, RejectsUnsupportedActivationAndDtype) {

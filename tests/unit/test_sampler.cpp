@@ -466,13 +466,30 @@ TEST(Sampler, AGreedyFilesTopKAndTopPAreWhatATemperatureDrawsWith) {
   EXPECT_EQ(params.top_k, 20);
   EXPECT_EQ(params.top_p, 0.8f);
   EXPECT_EQ(params.min_p, 0.05f);
-  config.default_top_p = 0.f;   // out of (0, 1]
+  config.default_top_p = 7.f;   // out of (0, 1]
   config.default_min_p = 2.f;   // out of [0, 1]
   config.default_top_k = -3;    // below 0
   params = model_default_sampling(config);
   EXPECT_EQ(params.top_p, 1.f);
   EXPECT_EQ(params.min_p, 0.f);
   EXPECT_EQ(params.top_k, 50);
+}
+
+// transformers' top-p of 0 keeps the most likely token alone (its warper keeps at least one),
+// greedy file or not; the server passes it over, as a value outside the API's ranges.
+TEST(Sampler, AFilesTopPOfZeroKeepsTheMostLikelyToken) {
+  for (const bool do_sample : {true, false}) {
+    ModelConfig config;
+    config.default_do_sample = do_sample;
+    config.default_top_p = 0.f;
+    config.default_top_k = 20;
+    const SamplingParams params = model_default_sampling(config);
+    EXPECT_EQ(params.top_k, 1) << do_sample;
+    EXPECT_EQ(params.top_p, 1.f) << do_sample;
+    const SamplingParams api = api_default_sampling(config);
+    EXPECT_EQ(api.top_p, 1.f) << do_sample;
+    EXPECT_EQ(api.top_k, 20) << do_sample;
+  }
 }
 
 }  // namespace
