@@ -417,11 +417,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     if (auto value = get_number(gen, "temperature", gen_source)) model.default_temperature = *value;
     if (auto value = get_number(gen, "min_p", gen_source)) model.default_min_p = *value;
     if (auto value = get_number(gen, "top_p", gen_source)) model.default_top_p = *value;
-    if (auto value = get_int(gen, "top_k", gen_source)) {
-      model.default_top_k = *value;
-    } else if (gen.contains("top_k")) {
-      model.default_top_k = 0;  // null: transformers adds no top-k (its 50 is for a key left out)
-    }
+    // A null top_k is one left out: transformers 5 fills every field still None with its
+    // defaults (top_k 50) when it generates.
+    if (auto value = get_int(gen, "top_k", gen_source)) model.default_top_k = *value;
     if (auto value = get_number(gen, "repetition_penalty", gen_source)) {
       model.default_repetition_penalty = *value;
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "test_util.h"
 
@@ -393,16 +394,16 @@ TEST(Config, GenerationConfigSamplingValuesAreChecked) {
   }
 }
 
-// Values transformers takes that the API's ranges do not: top_p 0 (its top-p then keeps one
-// token) and top_k null (no top-k; the 50 it defaults to is for a key left out).
-TEST(Config, GenerationConfigTakesTopPZeroAndTopKNull) {
+// A top_p of 0, which the API's range leaves out, is transformers' too (its top-p then keeps
+// one token). A null top_k is one left out: transformers 5 fills it with its default, 50.
+TEST(Config, GenerationConfigTakesTopPZeroAndReadsANullTopKAsLeftOut) {
   const std::string text = json{{"do_sample", true}, {"top_p", 0.0}, {"top_k", nullptr}}.dump();
   const ModelConfig config = parse_model_config(qwen2_config().dump(), kSource, &text);
-  ASSERT_TRUE(config.default_top_p && config.default_top_k);
+  ASSERT_TRUE(config.default_top_p.has_value());
   EXPECT_EQ(*config.default_top_p, 0.f);
-  EXPECT_EQ(*config.default_top_k, 0);
-  const std::string left_out = json{{"do_sample", true}}.dump();
-  EXPECT_FALSE(parse_model_config(qwen2_config().dump(), kSource, &left_out).default_top_k.has_value());
+  EXPECT_FALSE(config.default_top_k.has_value());
+  const std::string null_top_k = json{{"do_sample", true}, {"top_k", nullptr}}.dump();
+  EXPECT_EQ(model_default_sampling(parse_model_config(qwen2_config().dump(), kSource, &null_top_k)).top_k, 50);
 }
 
 TEST(Config, RejectsUnsupportedActivationAndDtype) {
