@@ -240,7 +240,9 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
       item["finish_reason"] = finish_reason(choice);
       item["stop_reason"] = choice.stop_reason;
     }
-    if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty()) {
+    // With return_token_ids a token's id goes out with the step that drew it, its text held
+    // back or not (a partial character, a stop string's start), as vLLM sends it.
+    if (!event.text.empty() || !event.logprobs.empty() || !event.finish_reason.empty() || !choice.token_ids.empty()) {
       add_stream_ids(choice, event.choice, item);
       out += sse(chunk(json::array({item}), event.choice));
     }
@@ -285,7 +287,10 @@ void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
     }
     delta["tool_calls"] = calls;
   }
-  if (!delta.empty() || (logprobs && !event.logprobs.empty())) {
+  // A token whose text is held back still sends its id (an empty delta) where the client asked
+  // for ids, as vLLM does; on the last event the finish chunk carries it.
+  const bool ids_alone = !choice.token_ids.empty() && event.finish_reason.empty();
+  if (!delta.empty() || (logprobs && !event.logprobs.empty()) || ids_alone) {
     json item = {{"index", event.choice}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (logprobs && !event.logprobs.empty()) {
       item["logprobs"] = {{"content", chat_logprobs(event.logprobs)}, {"refusal", nullptr}};

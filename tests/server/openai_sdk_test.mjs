@@ -227,6 +227,9 @@ await test('vLLM\'s truncate_prompt_tokens, return_tokens_as_token_ids and retur
   for (const line of streamed.text.split('\n')) {
     if (!line.startsWith('data: {')) continue;
     for (const c of JSON.parse(line.slice(6)).choices) {
+      // Each token's id with the step that drew it, as vLLM sends them: this byte-level
+      // model writes partial characters, whose text is held back.
+      assert.ok((c.token_ids ?? []).length <= 1, line);
       ids[c.index].push(...(c.token_ids ?? []));
       if (c.prompt_token_ids) prompts[c.index] = c.prompt_token_ids;
     }
@@ -247,6 +250,25 @@ await test('vLLM\'s truncate_prompt_tokens, return_tokens_as_token_ids and retur
     for (const c of parsed.choices) chatIds.push(...(c.token_ids ?? []));
   }
   assert.deepEqual([chatPrompt, chatIds], [chatWhole.json.prompt_token_ids, chatWhole.json.choices[0].token_ids]);
+  // Text held back by a stop string it begins (the answer's 2nd and 3rd characters, then one
+  // it never writes): those tokens' ids still go out at once, each in a chunk of its own.
+  const longer = await post(main.url, '/v1/chat/completions', { ...chatBody, max_tokens: 8 });
+  const answer = longer.json.choices[0].message.content;
+  const stop = answer.slice(1, 3) + '\u0007';
+  assert.ok(answer.length >= 4 && !answer.includes(stop), answer);
+  const heldStream = await post(main.url, '/v1/chat/completions', { ...chatBody, max_tokens: 8, stream: true, stop: [stop] });
+  const heldIds = [];
+  let emptyDeltas = 0;
+  for (const line of heldStream.text.split('\n')) {
+    if (!line.startsWith('data: {')) continue;
+    for (const c of JSON.parse(line.slice(6)).choices) {
+      assert.ok((c.token_ids ?? []).length <= 1, line);
+      heldIds.push(...(c.token_ids ?? []));
+      if (c.token_ids?.length === 1 && Object.keys(c.delta).length === 0) emptyDeltas += 1;
+    }
+  }
+  assert.deepEqual(heldIds, longer.json.choices[0].token_ids);
+  assert.ok(emptyDeltas >= 1, heldStream.text);
   const zero = await post(main.url, '/v1/completions', { model, prompt: 'x', truncate_prompt_tokens: 0 });
   assert.deepEqual([zero.status, zero.json.error.param], [400, 'truncate_prompt_tokens']);
 });
