@@ -21,10 +21,11 @@ SamplingParams model_default_sampling(const ModelConfig& config) {
     return value.has_value() && (config.default_do_sample || valid.contains(static_cast<double>(*value)));
   };
   if (config.default_do_sample) params.temperature = config.default_temperature.value_or(1.f);
-  params.top_p = usable(config.default_top_p, range::kTopP) ? *config.default_top_p : 1.f;
+  params.top_p = usable(config.default_top_p, range::kFileTopP) ? *config.default_top_p : 1.f;
   params.top_k = usable(config.default_top_k, range::kTopK) ? *config.default_top_k : 50;  // GenerationConfig's default
-  if (config.default_top_p == 0.f) {
-    // transformers' top-p of 0 keeps only the most likely token, whatever top_k kept.
+  if (params.top_p == 0.f) {
+    // transformers' top-p of 0 keeps only the most likely token, whatever top_k kept: the
+    // sampler's top-p takes (0, 1], its top_k 1 is the same draw.
     params.top_p = 1.f;
     params.top_k = 1;
   }

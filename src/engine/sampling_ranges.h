@@ -49,6 +49,8 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 inline constexpr ValueRange kTemperature{0, 1000, false};           // 0: greedy
 inline constexpr ValueRange kTopK{0, kNoEnd, false};                // 0: off
 inline constexpr ValueRange kTopP{0, 1, true};                      // 1: off
+// generation_config.json's top_p, as transformers takes it: 0 keeps the most likely token alone.
+inline constexpr ValueRange kFileTopP{0, 1, false};
 inline constexpr ValueRange kMinP{0, 1, false};                     // 0: off
 inline constexpr ValueRange kRepetitionPenalty{1e-4, 1e4, false};   // 1: off
 inline constexpr ValueRange kPresencePenalty{-1e4, 1e4, false};     // 0: off

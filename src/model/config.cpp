@@ -435,8 +435,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     };
     if (model.default_do_sample) {
       check("temperature", range::kTemperature, model.default_temperature.value_or(1.f));
-      // 0 is transformers' too: its top-p keeps the one most likely token (model_default_sampling).
-      check("top_p", ValueRange{0, 1, false}, model.default_top_p.value_or(1.f));
+      check("top_p", range::kFileTopP, model.default_top_p.value_or(1.f));
       check("top_k", range::kTopK, model.default_top_k.value_or(0));
       check("min_p", range::kMinP, model.default_min_p.value_or(0.f));
     }

@@ -204,6 +204,7 @@ ParsedDelta ResponseBuilder::parse(Choice& choice, const ChoiceEvent& event) {
 ResponseBuilder::Choice& ResponseBuilder::choice_of(const ChoiceEvent& event) {
   Choice& choice = choices_[static_cast<size_t>(event.choice)];
   if (event.cached_prompt_tokens >= 0) choice.cached_prompt_tokens = event.cached_prompt_tokens;
+  if (request_.return_token_ids && event.token_id >= 0) choice.token_ids.push_back(event.token_id);
   return choice;
 }
 
@@ -218,7 +219,6 @@ void ResponseBuilder::add_stream_ids(Choice& choice, int index, json& item) {
 void ResponseBuilder::stream(const ChoiceEvent& event, std::string& out) {
   Choice& choice = choice_of(event);
   const bool logprobs = request_.top_logprobs >= 0;
-  if (request_.return_token_ids && event.token_id >= 0) choice.token_ids.push_back(event.token_id);
   if (event.finish_reason == "error") {
     choice.completion_tokens += event.tokens;
     choice.finish = "error";
@@ -324,7 +324,6 @@ std::string ResponseBuilder::stream_end() {
 void ResponseBuilder::collect(const ChoiceEvent& event) {
   Choice& choice = choice_of(event);
   choice.completion_tokens += event.tokens;
-  if (request_.return_token_ids && event.token_id >= 0) choice.token_ids.push_back(event.token_id);
   if (event.finish_reason == "error") {
     if (!error_) error_ = ApiError(500, "server_error", event.error.empty() ? "generation failed" : event.error);
     choice.finish = "error";

@@ -58,7 +58,8 @@ class ResponseBuilder {
     std::string unfinished;
   };
   static ParsedDelta parse(Choice& choice, const ChoiceEvent& event);
-  // The choice an event is for, with what the event tells of its prompt recorded.
+  // The choice an event is for, with what the event tells of its prompt recorded (and its
+  // token's id where return_token_ids asks).
   Choice& choice_of(const ChoiceEvent& event);
   static void add_tool_call(Choice& choice, const ToolCallDelta& delta);
   // A chunk of `choices`; `choice`: the choice it carries, whose usage so far it shows where asked.
@@ -68,8 +69,7 @@ class ResponseBuilder {
   // Takes a finishing event's reason and stop_reason into `choice`.
   static void finish(Choice& choice, const ChoiceEvent& event);
   // return_token_ids in a stream: the ids `choice` has waiting go into `item` (a completions
-  // choice also gets its prompt's ids with its first chunk), and into `chunk` for chat's
-  // prompt_token_ids with the choice's first chunk.
+  // choice also gets its prompt's ids with its first chunk; chat's come with the role's chunk).
   void add_stream_ids(Choice& choice, int index, nlohmann::ordered_json& item);
   nlohmann::ordered_json chat_logprobs(const std::vector<LogprobEntry>& entries) const;
   // Adds `entries` to `out`; `text` is the choice whose text they belong to (`out` itself,
